@@ -1,0 +1,4 @@
+//! Benchmark and conformance runners behind `ruvllm-bench`. Kept as a library so that the
+//! test suite runs exactly the code the command runs.
+
+pub mod grammar_cases;

@@ -1,0 +1,206 @@
+//! Lexeme automata: a `regex-automata` dense DFA re-tabled for the engine.
+//!
+//! `regex-automata` determinizes (with size limits that turn pathological regexes into
+//! errors instead of hangs). We then copy the reachable states into our own table with:
+//!
+//! * state 0 as the single dead state, and every state that cannot reach a match folded
+//!   into it (so "alive" really means "this prefix can still complete the lexeme", which is
+//!   what makes masks exact);
+//! * `accepting[s]`: the bytes read so far form a complete lexeme (regex-automata reports
+//!   matches one byte late; we resolve that with its end-of-input transition);
+//! * `allowed[s]`: the bytes that keep the lexeme alive, for O(1) pruning during trie walks;
+//! * byte equivalence classes, so the table is `states × classes` words.
+
+use regex_automata::dfa::{dense, Automaton, StartKind};
+use regex_automata::nfa::thompson;
+use regex_automata::util::start;
+use regex_automata::{Anchored, MatchKind};
+use regex_syntax::hir::Hir;
+
+use crate::byteset::ByteSet;
+
+/// Why a lexeme could not be built.
+#[derive(Debug)]
+pub(crate) enum DfaError {
+    /// A size limit was hit (the caller may fall back to structural lowering).
+    TooBig,
+}
+
+/// A byte-level DFA for one lexeme. Cost of `next`: two table loads.
+#[derive(Debug, Clone)]
+pub struct Dfa {
+    classes: [u8; 256],
+    stride: usize,
+    trans: Vec<u32>,
+    accepting: Vec<bool>,
+    allowed: Vec<ByteSet>,
+    start: u32,
+}
+
+impl Dfa {
+    /// Builds the DFA of `hir` (anchored, all matches), within `max_states` states and
+    /// `max_bytes` of determinization memory.
+    pub(crate) fn build(hir: &Hir, max_states: usize, max_bytes: usize) -> Result<Dfa, DfaError> {
+        let nfa = thompson::Compiler::new()
+            .configure(
+                thompson::Config::new()
+                    .utf8(false)
+                    .shrink(true)
+                    .which_captures(thompson::WhichCaptures::None)
+                    .nfa_size_limit(Some(max_bytes)),
+            )
+            .build_from_hir(hir)
+            .map_err(|_| DfaError::TooBig)?;
+        let dfa = dense::Builder::new()
+            .configure(
+                dense::Config::new()
+                    .match_kind(MatchKind::All)
+                    .start_kind(StartKind::Anchored)
+                    .minimize(false)
+                    .accelerate(false)
+                    .specialize_start_states(false)
+                    .determinize_size_limit(Some(max_bytes))
+                    .dfa_size_limit(Some(max_bytes)),
+            )
+            .build_from_nfa(&nfa)
+            .map_err(|_| DfaError::TooBig)?;
+        let s0 = dfa
+            .start_state(&start::Config::new().anchored(Anchored::Yes))
+            .map_err(|_| DfaError::TooBig)?;
+
+        // Breadth-first copy of the reachable states. Ours: 0 = dead.
+        let mut ids: std::collections::HashMap<regex_automata::util::primitives::StateID, u32> =
+            std::collections::HashMap::new();
+        let mut order = vec![s0];
+        ids.insert(s0, 1);
+        let mut full: Vec<[u32; 256]> = vec![[0; 256]; 2];
+        let mut accepting = vec![false, false];
+        let mut i = 0;
+        while i < order.len() {
+            let s = order[i];
+            let me = i + 1;
+            accepting[me] = dfa.is_match_state(dfa.next_eoi_state(s));
+            for b in 0..=255u8 {
+                let n = dfa.next_state(s, b);
+                if dfa.is_dead_state(n) || dfa.is_quit_state(n) {
+                    continue;
+                }
+                let next_id = match ids.get(&n) {
+                    Some(&x) => x,
+                    None => {
+                        if order.len() >= max_states {
+                            return Err(DfaError::TooBig);
+                        }
+                        order.push(n);
+                        let x = order.len() as u32;
+                        ids.insert(n, x);
+                        full.push([0; 256]);
+                        accepting.push(false);
+                        x
+                    }
+                };
+                full[me][b as usize] = next_id;
+            }
+            i += 1;
+        }
+        let n = full.len();
+        // Co-reachability: states from which an accepting state can be reached.
+        let mut rev: Vec<Vec<u32>> = vec![Vec::new(); n];
+        for (s, row) in full.iter().enumerate() {
+            for &t in row.iter() {
+                if t != 0 {
+                    rev[t as usize].push(s as u32);
+                }
+            }
+        }
+        let mut alive = vec![false; n];
+        let mut stack: Vec<u32> = (0..n as u32).filter(|&s| accepting[s as usize]).collect();
+        for &s in &stack {
+            alive[s as usize] = true;
+        }
+        while let Some(s) = stack.pop() {
+            for &p in &rev[s as usize] {
+                if !alive[p as usize] {
+                    alive[p as usize] = true;
+                    stack.push(p);
+                }
+            }
+        }
+        for row in full.iter_mut() {
+            for t in row.iter_mut() {
+                if !alive[*t as usize] {
+                    *t = 0;
+                }
+            }
+        }
+        // Byte classes: bytes with identical columns.
+        let mut classes = [0u8; 256];
+        let mut reps: Vec<u8> = Vec::new();
+        let mut seen: std::collections::HashMap<Vec<u32>, u8> = std::collections::HashMap::new();
+        for b in 0..256usize {
+            let col: Vec<u32> = full.iter().map(|r| r[b]).collect();
+            let next = seen.len() as u8;
+            let c = *seen.entry(col).or_insert_with(|| {
+                reps.push(b as u8);
+                next
+            });
+            classes[b] = c;
+        }
+        let stride = reps.len();
+        let mut trans = vec![0u32; n * stride];
+        let mut allowed = vec![ByteSet::EMPTY; n];
+        for s in 0..n {
+            for (c, &b) in reps.iter().enumerate() {
+                trans[s * stride + c] = full[s][b as usize];
+            }
+            for b in 0..256usize {
+                if full[s][b] != 0 {
+                    allowed[s].insert(b as u8);
+                }
+            }
+        }
+        let start = if alive[1] { 1 } else { 0 };
+        Ok(Dfa {
+            classes,
+            stride,
+            trans,
+            accepting,
+            allowed,
+            start,
+        })
+    }
+
+    /// The state after reading `b` in state `s` (0 = dead).
+    #[inline(always)]
+    pub fn next(&self, s: u32, b: u8) -> u32 {
+        self.trans[s as usize * self.stride + self.classes[b as usize] as usize]
+    }
+
+    /// Whether the bytes read so far form a whole lexeme.
+    #[inline(always)]
+    pub fn accepting(&self, s: u32) -> bool {
+        self.accepting[s as usize]
+    }
+
+    /// The bytes that keep state `s` alive.
+    #[inline(always)]
+    pub fn allowed(&self, s: u32) -> &ByteSet {
+        &self.allowed[s as usize]
+    }
+
+    /// The start state (0 when the lexeme's language is empty).
+    #[inline(always)]
+    pub fn start(&self) -> u32 {
+        self.start
+    }
+
+    /// Number of states, the dead state included.
+    pub fn num_states(&self) -> usize {
+        self.accepting.len()
+    }
+
+    /// Approximate heap size in bytes.
+    pub fn memory(&self) -> usize {
+        self.trans.len() * 4 + self.accepting.len() + self.allowed.len() * 32 + 256
+    }
+}

@@ -1,0 +1,675 @@
+//! Lowering the IR into lexemes and an Earley grammar.
+//!
+//! # Design
+//!
+//! A byte-level Earley parser is exact for any context-free grammar (left recursion,
+//! ambiguity and nullable rules included) but pays for every byte. Most of a real grammar is
+//! regular (string contents, numbers, keywords, whitespace), so the compiler carves the
+//! grammar into two layers, the lexer/parser split that the fastest engines use:
+//!
+//! * **Lexemes**: every maximal regular sub-expression (terminals, and references to rules
+//!   that are not recursive and not too large once inlined) becomes one DFA. Inside a
+//!   lexeme, a byte costs one table lookup.
+//! * **Earley rules**: what is left (recursion, and alternations or repetitions that contain
+//!   recursive rules) is an Earley grammar whose terminals are lexemes. An Earley item
+//!   carries the DFA state of the lexeme it is in, so lexemes need no separate tokenizer and
+//!   no lexing ambiguity arises: the parser simply follows every path.
+//!
+//! A lexeme whose DFA would exceed the limits is split (a sequence into its elements, an
+//! alternation into a rule, a repetition into helper rules), so size limits never change the
+//! language, only where the work happens. Repetitions of non-regular parts use left-recursive
+//! helper rules (`S ::= ε | S x`), which Earley parses in linear time.
+
+pub(crate) mod dfa;
+
+use std::collections::HashMap;
+
+use regex_syntax::hir::{self, Hir};
+
+pub use dfa::Dfa;
+
+use crate::grammar::{Expr, Grammar};
+use crate::{GrammarError, Limits};
+
+/// A grammar symbol at a parser position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sym {
+    /// A lexeme (DFA index).
+    Lex(u32),
+    /// A nonterminal (Earley rule index).
+    Rule(u32),
+    /// End of an alternative of the given rule.
+    End(u32),
+}
+
+/// A grammar ready for matching: lexeme DFAs plus a flattened Earley grammar. Immutable and
+/// shared (`Arc`) by every matcher and every vocabulary it is used with.
+#[derive(Debug)]
+pub struct CompiledGrammar {
+    pub(crate) syms: Vec<Sym>,
+    pub(crate) rule_alts: Vec<Vec<u32>>,
+    pub(crate) rule_nullable: Vec<bool>,
+    pub(crate) rule_name: Vec<String>,
+    pub(crate) root: u32,
+    pub(crate) lexemes: Vec<Dfa>,
+    pub(crate) lex_name: Vec<String>,
+    pub(crate) lex_state_base: Vec<u32>,
+    pub(crate) n_lex_states: usize,
+    /// For each position, the rule it belongs to.
+    pub(crate) pos_rule: Vec<u32>,
+    /// For each lexeme position: bytes that may follow once that lexeme completes (an
+    /// over-approximation through FIRST/FOLLOW sets). The parser closes a set only when the
+    /// next byte is in here for some accepting item.
+    pub(crate) lex_follow: Vec<crate::byteset::ByteSet>,
+}
+
+/// Size figures of a compiled grammar.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GrammarStats {
+    /// Earley rules.
+    pub rules: usize,
+    /// Parser positions (symbols plus one end marker per alternative).
+    pub positions: usize,
+    /// Lexeme DFAs.
+    pub lexemes: usize,
+    /// DFA states over all lexemes.
+    pub lexeme_states: usize,
+    /// Approximate heap bytes of the DFAs.
+    pub dfa_bytes: usize,
+}
+
+impl CompiledGrammar {
+    /// Compiles an IR grammar. Cost: linear in the grammar plus DFA construction for each
+    /// distinct lexeme, all bounded by `limits`.
+    pub fn new(g: &Grammar, limits: &Limits) -> Result<CompiledGrammar, GrammarError> {
+        let mut g = g.clone();
+        g.prune_unproductive()?;
+        Lowerer::new(&g, limits).run()
+    }
+
+    /// Size figures.
+    pub fn stats(&self) -> GrammarStats {
+        GrammarStats {
+            rules: self.rule_alts.len(),
+            positions: self.syms.len(),
+            lexemes: self.lexemes.len(),
+            lexeme_states: self.n_lex_states,
+            dfa_bytes: self.lexemes.iter().map(|d| d.memory()).sum(),
+        }
+    }
+
+    /// Describes what the parser expects at position `pos` (rule name and lexeme).
+    pub(crate) fn describe_pos(&self, pos: u32) -> String {
+        let rule = &self.rule_name[self.pos_rule[pos as usize] as usize];
+        match self.syms[pos as usize] {
+            Sym::Lex(l) => format!("{rule}: {}", self.lex_name[l as usize]),
+            _ => rule.clone(),
+        }
+    }
+}
+
+struct Lowerer<'a> {
+    g: &'a Grammar,
+    limits: &'a Limits,
+    inlinable: Vec<bool>,
+    hir_cache: Vec<Option<Hir>>,
+    rule_map: Vec<Option<u32>>,
+    queue: Vec<(u32, u32)>,
+    // Output.
+    rules: Vec<Vec<Vec<Sym>>>,
+    rule_name: Vec<String>,
+    lexemes: Vec<Dfa>,
+    lex_name: Vec<String>,
+    lex_map: HashMap<String, u32>,
+    total_syms: usize,
+    current_rule: String,
+}
+
+fn limit(what: &'static str, value: usize, limit: usize, hint: &'static str) -> GrammarError {
+    GrammarError::Limit {
+        what,
+        value,
+        limit,
+        hint,
+    }
+}
+
+fn is_lexable(e: &Expr, inl: &[bool]) -> bool {
+    match e {
+        Expr::Ref(r) => inl[*r as usize],
+        Expr::Seq(v) | Expr::Alt(v) => v.iter().all(|x| is_lexable(x, inl)),
+        Expr::Repeat { e, .. } => is_lexable(e, inl),
+        _ => true,
+    }
+}
+
+fn expr_weight(e: &Expr, w: &[usize]) -> usize {
+    match e {
+        Expr::Ref(r) => w[*r as usize],
+        Expr::Literal(l) => l.len().max(1),
+        Expr::Seq(v) | Expr::Alt(v) => v
+            .iter()
+            .fold(1usize, |a, x| a.saturating_add(expr_weight(x, w))),
+        Expr::Repeat { e, min, max } => {
+            let k = max.unwrap_or(*min).max(1) as usize;
+            1usize.saturating_add(expr_weight(e, w).saturating_mul(k))
+        }
+        _ => 1,
+    }
+}
+
+impl<'a> Lowerer<'a> {
+    fn new(g: &'a Grammar, limits: &'a Limits) -> Self {
+        let n = g.rules.len();
+        // Rules that are not (mutually) recursive, in dependency order, via a worklist over
+        // "referenced rules not yet known to be non-recursive".
+        let mut deps: Vec<Vec<u32>> = vec![Vec::new(); n];
+        let mut rdeps: Vec<Vec<u32>> = vec![Vec::new(); n];
+        for (i, r) in g.rules.iter().enumerate() {
+            let mut d = Vec::new();
+            crate::grammar::visit_refs_pub(&r.body, &mut |x| d.push(x));
+            d.sort_unstable();
+            d.dedup();
+            for &x in &d {
+                rdeps[x as usize].push(i as u32);
+            }
+            deps[i] = d;
+        }
+        let mut pending: Vec<usize> = deps.iter().map(|d| d.len()).collect();
+        let mut order: Vec<u32> = (0..n as u32)
+            .filter(|&i| pending[i as usize] == 0)
+            .collect();
+        let mut i = 0;
+        while i < order.len() {
+            let r = order[i];
+            for &d in &rdeps[r as usize] {
+                pending[d as usize] -= 1;
+                if pending[d as usize] == 0 {
+                    order.push(d);
+                }
+            }
+            i += 1;
+        }
+        // Inlinable: non-recursive, only inlinable references, and small once expanded.
+        let mut inlinable = vec![false; n];
+        let mut weight = vec![usize::MAX / 4; n];
+        for &r in &order {
+            let body = &g.rules[r as usize].body;
+            if deps[r as usize].iter().all(|&d| inlinable[d as usize]) {
+                let w = expr_weight(body, &weight);
+                if w <= limits.max_inline_weight {
+                    inlinable[r as usize] = true;
+                    weight[r as usize] = w;
+                }
+            }
+        }
+        Lowerer {
+            g,
+            limits,
+            inlinable,
+            hir_cache: vec![None; n],
+            rule_map: vec![None; n],
+            queue: Vec::new(),
+            rules: Vec::new(),
+            rule_name: Vec::new(),
+            lexemes: Vec::new(),
+            lex_name: Vec::new(),
+            lex_map: HashMap::new(),
+            total_syms: 0,
+            current_rule: String::new(),
+        }
+    }
+
+    fn run(mut self) -> Result<CompiledGrammar, GrammarError> {
+        let root = self.ensure_rule(self.g.root)?;
+        while let Some((ir, er)) = self.queue.pop() {
+            self.current_rule = self.g.rules[ir as usize].name.clone();
+            let body = &self.g.rules[ir as usize].body;
+            let alts: Vec<Vec<Sym>> = match body {
+                Expr::Alt(v) => v.iter().map(|x| self.seq(x)).collect::<Result<_, _>>()?,
+                other => vec![self.seq(other)?],
+            };
+            self.rules[er as usize] = alts;
+        }
+        self.finish(root)
+    }
+
+    fn ensure_rule(&mut self, ir: u32) -> Result<u32, GrammarError> {
+        if let Some(er) = self.rule_map[ir as usize] {
+            return Ok(er);
+        }
+        let er = self.new_rule(self.g.rules[ir as usize].name.clone())?;
+        self.rule_map[ir as usize] = Some(er);
+        self.queue.push((ir, er));
+        Ok(er)
+    }
+
+    fn new_rule(&mut self, name: String) -> Result<u32, GrammarError> {
+        if self.rules.len() >= self.limits.max_rules {
+            return Err(limit(
+                "number of compiled rules",
+                self.rules.len() + 1,
+                self.limits.max_rules,
+                "Limits::max_rules",
+            ));
+        }
+        self.rules.push(Vec::new());
+        self.rule_name.push(name);
+        Ok((self.rules.len() - 1) as u32)
+    }
+
+    fn helper(&mut self, alts: Vec<Vec<Sym>>) -> Result<Sym, GrammarError> {
+        let name = format!("{}(helper)", self.current_rule);
+        let r = self.new_rule(name)?;
+        self.count(alts.iter().map(|a| a.len() + 1).sum())?;
+        self.rules[r as usize] = alts;
+        Ok(Sym::Rule(r))
+    }
+
+    fn count(&mut self, n: usize) -> Result<(), GrammarError> {
+        self.total_syms += n;
+        if self.total_syms > self.limits.max_compiled_symbols {
+            return Err(limit(
+                "number of compiled grammar symbols",
+                self.total_syms,
+                self.limits.max_compiled_symbols,
+                "Limits::max_compiled_symbols",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Lowers an expression to a symbol sequence.
+    fn seq(&mut self, e: &Expr) -> Result<Vec<Sym>, GrammarError> {
+        let elems: Vec<&Expr> = match e {
+            Expr::Seq(v) => v.iter().collect(),
+            Expr::Empty => vec![],
+            other => vec![other],
+        };
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < elems.len() {
+            if is_lexable(elems[i], &self.inlinable) {
+                let mut j = i;
+                while j < elems.len() && is_lexable(elems[j], &self.inlinable) {
+                    j += 1;
+                }
+                self.lex_run(&elems[i..j], &mut out)?;
+                i = j;
+            } else {
+                out.extend(self.structural(elems[i])?);
+                i += 1;
+            }
+        }
+        self.count(out.len())?;
+        Ok(out)
+    }
+
+    /// Lexes a run of regular elements: one lexeme if it fits, else element by element.
+    fn lex_run(&mut self, run: &[&Expr], out: &mut Vec<Sym>) -> Result<(), GrammarError> {
+        if run.iter().all(|e| matches!(e, Expr::Empty)) {
+            return Ok(());
+        }
+        let hir = Hir::concat(run.iter().map(|e| self.hir(e)).collect::<Result<_, _>>()?);
+        if let Some(l) = self.lexeme(hir)? {
+            out.push(Sym::Lex(l));
+            return Ok(());
+        }
+        if run.len() > 1 {
+            for e in run {
+                self.lex_run(std::slice::from_ref(e), out)?;
+            }
+            return Ok(());
+        }
+        out.extend(self.structural(run[0])?);
+        Ok(())
+    }
+
+    /// Lowers one element structurally (helper rules), used for non-regular parts and for
+    /// regular parts too large for one DFA.
+    fn structural(&mut self, e: &Expr) -> Result<Vec<Sym>, GrammarError> {
+        Ok(match e {
+            Expr::Empty => vec![],
+            Expr::Literal(l) => {
+                // Only reached when a literal alone exceeds the DFA limits: split it.
+                let mut v = Vec::new();
+                for chunk in l.chunks(256) {
+                    let h = Hir::literal(chunk.to_vec());
+                    match self.lexeme(h)? {
+                        Some(x) => v.push(Sym::Lex(x)),
+                        None => {
+                            return Err(limit(
+                                "literal size",
+                                l.len(),
+                                256,
+                                "Limits::max_lexeme_states",
+                            ))
+                        }
+                    }
+                }
+                v
+            }
+            Expr::Chars(_) | Expr::Bytes(_) => {
+                let h = self.hir(e)?;
+                match self.lexeme(h)? {
+                    Some(x) => vec![Sym::Lex(x)],
+                    None => {
+                        return Err(limit(
+                            "character class DFA states",
+                            self.limits.max_lexeme_states + 1,
+                            self.limits.max_lexeme_states,
+                            "Limits::max_lexeme_states",
+                        ))
+                    }
+                }
+            }
+            Expr::Ref(r) => vec![Sym::Rule(self.ensure_rule(*r)?)],
+            Expr::Seq(_) => self.seq(e)?,
+            Expr::Alt(v) => {
+                let alts = v
+                    .iter()
+                    .map(|x| self.seq(x))
+                    .collect::<Result<Vec<_>, _>>()?;
+                if alts.len() == 1 {
+                    alts.into_iter().next().unwrap()
+                } else {
+                    vec![self.helper(alts)?]
+                }
+            }
+            Expr::Repeat { e: inner, min, max } => {
+                let body = self.seq(inner)?;
+                let x: Sym = if body.len() == 1 {
+                    body[0]
+                } else {
+                    self.helper(vec![body])?
+                };
+                let mut out = vec![x; *min as usize];
+                match max {
+                    None => {
+                        // S ::= ε | S x
+                        let s = self.new_rule(format!("{}(repeat)", self.current_rule))?;
+                        self.count(4)?;
+                        self.rules[s as usize] = vec![vec![], vec![Sym::Rule(s), x]];
+                        out.push(Sym::Rule(s));
+                    }
+                    Some(m) if *m > *min => {
+                        // O_k ::= ε | O_{k-1} x  (0..=k copies)
+                        let mut prev: Option<u32> = None;
+                        for _ in 0..(m - min) {
+                            let o = self.new_rule(format!("{}(repeat)", self.current_rule))?;
+                            self.count(4)?;
+                            let alt = match prev {
+                                None => vec![x],
+                                Some(p) => vec![Sym::Rule(p), x],
+                            };
+                            self.rules[o as usize] = vec![vec![], alt];
+                            prev = Some(o);
+                        }
+                        out.push(Sym::Rule(prev.unwrap()));
+                    }
+                    Some(_) => {}
+                }
+                self.count(out.len())?;
+                out
+            }
+        })
+    }
+
+    /// The HIR of a lexable expression (rule references are inlined).
+    fn hir(&mut self, e: &Expr) -> Result<Hir, GrammarError> {
+        Ok(match e {
+            Expr::Empty => Hir::empty(),
+            Expr::Literal(l) => Hir::literal(l.clone()),
+            Expr::Chars(r) => Hir::class(hir::Class::Unicode(hir::ClassUnicode::new(
+                r.iter().map(|&(a, b)| hir::ClassUnicodeRange::new(a, b)),
+            ))),
+            Expr::Bytes(r) => Hir::class(hir::Class::Bytes(hir::ClassBytes::new(
+                r.iter().map(|&(a, b)| hir::ClassBytesRange::new(a, b)),
+            ))),
+            Expr::Ref(r) => {
+                if let Some(h) = &self.hir_cache[*r as usize] {
+                    return Ok(h.clone());
+                }
+                let body = &self.g.rules[*r as usize].body;
+                let h = self.hir(body)?;
+                self.hir_cache[*r as usize] = Some(h.clone());
+                h
+            }
+            Expr::Seq(v) => Hir::concat(v.iter().map(|x| self.hir(x)).collect::<Result<_, _>>()?),
+            Expr::Alt(v) => {
+                Hir::alternation(v.iter().map(|x| self.hir(x)).collect::<Result<_, _>>()?)
+            }
+            Expr::Repeat { e, min, max } => Hir::repetition(hir::Repetition {
+                min: *min,
+                max: *max,
+                greedy: true,
+                sub: Box::new(self.hir(e)?),
+            }),
+        })
+    }
+
+    /// Builds (or reuses) the lexeme for `hir`; `None` when it exceeds the DFA limits.
+    fn lexeme(&mut self, hir: Hir) -> Result<Option<u32>, GrammarError> {
+        let key = hir.to_string();
+        if let Some(&l) = self.lex_map.get(&key) {
+            return Ok(Some(l));
+        }
+        if self.lexemes.len() >= self.limits.max_lexemes {
+            return Err(limit(
+                "number of lexemes",
+                self.lexemes.len() + 1,
+                self.limits.max_lexemes,
+                "Limits::max_lexemes",
+            ));
+        }
+        match Dfa::build(
+            &hir,
+            self.limits.max_lexeme_states,
+            self.limits.max_dfa_bytes,
+        ) {
+            Ok(d) => {
+                let l = self.lexemes.len() as u32;
+                self.lexemes.push(d);
+                let mut name = key.clone();
+                if name.len() > 60 {
+                    let mut cut = 57;
+                    while !name.is_char_boundary(cut) {
+                        cut -= 1;
+                    }
+                    name.truncate(cut);
+                    name.push_str("...");
+                }
+                self.lex_name.push(name);
+                self.lex_map.insert(key, l);
+                Ok(Some(l))
+            }
+            Err(dfa::DfaError::TooBig) => Ok(None),
+        }
+    }
+
+    fn finish(self, root: u32) -> Result<CompiledGrammar, GrammarError> {
+        let mut syms = Vec::with_capacity(self.total_syms + self.rules.len());
+        let mut rule_alts = Vec::with_capacity(self.rules.len());
+        let mut pos_rule = Vec::new();
+        for (r, alts) in self.rules.iter().enumerate() {
+            let mut starts = Vec::with_capacity(alts.len());
+            for alt in alts {
+                starts.push(syms.len() as u32);
+                syms.extend_from_slice(alt);
+                syms.push(Sym::End(r as u32));
+                pos_rule.resize(syms.len(), r as u32);
+            }
+            rule_alts.push(starts);
+        }
+        if syms.len() >= u32::MAX as usize / 2 {
+            return Err(limit(
+                "compiled grammar size",
+                syms.len(),
+                u32::MAX as usize / 2,
+                "Limits::max_compiled_symbols",
+            ));
+        }
+        // Nullable rules, to a fixpoint.
+        let lex_nullable: Vec<bool> = self
+            .lexemes
+            .iter()
+            .map(|d| d.accepting(d.start()))
+            .collect();
+        let mut nullable = vec![false; self.rules.len()];
+        loop {
+            let mut changed = false;
+            for (r, alts) in self.rules.iter().enumerate() {
+                if nullable[r] {
+                    continue;
+                }
+                let n = alts.iter().any(|alt| {
+                    alt.iter().all(|s| match s {
+                        Sym::Lex(l) => lex_nullable[*l as usize],
+                        Sym::Rule(x) => nullable[*x as usize],
+                        Sym::End(_) => true,
+                    })
+                });
+                if n {
+                    nullable[r] = true;
+                    changed = true;
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+        let lex_follow = follow_bytes(&syms, &rule_alts, &nullable, &self.lexemes, root);
+        let mut base = Vec::with_capacity(self.lexemes.len());
+        let mut total = 0usize;
+        for d in &self.lexemes {
+            base.push(total as u32);
+            total += d.num_states();
+        }
+        Ok(CompiledGrammar {
+            syms,
+            rule_alts,
+            rule_nullable: nullable,
+            rule_name: self.rule_name,
+            root,
+            lexemes: self.lexemes,
+            lex_name: self.lex_name,
+            lex_state_base: base,
+            n_lex_states: total,
+            pos_rule,
+            lex_follow,
+        })
+    }
+}
+
+/// FIRST/FOLLOW over bytes, then, for each lexeme position, the bytes that can follow the
+/// lexeme. Falls back to "any byte" (always close) if the fixpoint takes too long: that is
+/// only slower, never wrong.
+fn follow_bytes(
+    syms: &[Sym],
+    rule_alts: &[Vec<u32>],
+    nullable: &[bool],
+    lexemes: &[Dfa],
+    root: u32,
+) -> Vec<crate::byteset::ByteSet> {
+    use crate::byteset::ByteSet;
+    let n = rule_alts.len();
+    let lex_first = |l: u32| *lexemes[l as usize].allowed(lexemes[l as usize].start());
+    let lex_null = |l: u32| lexemes[l as usize].accepting(lexemes[l as usize].start());
+    // FIRST of the suffix starting at `p` (up to End), and whether that suffix is nullable.
+    let first_from = |p: usize, first: &[ByteSet]| -> (ByteSet, bool) {
+        let mut acc = ByteSet::EMPTY;
+        let mut i = p;
+        loop {
+            match syms[i] {
+                Sym::End(_) => return (acc, true),
+                Sym::Lex(l) => {
+                    acc.union_with(&lex_first(l));
+                    if !lex_null(l) {
+                        return (acc, false);
+                    }
+                }
+                Sym::Rule(r) => {
+                    acc.union_with(&first[r as usize]);
+                    if !nullable[r as usize] {
+                        return (acc, false);
+                    }
+                }
+            }
+            i += 1;
+        }
+    };
+    let all = ByteSet([u64::MAX; 4]);
+    let mut first = vec![ByteSet::EMPTY; n];
+    let mut ok = false;
+    for _ in 0..64 {
+        let mut changed = false;
+        for r in 0..n {
+            for &a in &rule_alts[r] {
+                let (f, _) = first_from(a as usize, &first);
+                let mut nf = first[r];
+                nf.union_with(&f);
+                if nf != first[r] {
+                    first[r] = nf;
+                    changed = true;
+                }
+            }
+        }
+        if !changed {
+            ok = true;
+            break;
+        }
+    }
+    if !ok {
+        first = vec![all; n];
+    }
+    let mut follow = vec![ByteSet::EMPTY; n];
+    let _ = root;
+    let mut ok = false;
+    for _ in 0..64 {
+        let mut changed = false;
+        for r in 0..n {
+            for &a in &rule_alts[r] {
+                let mut i = a as usize;
+                while let Sym::Rule(_) | Sym::Lex(_) = syms[i] {
+                    if let Sym::Rule(x) = syms[i] {
+                        let (mut f, null) = first_from(i + 1, &first);
+                        if null {
+                            f.union_with(&follow[r]);
+                        }
+                        let mut nf = follow[x as usize];
+                        nf.union_with(&f);
+                        if nf != follow[x as usize] {
+                            follow[x as usize] = nf;
+                            changed = true;
+                        }
+                    }
+                    i += 1;
+                }
+            }
+        }
+        if !changed {
+            ok = true;
+            break;
+        }
+    }
+    if !ok {
+        return vec![all; syms.len()];
+    }
+    let mut out = vec![ByteSet::EMPTY; syms.len()];
+    for r in 0..n {
+        for &a in &rule_alts[r] {
+            let mut i = a as usize;
+            while let Sym::Rule(_) | Sym::Lex(_) = syms[i] {
+                if let Sym::Lex(_) = syms[i] {
+                    let (mut f, null) = first_from(i + 1, &first);
+                    if null {
+                        f.union_with(&follow[r]);
+                    }
+                    out[i] = f;
+                }
+                i += 1;
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,348 @@
+//! The Earley parser over lexemes, one set per output byte.
+//!
+//! An item is `(position, origin, lexeme state)`: the dot position in a flattened
+//! alternative, the byte offset where the alternative started (or [`ROOT`] for the start
+//! rule's own alternatives), and, when the dot is before a lexeme, how far into the lexeme
+//! the parser is (a DFA state). Reading a byte advances every lexeme item whose DFA stays
+//! alive; an item whose DFA state accepts also moves past the lexeme (in the closure). The
+//! closure predicts rules (with the Aycock–Horspool shortcut for nullable rules) and
+//! completes them.
+//!
+//! All sets are kept, as a stack: rolling back a token truncates the stack, and the mask
+//! computation pushes and pops sets as it walks the token trie. Because unproductive rules
+//! were removed at compile time and DFA states that cannot reach a match are dead, an item
+//! can only exist if the text so far is a prefix of a sentence: a non-empty set is proof of
+//! viability, which is what makes masks exact.
+
+use std::collections::HashSet;
+use std::hash::{BuildHasherDefault, Hasher};
+
+use crate::byteset::ByteSet;
+use crate::compile::{CompiledGrammar, Sym};
+use crate::error::MatchError;
+
+/// Origin marker of the start rule's own items.
+pub(crate) const ROOT: u32 = u32::MAX;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Item {
+    pub pos: u32,
+    pub origin: u32,
+    pub state: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SetInfo {
+    pub start: u32,
+    /// Valid only once `closed`.
+    pub accepting: bool,
+    /// Bytes that may come next (exact once closed, an over-approximation before).
+    pub allowed: ByteSet,
+    /// Whether prediction/completion has run. A set starts as its scanned core and is
+    /// closed only when needed (see [`Parser::push_byte`]).
+    pub closed: bool,
+}
+
+/// A fast hasher for packed item keys.
+#[derive(Default)]
+pub(crate) struct ItemHasher(u64);
+impl Hasher for ItemHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u32(&mut self, i: u32) {
+        self.0 = (self.0.rotate_left(23) ^ i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+const LINEAR_DEDUP: usize = 24;
+
+#[derive(Clone)]
+pub(crate) struct Parser {
+    pub items: Vec<Item>,
+    pub sets: Vec<SetInfo>,
+    dedup: HashSet<Item, BuildHasherDefault<ItemHasher>>,
+    /// The dedup table holds exactly items[dedup_start..dedup_start + dedup_len].
+    dedup_start: usize,
+    dedup_len: usize,
+    max_items: usize,
+}
+
+impl Parser {
+    /// A parser at the start of the output.
+    pub fn new(g: &CompiledGrammar, max_items: usize) -> Result<Parser, MatchError> {
+        let mut p = Parser {
+            items: Vec::new(),
+            sets: Vec::new(),
+            dedup: HashSet::default(),
+            dedup_start: usize::MAX,
+            dedup_len: 0,
+            max_items,
+        };
+        p.sets.push(SetInfo {
+            start: 0,
+            accepting: false,
+            allowed: ByteSet::EMPTY,
+            closed: false,
+        });
+        for &a in &g.rule_alts[g.root as usize] {
+            let it = Item {
+                pos: a,
+                origin: ROOT,
+                state: entry_state(g, a),
+            };
+            p.add(it)?;
+        }
+        p.close(g)?;
+        Ok(p)
+    }
+
+    /// Index of the current (last) set = bytes consumed.
+    #[inline]
+    pub fn top(&self) -> usize {
+        self.sets.len() - 1
+    }
+
+    #[inline]
+    pub fn top_info(&self) -> &SetInfo {
+        self.sets.last().unwrap()
+    }
+
+    /// The items of set `k`.
+    #[inline]
+    pub fn set(&self, k: usize) -> &[Item] {
+        let s = self.sets[k].start as usize;
+        let e = self
+            .sets
+            .get(k + 1)
+            .map(|x| x.start as usize)
+            .unwrap_or(self.items.len());
+        &self.items[s..e]
+    }
+
+    fn add(&mut self, it: Item) -> Result<(), MatchError> {
+        let s = self.sets.last().unwrap().start as usize;
+        let n = self.items.len() - s;
+        if n < LINEAR_DEDUP {
+            if self.items[s..].contains(&it) {
+                return Ok(());
+            }
+        } else {
+            if self.dedup_start != s || self.dedup_len != n {
+                self.dedup.clear();
+                self.dedup.extend(self.items[s..].iter().copied());
+                self.dedup_start = s;
+                self.dedup_len = n;
+            }
+            if !self.dedup.insert(it) {
+                return Ok(());
+            }
+            self.dedup_len += 1;
+            if n >= self.max_items {
+                return Err(MatchError::Budget {
+                    what: "parser items in one step",
+                    value: n + 1,
+                    limit: self.max_items,
+                });
+            }
+        }
+        self.items.push(it);
+        Ok(())
+    }
+
+    /// Closes the top set if it is not closed yet.
+    #[inline]
+    pub fn ensure_closed(&mut self, g: &CompiledGrammar) -> Result<(), MatchError> {
+        if self.top_info().closed {
+            Ok(())
+        } else {
+            self.close(g)
+        }
+    }
+
+    /// Closes the top set under prediction and completion, then records whether it accepts
+    /// and which bytes may come next.
+    fn close(&mut self, g: &CompiledGrammar) -> Result<(), MatchError> {
+        let k = self.top() as u32;
+        let mut i = self.sets[k as usize].start as usize;
+        let mut accepting = false;
+        while i < self.items.len() {
+            let it = self.items[i];
+            i += 1;
+            match g.syms[it.pos as usize] {
+                Sym::Lex(l) => {
+                    if g.lexemes[l as usize].accepting(it.state) {
+                        let p = it.pos + 1;
+                        self.add(Item {
+                            pos: p,
+                            origin: it.origin,
+                            state: entry_state(g, p),
+                        })?;
+                    }
+                }
+                Sym::Rule(r) => {
+                    for &a in &g.rule_alts[r as usize] {
+                        self.add(Item {
+                            pos: a,
+                            origin: k,
+                            state: entry_state(g, a),
+                        })?;
+                    }
+                    if g.rule_nullable[r as usize] {
+                        let p = it.pos + 1;
+                        self.add(Item {
+                            pos: p,
+                            origin: it.origin,
+                            state: entry_state(g, p),
+                        })?;
+                    }
+                }
+                Sym::End(r) => {
+                    if it.origin == ROOT {
+                        if r == g.root {
+                            accepting = true;
+                        }
+                    } else if it.origin != k {
+                        let o = it.origin as usize;
+                        let s = self.sets[o].start as usize;
+                        let e = self.sets[o + 1].start as usize;
+                        for j in s..e {
+                            let p = self.items[j];
+                            if g.syms[p.pos as usize] == Sym::Rule(r) {
+                                let np = p.pos + 1;
+                                self.add(Item {
+                                    pos: np,
+                                    origin: p.origin,
+                                    state: entry_state(g, np),
+                                })?;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let start = self.sets[k as usize].start as usize;
+        let mut allowed = ByteSet::EMPTY;
+        for it in &self.items[start..] {
+            if let Sym::Lex(l) = g.syms[it.pos as usize] {
+                allowed.union_with(g.lexemes[l as usize].allowed(it.state));
+            }
+        }
+        let info = &mut self.sets[k as usize];
+        info.accepting = accepting;
+        info.allowed = allowed;
+        info.closed = true;
+        Ok(())
+    }
+
+    /// Marks a freshly scanned top set: closed already when no item's lexeme accepts (then
+    /// closure has nothing to add), else open with an over-approximated `allowed`.
+    fn finish_core(&mut self, g: &CompiledGrammar) {
+        let k = self.top();
+        let start = self.sets[k].start as usize;
+        let mut allowed = ByteSet::EMPTY;
+        let mut any_accepting = false;
+        for it in &self.items[start..] {
+            if let Sym::Lex(l) = g.syms[it.pos as usize] {
+                let d = &g.lexemes[l as usize];
+                allowed.union_with(d.allowed(it.state));
+                if d.accepting(it.state) {
+                    any_accepting = true;
+                    allowed.union_with(&g.lex_follow[it.pos as usize]);
+                }
+            }
+        }
+        let info = &mut self.sets[k];
+        info.allowed = allowed;
+        info.accepting = false;
+        info.closed = !any_accepting;
+    }
+
+    /// Whether reading `b` from the (open) top set needs its closure: some item's lexeme
+    /// accepts and `b` may follow it.
+    fn needs_closure(&self, g: &CompiledGrammar, b: u8) -> bool {
+        let k = self.top();
+        self.set(k).iter().any(|it| match g.syms[it.pos as usize] {
+            Sym::Lex(l) => {
+                g.lexemes[l as usize].accepting(it.state)
+                    && g.lex_follow[it.pos as usize].contains(b)
+            }
+            _ => false,
+        })
+    }
+
+    /// Reads byte `b`, pushing a new set. Returns `Ok(false)` (and pushes nothing) when the
+    /// byte cannot continue any parse.
+    pub fn push_byte(&mut self, g: &CompiledGrammar, b: u8) -> Result<bool, MatchError> {
+        if !self.top_info().allowed.contains(b) {
+            return Ok(false);
+        }
+        if !self.top_info().closed && self.needs_closure(g, b) {
+            self.close(g)?;
+            if !self.top_info().allowed.contains(b) {
+                return Ok(false);
+            }
+        }
+        let k = self.top();
+        let s = self.sets[k].start as usize;
+        let e = self.items.len();
+        let start = e as u32;
+        self.sets.push(SetInfo {
+            start,
+            accepting: false,
+            allowed: ByteSet::EMPTY,
+            closed: false,
+        });
+        for i in s..e {
+            let it = self.items[i];
+            if let Sym::Lex(l) = g.syms[it.pos as usize] {
+                let ns = g.lexemes[l as usize].next(it.state, b);
+                if ns != 0 {
+                    if let Err(err) = self.add(Item {
+                        pos: it.pos,
+                        origin: it.origin,
+                        state: ns,
+                    }) {
+                        self.pop();
+                        return Err(err);
+                    }
+                }
+            }
+        }
+        if self.items.len() == start as usize {
+            self.pop();
+            return Ok(false);
+        }
+        self.finish_core(g);
+        Ok(true)
+    }
+
+    /// Removes the top set.
+    #[inline]
+    pub fn pop(&mut self) {
+        let s = self.sets.pop().unwrap();
+        self.items.truncate(s.start as usize);
+    }
+
+    /// Keeps sets `0..=k`.
+    pub fn truncate(&mut self, k: usize) {
+        if k + 1 < self.sets.len() {
+            let s = self.sets[k + 1].start as usize;
+            self.sets.truncate(k + 1);
+            self.items.truncate(s);
+        }
+    }
+}
+
+#[inline]
+pub(crate) fn entry_state(g: &CompiledGrammar, pos: u32) -> u32 {
+    match g.syms[pos as usize] {
+        Sym::Lex(l) => g.lexemes[l as usize].start(),
+        _ => 0,
+    }
+}

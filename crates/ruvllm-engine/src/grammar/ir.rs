@@ -1,0 +1,194 @@
+//! The grammar IR and its analyses (productivity, nullability).
+
+use crate::GrammarError;
+
+/// Index of a rule in [`Grammar::rules`].
+pub type RuleId = u32;
+
+/// A grammar expression. Terminals are Unicode code point sets (matched as their UTF-8
+/// encodings) or raw byte sets; the rest is the usual BNF structure plus bounded repetition.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Expr {
+    /// The empty string.
+    Empty,
+    /// An exact byte string (the UTF-8 encoding of a literal).
+    Literal(Vec<u8>),
+    /// One code point in any of the inclusive ranges (sorted, disjoint). Empty = no match.
+    Chars(Vec<(char, char)>),
+    /// One byte in any of the inclusive ranges (byte-mode regexes).
+    Bytes(Vec<(u8, u8)>),
+    /// A reference to a rule.
+    Ref(RuleId),
+    /// Concatenation.
+    Seq(Vec<Expr>),
+    /// Alternation.
+    Alt(Vec<Expr>),
+    /// `e{min,max}`; `max = None` is unbounded.
+    Repeat {
+        /// The repeated expression.
+        e: Box<Expr>,
+        /// Minimum count.
+        min: u32,
+        /// Maximum count, `None` for unbounded.
+        max: Option<u32>,
+    },
+}
+
+/// A named rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    /// Its name (used in diagnostics).
+    pub name: String,
+    /// Its body.
+    pub body: Expr,
+}
+
+/// A grammar: rules and the start rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grammar {
+    /// The rules; `Expr::Ref(i)` refers to `rules[i]`.
+    pub rules: Vec<Rule>,
+    /// The start rule.
+    pub root: RuleId,
+}
+
+impl Grammar {
+    /// A grammar with one rule.
+    pub fn single(name: &str, body: Expr) -> Grammar {
+        Grammar {
+            rules: vec![Rule {
+                name: name.into(),
+                body,
+            }],
+            root: 0,
+        }
+    }
+
+    /// Rules that derive at least one finite string. Cost: O(size · rules) worst case,
+    /// iterating to a fixpoint.
+    pub fn productive(&self) -> Vec<bool> {
+        let mut prod = vec![false; self.rules.len()];
+        loop {
+            let mut changed = false;
+            for (i, r) in self.rules.iter().enumerate() {
+                if !prod[i] && expr_productive(&r.body, &prod) {
+                    prod[i] = true;
+                    changed = true;
+                }
+            }
+            if !changed {
+                return prod;
+            }
+        }
+    }
+
+    /// Removes every alternative that cannot derive a finite string, so that any prefix the
+    /// parser accepts can be completed. Fails when the start rule itself is unproductive.
+    pub fn prune_unproductive(&mut self) -> Result<(), GrammarError> {
+        let prod = self.productive();
+        if !prod[self.root as usize] {
+            return Err(GrammarError::EmptyLanguage {
+                rule: self.rules[self.root as usize].name.clone(),
+            });
+        }
+        for (i, r) in self.rules.iter_mut().enumerate() {
+            if prod[i] {
+                let body = std::mem::replace(&mut r.body, Expr::Empty);
+                r.body = prune(body, &prod).unwrap_or(Expr::Alt(vec![]));
+            } else {
+                r.body = Expr::Alt(vec![]);
+            }
+        }
+        Ok(())
+    }
+
+    /// Rules reachable from the root.
+    pub fn reachable(&self) -> Vec<bool> {
+        let mut seen = vec![false; self.rules.len()];
+        let mut stack = vec![self.root];
+        seen[self.root as usize] = true;
+        while let Some(r) = stack.pop() {
+            visit_refs(&self.rules[r as usize].body, &mut |x| {
+                if !seen[x as usize] {
+                    seen[x as usize] = true;
+                    stack.push(x);
+                }
+            });
+        }
+        seen
+    }
+
+    /// Total number of expression nodes (a size measure for limits).
+    pub fn size(&self) -> usize {
+        self.rules.iter().map(|r| expr_size(&r.body)).sum()
+    }
+}
+
+/// Calls `f` for every rule referenced in `e`.
+pub fn visit_refs(e: &Expr, f: &mut impl FnMut(RuleId)) {
+    match e {
+        Expr::Ref(r) => f(*r),
+        Expr::Seq(v) | Expr::Alt(v) => v.iter().for_each(|x| visit_refs(x, f)),
+        Expr::Repeat { e, .. } => visit_refs(e, f),
+        _ => {}
+    }
+}
+
+fn expr_size(e: &Expr) -> usize {
+    match e {
+        Expr::Seq(v) | Expr::Alt(v) => 1 + v.iter().map(expr_size).sum::<usize>(),
+        Expr::Repeat { e, .. } => 1 + expr_size(e),
+        _ => 1,
+    }
+}
+
+fn expr_productive(e: &Expr, prod: &[bool]) -> bool {
+    match e {
+        Expr::Empty | Expr::Literal(_) => true,
+        Expr::Chars(r) => !r.is_empty(),
+        Expr::Bytes(r) => !r.is_empty(),
+        Expr::Ref(r) => prod[*r as usize],
+        Expr::Seq(v) => v.iter().all(|x| expr_productive(x, prod)),
+        Expr::Alt(v) => v.iter().any(|x| expr_productive(x, prod)),
+        Expr::Repeat { e, min, max } => *min == 0 || max == &Some(0) || expr_productive(e, prod),
+    }
+}
+
+/// Returns the expression without unproductive parts, or None when it is unproductive.
+fn prune(e: Expr, prod: &[bool]) -> Option<Expr> {
+    match e {
+        Expr::Chars(ref r) if r.is_empty() => None,
+        Expr::Bytes(ref r) if r.is_empty() => None,
+        Expr::Ref(r) if !prod[r as usize] => None,
+        Expr::Seq(v) => {
+            let mut out = Vec::with_capacity(v.len());
+            for x in v {
+                out.push(prune(x, prod)?);
+            }
+            Some(Expr::Seq(out))
+        }
+        Expr::Alt(v) => {
+            let out: Vec<Expr> = v.into_iter().filter_map(|x| prune(x, prod)).collect();
+            if out.is_empty() {
+                None
+            } else {
+                Some(Expr::Alt(out))
+            }
+        }
+        Expr::Repeat { e, min, max } => {
+            if max == Some(0) {
+                return Some(Expr::Empty);
+            }
+            match prune(*e, prod) {
+                Some(x) => Some(Expr::Repeat {
+                    e: Box::new(x),
+                    min,
+                    max,
+                }),
+                None if min == 0 => Some(Expr::Empty),
+                None => None,
+            }
+        }
+        other => Some(other),
+    }
+}

@@ -1,0 +1,181 @@
+//! # ruvllm-engine: exact grammar-constrained decoding
+//!
+//! At each decoding step a language model scores every token of its vocabulary. To make its
+//! output follow a grammar, the runtime asks this engine for the **mask** of tokens that keep
+//! the output a prefix of some sentence of the grammar, samples among those, and commits the
+//! chosen token. The contract is exactness: a token is in the mask if and only if committing
+//! it keeps the output a viable prefix, and EOS is in the mask exactly when the output is a
+//! complete sentence.
+//!
+//! ```text
+//! GBNF / regex / choices / built-ins ──► Grammar (IR) ──► CompiledGrammar ─┐
+//!                                                                          ├─► Constraint ─► Matcher
+//! tokenizer.json / GGUF / tiktoken  ──────────────────► Vocabulary ───────┘    (shared)     (per generation)
+//! ```
+//!
+//! * [`Grammar`]: the IR every front end produces ([`Grammar::from_gbnf`],
+//!   [`Grammar::from_regex`], [`Grammar::from_choices`], [`Grammar::builtin`]).
+//! * [`CompiledGrammar`]: lexeme DFAs plus an Earley grammar (see [`compile`] for why).
+//! * [`Vocabulary`]: token bytes, specials, EOS and the token trie (see [`vocab`]).
+//! * [`Constraint`]: a compiled grammar bound to a vocabulary, holding the lazily built
+//!   per-lexeme-state token tables (see `tables`), shared by all matchers and threads.
+//! * [`Matcher`]: one generation: [`Matcher::compute_mask`], [`Matcher::commit_token`],
+//!   [`Matcher::rollback`], [`Matcher::forced_bytes`], [`Matcher::forced_tokens`], clone to
+//!   fork.
+//!
+//! Every cost that input controls is bounded by [`Limits`]; exceeding a limit is an error
+//! naming the limit, never a hang and never an approximate mask.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use ruvllm_engine::{Constraint, Grammar, Limits, Matcher, Vocabulary};
+//!
+//! // A toy vocabulary: token i is the i-th string; token 4 is EOS.
+//! let toks: Vec<Vec<u8>> = ["a", "b", "ab", "c", "</s>"].iter().map(|s| s.as_bytes().to_vec()).collect();
+//! let vocab = Vocabulary::new("toy", toks, vec![false, false, false, false, true], vec![4]).unwrap();
+//! let g = Grammar::from_gbnf("root ::= \"a\"+ \"b\"", &Limits::default()).unwrap();
+//! let c = Constraint::new(&g, Arc::new(vocab), &Limits::default()).unwrap();
+//! let mut m = Matcher::new(&c).unwrap();
+//! let mut mask = vec![0u32; 1];
+//! m.compute_mask(&mut mask).unwrap();
+//! assert_eq!(mask[0], 0b00101); // "a" and "ab"
+//! m.commit_token(2).unwrap();   // "ab"
+//! assert!(m.is_accepting());
+//! ```
+
+pub mod byteset;
+pub mod compile;
+mod earley;
+mod error;
+pub mod grammar;
+mod matcher;
+mod tables;
+pub mod vocab;
+
+use std::sync::Arc;
+
+pub use compile::{CompiledGrammar, GrammarStats};
+pub use error::{GrammarError, MatchError, VocabError};
+pub use grammar::{Builtin, Expr, Grammar};
+pub use matcher::{CheckResult, Matcher};
+pub use vocab::{TokenEncoder, Vocabulary};
+
+/// Limits on every input-driven cost. The defaults accept any reasonable grammar and stop
+/// hostile ones within a fraction of a second and a few hundred MB.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Grammar or regex source size in bytes (default 1 MiB).
+    pub max_grammar_bytes: usize,
+    /// Nesting of groups and postfix operators (default 200).
+    pub max_nesting: usize,
+    /// Rules, in the source and after compiling (default 100,000).
+    pub max_rules: usize,
+    /// Expression nodes in the source (default 1,000,000).
+    pub max_grammar_nodes: usize,
+    /// Largest repetition bound `{m,n}` (default 10,000).
+    pub max_repeat: usize,
+    /// Symbols after expanding repetitions (default 4,000,000).
+    pub max_compiled_symbols: usize,
+    /// Size (roughly, regex nodes) up to which a non-recursive rule is inlined into a
+    /// lexeme (default 20,000).
+    pub max_inline_weight: usize,
+    /// States of one lexeme DFA before it is split structurally (default 20,000).
+    pub max_lexeme_states: usize,
+    /// Bytes of NFA/DFA construction memory for one lexeme (default 16 MiB).
+    pub max_dfa_bytes: usize,
+    /// Distinct lexemes (default 200,000).
+    pub max_lexemes: usize,
+    /// Parser items in one step; exceeded = [`MatchError::Budget`] (default 200,000).
+    pub max_parser_items: usize,
+    /// Longest forced text computed at once (default 4,096 bytes).
+    pub max_forced_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_grammar_bytes: 1 << 20,
+            max_nesting: 200,
+            max_rules: 100_000,
+            max_grammar_nodes: 1_000_000,
+            max_repeat: 10_000,
+            max_compiled_symbols: 4_000_000,
+            max_inline_weight: 20_000,
+            max_lexeme_states: 20_000,
+            max_dfa_bytes: 16 << 20,
+            max_lexemes: 200_000,
+            max_parser_items: 200_000,
+            max_forced_bytes: 4096,
+        }
+    }
+}
+
+/// A compiled grammar bound to a vocabulary: the unit a runtime caches per request shape.
+/// Holds the lazily computed token tables; share it with `Arc` across matchers and threads.
+pub struct Constraint {
+    grammar: Arc<CompiledGrammar>,
+    vocab: Arc<Vocabulary>,
+    tables: tables::Tables,
+    limits: Limits,
+}
+
+impl std::fmt::Debug for Constraint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Constraint")
+            .field("vocab", &self.vocab)
+            .field("grammar", &self.grammar.stats())
+            .finish()
+    }
+}
+
+impl Constraint {
+    /// Compiles `g` and binds it to `vocab`. Cost: compilation only; token tables are built
+    /// on first use.
+    pub fn new(
+        g: &Grammar,
+        vocab: Arc<Vocabulary>,
+        limits: &Limits,
+    ) -> Result<Arc<Constraint>, GrammarError> {
+        let cg = Arc::new(CompiledGrammar::new(g, limits)?);
+        Ok(Self::from_compiled(cg, vocab, limits))
+    }
+
+    /// Binds an already compiled grammar to a vocabulary. O(lexeme states).
+    pub fn from_compiled(
+        grammar: Arc<CompiledGrammar>,
+        vocab: Arc<Vocabulary>,
+        limits: &Limits,
+    ) -> Arc<Constraint> {
+        let tables = tables::Tables::new(grammar.n_lex_states);
+        Arc::new(Constraint {
+            grammar,
+            vocab,
+            tables,
+            limits: limits.clone(),
+        })
+    }
+
+    /// Parses, compiles and binds a GBNF grammar.
+    pub fn from_gbnf(
+        text: &str,
+        vocab: Arc<Vocabulary>,
+        limits: &Limits,
+    ) -> Result<Arc<Constraint>, GrammarError> {
+        Self::new(&Grammar::from_gbnf(text, limits)?, vocab, limits)
+    }
+
+    /// The vocabulary.
+    pub fn vocab(&self) -> &Arc<Vocabulary> {
+        &self.vocab
+    }
+
+    /// The compiled grammar.
+    pub fn grammar(&self) -> &Arc<CompiledGrammar> {
+        &self.grammar
+    }
+
+    /// Token tables built so far and their approximate heap bytes.
+    pub fn table_usage(&self) -> (usize, usize) {
+        self.tables.usage()
+    }
+}

@@ -1,0 +1,379 @@
+//! The per-generation matcher: masks, commits, rollback and forced text.
+
+use std::sync::Arc;
+
+use crate::compile::Sym;
+use crate::earley::Parser;
+use crate::error::MatchError;
+use crate::Constraint;
+
+/// Tracks one generation against a [`Constraint`].
+///
+/// Costs: [`Matcher::compute_mask`] is a union of precomputed token sets plus a parser walk
+/// over the few tokens that cross a lexeme boundary; [`Matcher::commit_token`] is one parser
+/// step per byte of the token; [`Matcher::rollback`] is O(1); [`Matcher::clone`] copies the
+/// parser history (O(bytes generated · items per byte)).
+#[derive(Clone)]
+pub struct Matcher {
+    c: Arc<Constraint>,
+    parser: Parser,
+    /// For each committed token: the parser set index after it, and whether it was EOS.
+    tokens: Vec<(u32, bool)>,
+    finished: bool,
+    ranges: Vec<(u32, u32)>,
+}
+
+/// The outcome of checking text against a grammar (see [`Matcher::check_bytes`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CheckResult {
+    /// The text is a complete sentence.
+    Accepted,
+    /// The text is a proper prefix of a sentence; `expected` describes what may come next.
+    Incomplete {
+        /// Rules and lexemes the parser expects next.
+        expected: Vec<String>,
+    },
+    /// Byte `at` cannot continue any sentence; `expected` describes what could.
+    Rejected {
+        /// Offset of the first refused byte.
+        at: usize,
+        /// Rules and lexemes the parser expected there.
+        expected: Vec<String>,
+    },
+}
+
+impl Matcher {
+    /// A matcher at the start of the output.
+    pub fn new(c: &Arc<Constraint>) -> Result<Matcher, MatchError> {
+        let parser = Parser::new(&c.grammar, c.limits.max_parser_items)?;
+        Ok(Matcher {
+            c: c.clone(),
+            parser,
+            tokens: Vec::new(),
+            finished: false,
+            ranges: Vec::new(),
+        })
+    }
+
+    /// The constraint this matcher follows.
+    pub fn constraint(&self) -> &Arc<Constraint> {
+        &self.c
+    }
+
+    /// Writes the allowed-token mask into `mask` (bit `t % 32` of word `t / 32` set iff
+    /// token `t` may come next; `mask` may be longer than the vocabulary, e.g. sized to the
+    /// model's logits, and the extra bits are cleared). EOS bits are set exactly when the
+    /// output is complete. After EOS was committed, the mask is empty.
+    pub fn compute_mask(&mut self, mask: &mut [u32]) -> Result<(), MatchError> {
+        let vocab = &self.c.vocab;
+        let need = vocab.mask_words();
+        if mask.len() < need {
+            return Err(MatchError::MaskTooSmall {
+                got: mask.len(),
+                need,
+            });
+        }
+        mask.fill(0);
+        if self.finished {
+            return Ok(());
+        }
+        let g = &self.c.grammar;
+        self.parser.ensure_closed(g)?;
+        let trie = vocab.trie();
+        let k = self.parser.top();
+        let mut seen: Vec<(u32, u32)> = Vec::new();
+        self.ranges.clear();
+        for it in self.parser.set(k) {
+            if let Sym::Lex(l) = g.syms[it.pos as usize] {
+                if seen.contains(&(l, it.state)) {
+                    continue;
+                }
+                seen.push((l, it.state));
+                let idx = g.lex_state_base[l as usize] as usize + it.state as usize;
+                let t = self
+                    .c
+                    .tables
+                    .get(idx, &g.lexemes[l as usize], it.state, trie, vocab.len());
+                t.accept.or_into(mask);
+                self.ranges.extend_from_slice(&t.uncertain);
+            }
+        }
+        if !self.ranges.is_empty() {
+            self.ranges.sort_unstable();
+            let mut merged: Vec<(u32, u32)> = Vec::with_capacity(self.ranges.len());
+            for &(a, b) in &self.ranges {
+                match merged.last_mut() {
+                    Some(last) if a <= last.1 => last.1 = last.1.max(b),
+                    _ => merged.push((a, b)),
+                }
+            }
+            let c = self.c.clone();
+            walk(&c, &mut self.parser, 0, &merged, mask)?;
+        }
+        if self.parser.top_info().accepting {
+            for &e in vocab.eos_tokens() {
+                mask[(e >> 5) as usize] |= 1 << (e & 31);
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the output so far is a complete sentence (EOS is allowed now).
+    pub fn is_accepting(&mut self) -> bool {
+        if self.finished {
+            return false;
+        }
+        // A budget error while closing means the state cannot be judged: not accepting.
+        self.parser.ensure_closed(&self.c.grammar).is_ok() && self.parser.top_info().accepting
+    }
+
+    /// Whether EOS has been committed.
+    pub fn is_finished(&self) -> bool {
+        self.finished
+    }
+
+    /// Bytes of output so far.
+    pub fn position(&self) -> usize {
+        self.parser.top()
+    }
+
+    /// Number of committed tokens.
+    pub fn num_tokens(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// Commits token `t`. On refusal the state is unchanged and the error says where.
+    pub fn commit_token(&mut self, t: u32) -> Result<(), MatchError> {
+        let vocab = &self.c.vocab;
+        if t as usize >= vocab.len() {
+            return Err(MatchError::UnknownToken(t));
+        }
+        if self.finished {
+            return Err(MatchError::Finished);
+        }
+        let reject = |m: &Matcher| MatchError::TokenRejected {
+            token: t,
+            text: String::from_utf8_lossy(m.c.vocab.token_bytes(t)).into_owned(),
+            position: m.parser.top(),
+        };
+        if vocab.eos_tokens().contains(&t) {
+            self.parser.ensure_closed(&self.c.grammar)?;
+            if !self.parser.top_info().accepting {
+                return Err(reject(self));
+            }
+            self.finished = true;
+            self.tokens.push((self.parser.top() as u32, true));
+            return Ok(());
+        }
+        if vocab.is_special(t) || vocab.token_bytes(t).is_empty() {
+            return Err(reject(self));
+        }
+        let before = self.parser.top();
+        let c = self.c.clone();
+        for &b in c.vocab.token_bytes(t) {
+            match self.parser.push_byte(&c.grammar, b) {
+                Ok(true) => {}
+                Ok(false) => {
+                    self.parser.truncate(before);
+                    return Err(reject(self));
+                }
+                Err(e) => {
+                    self.parser.truncate(before);
+                    return Err(e);
+                }
+            }
+        }
+        self.tokens.push((self.parser.top() as u32, false));
+        Ok(())
+    }
+
+    /// Undoes the last `n` committed tokens (EOS included). O(1).
+    pub fn rollback(&mut self, n: usize) -> Result<(), MatchError> {
+        if n > self.tokens.len() {
+            return Err(MatchError::Rollback {
+                requested: n,
+                available: self.tokens.len(),
+            });
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        self.tokens.truncate(self.tokens.len() - n);
+        self.finished = false;
+        let k = self.tokens.last().map(|x| x.0 as usize).unwrap_or(0);
+        self.parser.truncate(k);
+        Ok(())
+    }
+
+    /// Feeds raw bytes (not tokens) and reports how far they get: used by `grammar check`.
+    /// The matcher is left after the accepted prefix; tokens are not recorded.
+    pub fn check_bytes(&mut self, text: &[u8]) -> Result<CheckResult, MatchError> {
+        let c = self.c.clone();
+        for (i, &b) in text.iter().enumerate() {
+            if !self.parser.push_byte(&c.grammar, b)? {
+                self.parser.ensure_closed(&c.grammar)?;
+                return Ok(CheckResult::Rejected {
+                    at: i,
+                    expected: self.expected(),
+                });
+            }
+        }
+        self.parser.ensure_closed(&c.grammar)?;
+        Ok(if self.parser.top_info().accepting {
+            CheckResult::Accepted
+        } else {
+            CheckResult::Incomplete {
+                expected: self.expected(),
+            }
+        })
+    }
+
+    /// Describes what the parser expects next: `rule: lexeme` for each pending lexeme.
+    pub fn expected(&self) -> Vec<String> {
+        let g = &self.c.grammar;
+        let mut out: Vec<String> = Vec::new();
+        for it in self.parser.set(self.parser.top()) {
+            if let Sym::Lex(_) = g.syms[it.pos as usize] {
+                let d = g.describe_pos(it.pos);
+                if !out.contains(&d) {
+                    out.push(d);
+                }
+            }
+        }
+        out
+    }
+
+    /// The bytes every continuation must start with (empty when there is a choice, or when
+    /// the output may end here). At most `Limits::max_forced_bytes`.
+    pub fn forced_bytes(&mut self) -> Result<Vec<u8>, MatchError> {
+        let c = self.c.clone();
+        let start = self.parser.top();
+        let mut out = Vec::new();
+        if self.finished {
+            return Ok(out);
+        }
+        while out.len() < c.limits.max_forced_bytes {
+            if let Err(e) = self.parser.ensure_closed(&c.grammar) {
+                self.parser.truncate(start);
+                return Err(e);
+            }
+            let info = self.parser.top_info();
+            if info.accepting || info.allowed.len() != 1 {
+                break;
+            }
+            let b = info.allowed.first().unwrap();
+            match self.parser.push_byte(&c.grammar, b) {
+                Ok(true) => out.push(b),
+                Ok(false) => break,
+                Err(e) => {
+                    self.parser.truncate(start);
+                    return Err(e);
+                }
+            }
+        }
+        self.parser.truncate(start);
+        Ok(out)
+    }
+
+    /// Forced text as tokens that are safe to append without sampling: the canonical
+    /// tokenization of [`Matcher::forced_bytes`] (cut to whole UTF-8 characters), minus the
+    /// trailing tokens at whose end a longer vocabulary token could start instead (so the
+    /// model keeps the choice of how to tokenize across the boundary).
+    pub fn forced_tokens(&mut self) -> Result<Vec<u32>, MatchError> {
+        let bytes = self.forced_bytes()?;
+        let valid = match std::str::from_utf8(&bytes) {
+            Ok(s) => s,
+            Err(e) => std::str::from_utf8(&bytes[..e.valid_up_to()]).unwrap(),
+        };
+        if valid.is_empty() {
+            return Ok(Vec::new());
+        }
+        let vocab = &self.c.vocab;
+        let enc = vocab.encoder().ok_or(MatchError::NoEncoder)?;
+        let ids = enc.encode(valid).map_err(|_| MatchError::NoEncoder)?;
+        // The encoding must reproduce the text exactly.
+        let mut offsets = Vec::with_capacity(ids.len());
+        let mut joined: Vec<u8> = Vec::new();
+        for &t in &ids {
+            if vocab.is_special(t) {
+                return Ok(Vec::new());
+            }
+            offsets.push(joined.len());
+            joined.extend_from_slice(vocab.token_bytes(t));
+        }
+        if joined != valid.as_bytes() {
+            return Ok(Vec::new());
+        }
+        let trie = vocab.trie();
+        let f = valid.as_bytes();
+        let mut keep = ids.len();
+        while keep > 0 {
+            let a = offsets[keep - 1];
+            let tlen = vocab.token_bytes(ids[keep - 1]).len();
+            // Is there a token starting at `a` longer than ids[keep-1] that agrees with F?
+            let mut n = 0u32;
+            let mut unsafe_ = false;
+            for (d, &b) in f[a..].iter().enumerate() {
+                match trie.child(n, b) {
+                    Some(ch) => {
+                        n = ch;
+                        if d + 1 > tlen && !trie.tokens_at(n).is_empty() {
+                            unsafe_ = true;
+                            break;
+                        }
+                    }
+                    None => break,
+                }
+                if d + 1 == f.len() - a && trie.end(n) > n + 1 {
+                    unsafe_ = true;
+                }
+            }
+            if !unsafe_ {
+                break;
+            }
+            keep -= 1;
+        }
+        Ok(ids[..keep].to_vec())
+    }
+}
+
+/// Walks the trie below node `n` over the uncertain `ranges` only, stepping the real parser,
+/// and sets the bits of tokens it accepts.
+fn walk(
+    c: &Constraint,
+    p: &mut Parser,
+    n: u32,
+    ranges: &[(u32, u32)],
+    mask: &mut [u32],
+) -> Result<(), MatchError> {
+    let trie = c.vocab.trie();
+    let end = trie.end(n);
+    let mut child = n + 1;
+    let mut ri = ranges.partition_point(|r| r.1 <= child);
+    while child < end && ri < ranges.len() {
+        let ce = trie.end(child);
+        if ranges[ri].0 >= ce {
+            // No range touches this subtree: skip to the next sibling (or jump further).
+            child = ce;
+            continue;
+        }
+        let b = trie.byte(child);
+        if p.top_info().allowed.contains(b) && p.push_byte(&c.grammar, b)? {
+            if ranges[ri].0 <= child {
+                for &t in trie.tokens_at(child) {
+                    mask[(t >> 5) as usize] |= 1 << (t & 31);
+                }
+            }
+            if ce > child + 1 {
+                let sub = ranges.partition_point(|r| r.1 <= child + 1);
+                walk(c, p, child, &ranges[sub..], mask)?;
+            }
+            p.pop();
+        }
+        child = ce;
+        while ri < ranges.len() && ranges[ri].1 <= child {
+            ri += 1;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,380 @@
+//! Vocabularies: the raw bytes of every token, which tokens are special, which end a
+//! generation, and the token trie that mask computation walks.
+//!
+//! # Design
+//!
+//! Grammars work on bytes, models on token ids. A [`Vocabulary`] is the bridge: it decodes
+//! every token once, at load time, to the exact bytes it contributes to the output:
+//!
+//! * byte-level BPE (GPT-2, Llama 3, Qwen, DeepSeek, GPT-4o): each character of the token
+//!   string stands for one byte through GPT-2's printable byte map;
+//! * SentencePiece (Llama 2, Mistral, Gemma): `▁` is a space and `<0xHH>` byte-fallback tokens
+//!   are the single byte `HH`, so a UTF-8 character may be split across several tokens;
+//! * tiktoken rank files: the base64 text is the bytes.
+//!
+//! Special tokens (chat markers, BOS/EOS, padding) are kept apart: they never match grammar
+//! text, and only the EOS ids are ever allowed, exactly when the output is complete.
+//!
+//! The [`TokenTrie`] is built once per vocabulary and shared by every grammar: a pre-order
+//! array of nodes, one per distinct token prefix, so that a walk visits each shared prefix
+//! once and a whole subtree is a contiguous index range (cheap to skip or to mark).
+
+mod gguf;
+mod tiktoken;
+mod tokenizer_json;
+
+use std::sync::Arc;
+
+use crate::error::VocabError;
+
+pub use gguf::GgufVocab;
+
+/// Something that turns text into token ids the way the model's tokenizer does.
+/// Needed only for forced tokens (jump-forward); masks never encode.
+pub trait TokenEncoder: Send + Sync {
+    /// Canonical token ids of `text`, without special tokens.
+    fn encode(&self, text: &str) -> Result<Vec<u32>, String>;
+}
+
+impl TokenEncoder for tokenizers::Tokenizer {
+    fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
+        (**self)
+            .encode(text, false)
+            .map(|e| e.get_ids().to_vec())
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// A model vocabulary decoded to bytes. Built once per tokenizer (cost: O(total token bytes)
+/// plus a sort), then shared behind an `Arc` by every grammar and matcher.
+pub struct Vocabulary {
+    tokens: Vec<Vec<u8>>,
+    special: Vec<bool>,
+    eos: Vec<u32>,
+    trie: TokenTrie,
+    encoder: Option<Arc<dyn TokenEncoder>>,
+    name: String,
+}
+
+impl std::fmt::Debug for Vocabulary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Vocabulary")
+            .field("name", &self.name)
+            .field("size", &self.tokens.len())
+            .field("eos", &self.eos)
+            .finish()
+    }
+}
+
+impl Vocabulary {
+    /// Builds a vocabulary from decoded token bytes. `tokens[i]` are the bytes of token `i`;
+    /// `special[i]` marks control tokens; `eos` lists the ids that end a generation.
+    /// Cost: O(total bytes · log V) for the trie.
+    pub fn new(
+        name: impl Into<String>,
+        tokens: Vec<Vec<u8>>,
+        special: Vec<bool>,
+        eos: Vec<u32>,
+    ) -> Result<Self, VocabError> {
+        if tokens.is_empty() {
+            return Err(VocabError::Invalid("no tokens".into()));
+        }
+        if special.len() != tokens.len() {
+            return Err(VocabError::Invalid(
+                "special flags do not match tokens".into(),
+            ));
+        }
+        if let Some(bad) = eos.iter().find(|&&e| e as usize >= tokens.len()) {
+            return Err(VocabError::Invalid(format!(
+                "EOS id {bad} is outside the vocabulary"
+            )));
+        }
+        let trie = TokenTrie::build(&tokens, &special);
+        Ok(Vocabulary {
+            tokens,
+            special,
+            eos,
+            trie,
+            encoder: None,
+            name: name.into(),
+        })
+    }
+
+    /// Loads `tokenizer.json` (Hugging Face format). EOS ids come from a `tokenizer_config.json`
+    /// beside it when present, else from the usual end-of-text special tokens.
+    pub fn from_tokenizer_json_file(path: impl AsRef<std::path::Path>) -> Result<Self, VocabError> {
+        tokenizer_json::load_file(path.as_ref())
+    }
+
+    /// Loads a vocabulary from the text of a `tokenizer.json`; `eos_hint` names the EOS token
+    /// (as in `tokenizer_config.json`), if known.
+    pub fn from_tokenizer_json(json: &str, eos_hint: Option<&str>) -> Result<Self, VocabError> {
+        tokenizer_json::load_str(json, eos_hint)
+    }
+
+    /// Loads the tokenizer metadata (`tokenizer.ggml.*`) of a GGUF model file. Reads only the
+    /// metadata header, never the tensors.
+    pub fn from_gguf_file(path: impl AsRef<std::path::Path>) -> Result<Self, VocabError> {
+        let g = GgufVocab::read_file(path.as_ref())?;
+        g.to_vocabulary()
+    }
+
+    /// Loads a tiktoken rank file (`base64-token rank` per line). `specials` are extra
+    /// (name, id) pairs such as `<|endoftext|>`; `eos` the ids that end a generation.
+    pub fn from_tiktoken(
+        text: &str,
+        specials: &[(String, u32)],
+        eos: &[u32],
+    ) -> Result<Self, VocabError> {
+        tiktoken::load(text, specials, eos)
+    }
+
+    /// Loads any supported file by its name: `*.gguf`, `*.tiktoken`, else tokenizer.json.
+    pub fn from_file(path: impl AsRef<std::path::Path>) -> Result<Self, VocabError> {
+        let p = path.as_ref();
+        let name = p.to_string_lossy();
+        if name.ends_with(".gguf") {
+            Self::from_gguf_file(p)
+        } else if name.ends_with(".tiktoken") {
+            let text = std::fs::read_to_string(p).map_err(|e| VocabError::Io {
+                path: name.to_string(),
+                source: e,
+            })?;
+            Self::from_tiktoken(&text, &[], &[])
+        } else {
+            Self::from_tokenizer_json_file(p)
+        }
+    }
+
+    /// Attaches an encoder used for forced tokens.
+    pub fn with_encoder(mut self, enc: Arc<dyn TokenEncoder>) -> Self {
+        self.encoder = Some(enc);
+        self
+    }
+
+    /// The encoder, when the vocabulary came with one (tokenizer.json does).
+    pub fn encoder(&self) -> Option<&Arc<dyn TokenEncoder>> {
+        self.encoder.as_ref()
+    }
+
+    /// Number of token ids (the highest id + 1). The mask needs this many bits.
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// Always false: a vocabulary has at least one token.
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    /// The bytes token `id` adds to the output (empty for unknown ids and some specials).
+    pub fn token_bytes(&self, id: u32) -> &[u8] {
+        self.tokens
+            .get(id as usize)
+            .map(|v| v.as_slice())
+            .unwrap_or(&[])
+    }
+
+    /// Whether `id` is a special (control) token.
+    pub fn is_special(&self, id: u32) -> bool {
+        self.special.get(id as usize).copied().unwrap_or(false)
+    }
+
+    /// The ids that end a generation.
+    pub fn eos_tokens(&self) -> &[u32] {
+        &self.eos
+    }
+
+    /// Replaces the EOS ids (e.g. from model metadata).
+    pub fn set_eos_tokens(&mut self, eos: Vec<u32>) -> Result<(), VocabError> {
+        if let Some(bad) = eos.iter().find(|&&e| e as usize >= self.tokens.len()) {
+            return Err(VocabError::Invalid(format!(
+                "EOS id {bad} is outside the vocabulary"
+            )));
+        }
+        self.eos = eos;
+        Ok(())
+    }
+
+    /// The token trie over the non-special tokens.
+    pub fn trie(&self) -> &TokenTrie {
+        &self.trie
+    }
+
+    /// A short name (file stem or model name) for messages.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Number of `u32` words a mask for this vocabulary needs.
+    pub fn mask_words(&self) -> usize {
+        self.tokens.len().div_ceil(32)
+    }
+
+    /// Looks a token up by its exact bytes (first id with those bytes). O(len) through the trie.
+    pub fn token_id(&self, bytes: &[u8]) -> Option<u32> {
+        let n = self.trie.find(bytes)?;
+        self.trie.tokens_at(n).first().copied()
+    }
+
+    /// Token ids of a special token by its text.
+    pub fn special_id(&self, text: &str) -> Option<u32> {
+        (0..self.tokens.len())
+            .find(|&i| self.special[i] && self.tokens[i] == text.as_bytes())
+            .map(|i| i as u32)
+    }
+}
+
+/// A pre-order trie of token byte strings. Node 0 is the root (the empty prefix); node `n`'s
+/// subtree is `n..end(n)`; its children are `n+1`, then `end(child)` for each next sibling.
+/// Memory: about 9 bytes per node plus 4 per token; a 128k vocabulary has ~300k nodes.
+#[derive(Debug, Clone)]
+pub struct TokenTrie {
+    byte: Vec<u8>,
+    end: Vec<u32>,
+    tok_start: Vec<u32>,
+    toks: Vec<u32>,
+    depth: Vec<u16>,
+}
+
+impl TokenTrie {
+    /// Builds the trie over the non-special, non-empty tokens. Cost: sort + O(total bytes).
+    pub fn build(tokens: &[Vec<u8>], special: &[bool]) -> Self {
+        let mut ids: Vec<u32> = (0..tokens.len() as u32)
+            .filter(|&i| !special[i as usize] && !tokens[i as usize].is_empty())
+            .collect();
+        ids.sort_by(|&a, &b| tokens[a as usize].cmp(&tokens[b as usize]).then(a.cmp(&b)));
+        let mut t = TokenTrie {
+            byte: vec![0],
+            end: vec![0],
+            tok_start: vec![0],
+            toks: Vec::with_capacity(ids.len()),
+            depth: vec![0],
+        };
+        // Stack of open nodes: path[d] is the node at depth d (path[0] = root).
+        let mut path: Vec<u32> = vec![0];
+        let mut prev: &[u8] = &[];
+        for &id in &ids {
+            let cur = tokens[id as usize].as_slice();
+            let lcp = prev.iter().zip(cur).take_while(|(a, b)| a == b).count();
+            // Close nodes deeper than the common prefix.
+            while path.len() > lcp + 1 {
+                let n = path.pop().unwrap();
+                t.end[n as usize] = t.byte.len() as u32;
+            }
+            for (d, &b) in cur.iter().enumerate().skip(lcp) {
+                let n = t.byte.len() as u32;
+                t.byte.push(b);
+                t.end.push(0);
+                t.tok_start.push(t.toks.len() as u32);
+                t.depth.push((d + 1).min(u16::MAX as usize) as u16);
+                path.push(n);
+            }
+            t.toks.push(id);
+            prev = cur;
+        }
+        while let Some(n) = path.pop() {
+            t.end[n as usize] = t.byte.len() as u32;
+        }
+        t.tok_start.push(t.toks.len() as u32);
+        t
+    }
+
+    /// Number of nodes, the root included.
+    pub fn len(&self) -> usize {
+        self.byte.len()
+    }
+
+    /// Whether the trie holds no token.
+    pub fn is_empty(&self) -> bool {
+        self.toks.is_empty()
+    }
+
+    /// The byte on the edge into node `n`.
+    #[inline]
+    pub fn byte(&self, n: u32) -> u8 {
+        self.byte[n as usize]
+    }
+
+    /// One past the last node of `n`'s subtree.
+    #[inline]
+    pub fn end(&self, n: u32) -> u32 {
+        self.end[n as usize]
+    }
+
+    /// The tokens whose bytes end exactly at node `n`.
+    #[inline]
+    pub fn tokens_at(&self, n: u32) -> &[u32] {
+        &self.toks[self.tok_start[n as usize] as usize..self.tok_start[n as usize + 1] as usize]
+    }
+
+    /// The tokens of every node in `lo..hi` (a contiguous slice: tokens are stored in
+    /// node order).
+    #[inline]
+    pub fn tokens_in(&self, lo: u32, hi: u32) -> &[u32] {
+        &self.toks[self.tok_start[lo as usize] as usize..self.tok_start[hi as usize] as usize]
+    }
+
+    /// Depth (byte length) of node `n`.
+    #[inline]
+    pub fn depth(&self, n: u32) -> usize {
+        self.depth[n as usize] as usize
+    }
+
+    /// The child of `n` along byte `b`. O(children).
+    pub fn child(&self, n: u32, b: u8) -> Option<u32> {
+        let mut c = n + 1;
+        let e = self.end(n);
+        while c < e {
+            if self.byte(c) == b {
+                return Some(c);
+            }
+            c = self.end(c);
+        }
+        None
+    }
+
+    /// The node for `bytes`, if it is a prefix of some token.
+    pub fn find(&self, bytes: &[u8]) -> Option<u32> {
+        let mut n = 0;
+        for &b in bytes {
+            n = self.child(n, b)?;
+        }
+        Some(n)
+    }
+}
+
+/// GPT-2's byte-to-printable-character map (byte-level BPE). `BYTE_LEVEL[b]` is the char
+/// that stands for byte `b`.
+pub fn byte_level_chars() -> [char; 256] {
+    let mut out = ['\0'; 256];
+    let mut n = 0u32;
+    for b in 0..256u32 {
+        let printable =
+            (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
+        out[b as usize] = if printable {
+            char::from_u32(b).unwrap()
+        } else {
+            let c = char::from_u32(256 + n).unwrap();
+            n += 1;
+            c
+        };
+    }
+    out
+}
+
+/// Inverse of [`byte_level_chars`]: decodes a byte-level token string to bytes, or `None`
+/// when a character is outside the map.
+pub fn decode_byte_level(s: &str, inv: &std::collections::HashMap<char, u8>) -> Option<Vec<u8>> {
+    s.chars().map(|c| inv.get(&c).copied()).collect()
+}
+
+/// Decodes a SentencePiece piece: `▁` is a space, `<0xHH>` is one byte when `byte_fallback`.
+pub fn decode_sentencepiece(piece: &str, byte_fallback: bool) -> Vec<u8> {
+    if byte_fallback && piece.len() == 6 && piece.starts_with("<0x") && piece.ends_with('>') {
+        if let Ok(b) = u8::from_str_radix(&piece[3..5], 16) {
+            return vec![b];
+        }
+    }
+    piece.replace('\u{2581}', " ").into_bytes()
+}
