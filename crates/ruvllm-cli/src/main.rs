@@ -138,6 +138,7 @@ fn run() -> Result<ExitCode> {
                         "incomplete: all {} bytes fit, but the text cannot end here",
                         text.len()
                     );
+                    println!("next byte must be one of {}", m.next_bytes()?.describe());
                     println!("expected next: {}", expected.join(" | "));
                     Ok(ExitCode::from(1))
                 }
@@ -154,6 +155,10 @@ fn run() -> Result<ExitCode> {
                     let found =
                         String::from_utf8_lossy(&text[at..(at + 4).min(text.len())]).into_owned();
                     println!("rejected at byte {at} (line {line}, column {col}), found {found:?}");
+                    println!(
+                        "the byte there must be one of {}",
+                        m.next_bytes()?.describe()
+                    );
                     println!("expected: {}", expected.join(" | "));
                     Ok(ExitCode::from(1))
                 }
@@ -172,14 +177,11 @@ fn run() -> Result<ExitCode> {
             );
             let c = Constraint::new(&g, vocab.clone(), &limits)?;
             let mut m = Matcher::new(&c)?;
-            match m.check_bytes(prefix.as_bytes())? {
-                CheckResult::Rejected { at, expected } => {
-                    bail!(
-                        "the prefix is rejected at byte {at}; expected: {}",
-                        expected.join(" | ")
-                    )
-                }
-                _ => {}
+            if let CheckResult::Rejected { at, expected } = m.check_bytes(prefix.as_bytes())? {
+                bail!(
+                    "the prefix is rejected at byte {at}; expected: {}",
+                    expected.join(" | ")
+                );
             }
             let mut mask = vec![0u32; vocab.mask_words()];
             let t0 = std::time::Instant::now();

@@ -54,4 +54,38 @@ impl ByteSet {
     pub fn iter(&self) -> impl Iterator<Item = u8> + '_ {
         (0u16..256).map(|b| b as u8).filter(|b| self.contains(*b))
     }
+
+    /// Describes the set as a character class, e.g. `[0-9a-f]` or `["\\]`.
+    pub fn describe(&self) -> String {
+        let mut out = String::from("[");
+        let bytes: Vec<u8> = self.iter().collect();
+        let mut i = 0;
+        let show = |b: u8| -> String {
+            match b {
+                b'\\' | b']' | b'-' | b'^' => format!("\\{}", b as char),
+                0x21..=0x7e => (b as char).to_string(),
+                b' ' => " ".into(),
+                b'\n' => "\\n".into(),
+                b'\t' => "\\t".into(),
+                b'\r' => "\\r".into(),
+                _ => format!("\\x{b:02X}"),
+            }
+        };
+        while i < bytes.len() {
+            let mut j = i;
+            while j + 1 < bytes.len() && bytes[j + 1] == bytes[j] + 1 {
+                j += 1;
+            }
+            if j >= i + 2 {
+                out.push_str(&format!("{}-{}", show(bytes[i]), show(bytes[j])));
+            } else {
+                for &b in &bytes[i..=j] {
+                    out.push_str(&show(b));
+                }
+            }
+            i = j + 1;
+        }
+        out.push(']');
+        out
+    }
 }

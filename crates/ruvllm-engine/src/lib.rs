@@ -79,6 +79,9 @@ pub struct Limits {
     /// Size (roughly, regex nodes) up to which a non-recursive rule is inlined into a
     /// lexeme (default 20,000).
     pub max_inline_weight: usize,
+    /// Nesting depth up to which rules are inlined into one lexeme (default 64); deeper
+    /// chains of rules become several lexemes.
+    pub max_inline_depth: usize,
     /// States of one lexeme DFA before it is split structurally (default 20,000).
     pub max_lexeme_states: usize,
     /// Bytes of NFA/DFA construction memory for one lexeme (default 16 MiB).
@@ -101,6 +104,7 @@ impl Default for Limits {
             max_repeat: 10_000,
             max_compiled_symbols: 4_000_000,
             max_inline_weight: 20_000,
+            max_inline_depth: 64,
             max_lexeme_states: 20_000,
             max_dfa_bytes: 16 << 20,
             max_lexemes: 200_000,

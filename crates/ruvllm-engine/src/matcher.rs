@@ -228,6 +228,12 @@ impl Matcher {
         })
     }
 
+    /// The bytes that may come next (exact). Empty when only the end may follow.
+    pub fn next_bytes(&mut self) -> Result<crate::byteset::ByteSet, MatchError> {
+        self.parser.ensure_closed(&self.c.grammar)?;
+        Ok(self.parser.top_info().allowed)
+    }
+
     /// Describes what the parser expects next: `rule: lexeme` for each pending lexeme.
     pub fn expected(&self) -> Vec<String> {
         let g = &self.c.grammar;

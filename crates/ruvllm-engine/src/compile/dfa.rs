@@ -153,8 +153,8 @@ impl Dfa {
             for (c, &b) in reps.iter().enumerate() {
                 trans[s * stride + c] = full[s][b as usize];
             }
-            for b in 0..256usize {
-                if full[s][b] != 0 {
+            for (b, &t) in full[s].iter().enumerate() {
+                if t != 0 {
                     allowed[s].insert(b as u8);
                 }
             }

@@ -143,6 +143,15 @@ fn is_lexable(e: &Expr, inl: &[bool]) -> bool {
     }
 }
 
+fn expr_depth(e: &Expr, d: &[usize]) -> usize {
+    match e {
+        Expr::Ref(r) => d[*r as usize],
+        Expr::Seq(v) | Expr::Alt(v) => 1 + v.iter().map(|x| expr_depth(x, d)).max().unwrap_or(0),
+        Expr::Repeat { e, .. } => 1 + expr_depth(e, d),
+        _ => 1,
+    }
+}
+
 fn expr_weight(e: &Expr, w: &[usize]) -> usize {
     match e {
         Expr::Ref(r) => w[*r as usize],
@@ -193,13 +202,16 @@ impl<'a> Lowerer<'a> {
         // Inlinable: non-recursive, only inlinable references, and small once expanded.
         let mut inlinable = vec![false; n];
         let mut weight = vec![usize::MAX / 4; n];
+        let mut depth = vec![usize::MAX / 4; n];
         for &r in &order {
             let body = &g.rules[r as usize].body;
             if deps[r as usize].iter().all(|&d| inlinable[d as usize]) {
                 let w = expr_weight(body, &weight);
-                if w <= limits.max_inline_weight {
+                let d = expr_depth(body, &depth);
+                if w <= limits.max_inline_weight && d <= limits.max_inline_depth {
                     inlinable[r as usize] = true;
                     weight[r as usize] = w;
+                    depth[r as usize] = d;
                 }
             }
         }
@@ -470,7 +482,17 @@ impl<'a> Lowerer<'a> {
             Ok(d) => {
                 let l = self.lexemes.len() as u32;
                 self.lexemes.push(d);
-                let mut name = key.clone();
+                // Control characters escaped, so diagnostics stay on one line.
+                let mut name: String = key
+                    .chars()
+                    .flat_map(|c| {
+                        if c.is_control() {
+                            c.escape_default().collect::<Vec<_>>()
+                        } else {
+                            vec![c]
+                        }
+                    })
+                    .collect();
                 if name.len() > 60 {
                     let mut cut = 57;
                     while !name.is_char_boundary(cut) {

@@ -530,28 +530,43 @@ fn repeat_depth(e: &Expr) -> usize {
     }
 }
 
-/// Normalizes code point ranges (clipping surrogates and out-of-range values) into sorted
-/// disjoint `char` ranges, negated when asked.
+/// Normalizes code point ranges (clipping out-of-range values) into sorted disjoint `char`
+/// ranges without surrogates, negated (over all Unicode scalar values) when asked.
 pub(crate) fn make_class(ranges: &[(u32, u32)], negated: bool) -> Vec<(char, char)> {
-    use regex_syntax::hir::{ClassUnicode, ClassUnicodeRange};
-    let mut out = Vec::new();
-    for &(lo, hi) in ranges {
-        let hi = hi.min(0x10FFFF);
-        if lo > hi {
-            continue;
+    let mut v: Vec<(u32, u32)> = ranges
+        .iter()
+        .filter(|r| r.0 <= r.1 && r.0 <= 0x10FFFF)
+        .map(|&(a, b)| (a, b.min(0x10FFFF)))
+        .collect();
+    v.sort_unstable();
+    let mut merged: Vec<(u32, u32)> = Vec::new();
+    for (a, b) in v {
+        match merged.last_mut() {
+            Some(last) if a <= last.1.saturating_add(1) => last.1 = last.1.max(b),
+            _ => merged.push((a, b)),
         }
-        // Split around the surrogate gap.
-        for (a, b) in [(lo, hi.min(0xD7FF)), (lo.max(0xE000), hi)] {
-            if a <= b {
-                if let (Some(a), Some(b)) = (char::from_u32(a), char::from_u32(b)) {
-                    out.push(ClassUnicodeRange::new(a, b));
-                }
+    }
+    if negated {
+        let mut comp = Vec::new();
+        let mut next = 0u32;
+        for &(a, b) in &merged {
+            if a > next {
+                comp.push((next, a - 1));
+            }
+            next = b + 1;
+        }
+        if next <= 0x10FFFF {
+            comp.push((next, 0x10FFFF));
+        }
+        merged = comp;
+    }
+    let mut out = Vec::new();
+    for (a, b) in merged {
+        for (x, y) in [(a, b.min(0xD7FF)), (a.max(0xE000), b)] {
+            if x <= y {
+                out.push((char::from_u32(x).unwrap(), char::from_u32(y).unwrap()));
             }
         }
     }
-    let mut cls = ClassUnicode::new(out);
-    if negated {
-        cls.negate();
-    }
-    cls.ranges().iter().map(|r| (r.start(), r.end())).collect()
+    out
 }

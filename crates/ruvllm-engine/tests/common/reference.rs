@@ -5,6 +5,8 @@
 //! matching", which decides whether a text is a viable prefix. Slow (polynomial, fine for
 //! short texts) and simple on purpose.
 
+#![allow(clippy::needless_range_loop)] // index loops over offsets read best here
+
 use ruvllm_engine::{Expr, Grammar};
 
 pub struct Reference<'g> {

@@ -1,0 +1,113 @@
+//! The `ruvllm` binary end to end.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn ruvllm(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_ruvllm"))
+        .args(args)
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+const JSON: &str = "../shared/data/gbnf/llama.cpp/json.gbnf";
+
+#[test]
+fn grammar_check_verdicts() {
+    assert!(repo().join(JSON).exists(), "../shared/data is missing");
+    let (code, out, _) = ruvllm(&[
+        "grammar",
+        "check",
+        "--gbnf",
+        JSON,
+        "--text",
+        r#"{"a": [1, 2]}"#,
+    ]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.starts_with("accepted"));
+    let (code, out, _) = ruvllm(&[
+        "grammar",
+        "check",
+        "--gbnf",
+        JSON,
+        "--text",
+        r#"{"a": [1, 2"#,
+    ]);
+    assert_eq!(code, 1);
+    assert!(out.starts_with("incomplete"), "{out}");
+    assert!(out.contains("array"), "names the rule expected: {out}");
+    let (code, out, _) = ruvllm(&[
+        "grammar",
+        "check",
+        "--gbnf",
+        JSON,
+        "--text",
+        "{\"a\": [1, 2}",
+    ]);
+    assert_eq!(code, 1);
+    assert!(out.contains("rejected at byte 11"), "{out}");
+    let (code, out, _) = ruvllm(&["grammar", "check", "--regex", "[0-9]+", "--text", "123"]);
+    assert_eq!(code, 0, "{out}");
+    let (code, out, _) = ruvllm(&[
+        "grammar",
+        "check",
+        "--builtin",
+        "csv",
+        "--text",
+        "a,b\n1,2\n",
+    ]);
+    assert_eq!(code, 0, "{out}");
+}
+
+#[test]
+fn grammar_errors_are_reported() {
+    let dir = std::env::temp_dir().join(format!("ruvllm-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.gbnf");
+    std::fs::write(&bad, "root ::= \"a\"\nitem ::= [a-").unwrap();
+    let (code, _, err) = ruvllm(&[
+        "grammar",
+        "check",
+        "--gbnf",
+        bad.to_str().unwrap(),
+        "--text",
+        "a",
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("2:10") && err.contains("unterminated character class"),
+        "{err}"
+    );
+}
+
+#[test]
+fn grammar_mask_lists_tokens() {
+    let tok = repo().join("assets/tokenizers/llama3_1/tokenizer.json");
+    assert!(tok.exists(), "run scripts/fetch-assets.sh");
+    let (code, out, err) = ruvllm(&[
+        "grammar",
+        "mask",
+        "--gbnf",
+        JSON,
+        "--tokenizer",
+        tok.to_str().unwrap(),
+        "--prefix",
+        r#"{"a": tr"#,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.starts_with("2 of 128256 tokens allowed; EOS not allowed"),
+        "{out}"
+    );
+    assert!(out.contains("\"ue\""), "{out}");
+}

@@ -1,0 +1,236 @@
+//! Bad input gets clear errors in bounded time; nothing panics.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+use ruvllm_engine::{Constraint, Grammar, GrammarError, Limits, Matcher, Vocabulary};
+
+fn toy_vocab() -> Arc<Vocabulary> {
+    let mut toks: Vec<Vec<u8>> = (0u8..=255).map(|b| vec![b]).collect();
+    for s in ["ab", "aa", "abc", "{\"", "\":", "</s>"] {
+        toks.push(s.as_bytes().to_vec());
+    }
+    let n = toks.len();
+    let mut special = vec![false; n];
+    special[n - 1] = true;
+    Arc::new(Vocabulary::new("toy", toks, special, vec![(n - 1) as u32]).unwrap())
+}
+
+fn gbnf_err(text: &str) -> GrammarError {
+    Grammar::from_gbnf(text, &Limits::default()).expect_err(text)
+}
+
+fn timed<T>(what: &str, f: impl FnOnce() -> T) -> T {
+    let t = Instant::now();
+    let r = f();
+    assert!(
+        t.elapsed() < Duration::from_secs(3),
+        "{what} took {:?}",
+        t.elapsed()
+    );
+    r
+}
+
+#[test]
+fn syntax_errors_have_line_and_column() {
+    let cases: &[(&str, usize, usize, &str)] = &[
+        ("root ::= \"a", 1, 10, "unterminated string"),
+        ("root ::= [a-", 1, 10, "unterminated character class"),
+        ("root ::= (\"a\"", 1, 14, "expecting ')'"),
+        ("root := \"a\"", 1, 6, "expecting ::="),
+        ("root ::= \"a\"\nx ::= *", 2, 7, "expecting an item"),
+        ("root ::= \"\\q\"", 1, 11, "unknown escape"),
+        ("root ::= \"\\x4\"", 1, 13, "hex digits"),
+        ("root ::= [z-a]", 1, 13, "out of order"),
+        ("root ::= \"a\"{3,1}", 1, 13, "below its minimum"),
+        ("root ::= \"a\"{x}", 1, 14, "expecting an integer"),
+        ("root ::= \"a\" )", 1, 14, "expecting newline"),
+        ("\n\n  root ::= \"a\" ]", 3, 16, "expecting newline"),
+    ];
+    for (text, line, col, msg) in cases {
+        match gbnf_err(text) {
+            GrammarError::Syntax {
+                line: l,
+                col: c,
+                msg: m,
+            } => {
+                assert_eq!((l, c), (*line, *col), "{text:?}: {m}");
+                assert!(m.contains(msg), "{text:?}: message {m:?} lacks {msg:?}");
+            }
+            other => panic!("{text:?}: expected a syntax error, got {other}"),
+        }
+    }
+}
+
+#[test]
+fn semantic_errors() {
+    assert!(
+        matches!(gbnf_err("root ::= foo\n"), GrammarError::UndefinedRule { ref name, line: 1, col: 10 } if name == "foo")
+    );
+    assert!(matches!(gbnf_err("a ::= \"x\"\n"), GrammarError::NoRoot));
+    assert!(matches!(
+        gbnf_err("root ::= \"a\"\nroot ::= \"b\"\n"),
+        GrammarError::DuplicateRule { line: 2, .. }
+    ));
+    // Never terminates: empty language.
+    assert!(matches!(
+        gbnf_err("root ::= \"a\" root\n"),
+        GrammarError::EmptyLanguage { .. }
+    ));
+    assert!(matches!(
+        gbnf_err("root ::= a\na ::= b \"x\"\nb ::= a\n"),
+        GrammarError::EmptyLanguage { .. }
+    ));
+    assert!(matches!(
+        gbnf_err("root ::= [^\\x00-\\U0010FFFF]\n"),
+        GrammarError::EmptyLanguage { .. }
+    ));
+    assert!(matches!(
+        gbnf_err("root ::= <think>\n"),
+        GrammarError::Unsupported { .. }
+    ));
+    let e = gbnf_err("root ::= foo\n").to_string();
+    assert!(e.contains("foo") && e.contains("1:10"), "{e}");
+}
+
+#[test]
+fn huge_input_is_refused_quickly() {
+    let big = format!("root ::= \"{}\"\n", "a".repeat(10 << 20));
+    let e = timed("10 MB grammar", || gbnf_err(&big));
+    assert!(
+        matches!(e, GrammarError::Limit { what, .. } if what.contains("size")),
+        "{e}"
+    );
+    let big_re = "a".repeat(10 << 20);
+    assert!(timed("10 MB regex", || Grammar::from_regex(
+        &big_re,
+        &Limits::default()
+    ))
+    .is_err());
+}
+
+#[test]
+fn deep_nesting_is_refused() {
+    let deep = format!(
+        "root ::= {}\"x\"{}\n",
+        "(".repeat(10_000),
+        ")".repeat(10_000)
+    );
+    let e = timed("10,000-deep groups", || gbnf_err(&deep));
+    assert!(
+        matches!(e, GrammarError::Limit { what, .. } if what.contains("nesting")),
+        "{e}"
+    );
+    let stars = format!("root ::= \"x\"{}\n", "*".repeat(10_000));
+    assert!(matches!(
+        timed("10,000 stars", || gbnf_err(&stars)),
+        GrammarError::Limit { .. }
+    ));
+    let re = format!("{}a{}", "(".repeat(10_000), ")".repeat(10_000));
+    assert!(timed("deep regex", || Grammar::from_regex(
+        &re,
+        &Limits::default()
+    ))
+    .is_err());
+    // A 10,000-long chain of rules (deep, but not nested) compiles fine.
+    let mut chain = String::from("root ::= r0\n");
+    for i in 0..10_000 {
+        chain.push_str(&format!("r{i} ::= \"x\" r{}\n", i + 1));
+    }
+    chain.push_str("r10000 ::= \"end\"\n");
+    let g = timed("rule chain", || {
+        Grammar::from_gbnf(&chain, &Limits::default()).unwrap()
+    });
+    let c = timed("rule chain compile", || {
+        Constraint::new(&g, toy_vocab(), &Limits::default()).unwrap()
+    });
+    let mut m = Matcher::new(&c).unwrap();
+    let text = format!("{}end", "x".repeat(10_000));
+    assert_eq!(
+        m.check_bytes(text.as_bytes()).unwrap(),
+        ruvllm_engine::CheckResult::Accepted
+    );
+}
+
+#[test]
+fn exploding_repeats_and_regexes_are_bounded() {
+    let limits = Limits::default();
+    for text in [
+        "root ::= ((((\"a\"){0,100}){0,100}){0,100}){0,100}\n",
+        "root ::= ([a-z]{0,10000}){0,10000}\n",
+        "root ::= (x){10000}\nx ::= \"(\" root? \")\" | (\"a\" | \"b\"){0,10000}\n",
+    ] {
+        let r = timed(text, || {
+            Grammar::from_gbnf(text, &limits)
+                .and_then(|g| Constraint::new(&g, toy_vocab(), &limits))
+        });
+        if let Err(e) = r {
+            assert!(matches!(e, GrammarError::Limit { .. }), "{text}: {e}");
+        }
+    }
+    for re in [
+        "(a|aa)*b",
+        "(.*a){20}",
+        "([a-z]+)+$",
+        "(x+x+)+y",
+        "[a-z]{1000}[0-9]{1000}",
+    ] {
+        let r = timed(re, || {
+            Grammar::from_regex(re, &limits).and_then(|g| Constraint::new(&g, toy_vocab(), &limits))
+        });
+        let c = r.unwrap_or_else(|e| panic!("{re}: {e}"));
+        let mut m = Matcher::new(&c).unwrap();
+        let mut mask = vec![0u32; 9];
+        timed("mask", || m.compute_mask(&mut mask).unwrap());
+    }
+    // A regex with look-around is refused, not approximated.
+    assert!(Grammar::from_regex(r"\bword\b", &limits).is_err());
+    assert!(Grammar::from_regex("a(?=b)", &limits).is_err());
+}
+
+#[test]
+fn parser_budget_is_an_error_not_a_wrong_mask() {
+    // Highly ambiguous grammar: item count grows with the text; a tiny budget trips it.
+    let limits = Limits {
+        max_parser_items: 64,
+        ..Limits::default()
+    };
+    let g = Grammar::from_gbnf("root ::= s\ns ::= s s | \"a\" | \"\"\n", &limits).unwrap();
+    let c = Constraint::new(&g, toy_vocab(), &limits).unwrap();
+    let mut m = Matcher::new(&c).unwrap();
+    let mut hit = false;
+    for _ in 0..200 {
+        match m.commit_token(b'a' as u32) {
+            Ok(()) => {}
+            Err(ruvllm_engine::MatchError::Budget { .. }) => {
+                hit = true;
+                break;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(hit, "budget never hit");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, failure_persistence: None, ..ProptestConfig::default() })]
+    /// Arbitrary text never panics the GBNF parser or the compiler.
+    #[test]
+    fn arbitrary_gbnf_never_panics(s in "(root ::= |[a-z]+ ::= |[\"\\[\\]()|*+?{},0-9a-z^\\\\\\- .\n#<>!]|\\\\[xuU][0-9a-fA-F]{0,8}){0,40}") {
+        if let Ok(g) = Grammar::from_gbnf(&s, &Limits::default()) {
+            if let Ok(c) = Constraint::new(&g, toy_vocab(), &Limits::default()) {
+                let mut m = Matcher::new(&c).unwrap();
+                let mut mask = vec![0u32; 9];
+                let _ = m.compute_mask(&mut mask);
+            }
+        }
+    }
+
+    #[test]
+    fn arbitrary_regex_never_panics(s in "[a-z()|*+?{}0-9,\\[\\]^$.\\\\dwsb-]{0,30}") {
+        if let Ok(g) = Grammar::from_regex(&s, &Limits::default()) {
+            let _ = Constraint::new(&g, toy_vocab(), &Limits::default());
+        }
+    }
+}

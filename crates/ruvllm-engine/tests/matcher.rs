@@ -1,0 +1,210 @@
+//! The matcher API: commit, rollback, fork, forced text and tokens, EOS, mask sizing.
+
+mod common;
+
+use std::sync::{Arc, OnceLock};
+
+use ruvllm_engine::{Builtin, Constraint, Grammar, Limits, MatchError, Matcher, Vocabulary};
+
+fn llama3() -> Arc<Vocabulary> {
+    static V: OnceLock<Arc<Vocabulary>> = OnceLock::new();
+    V.get_or_init(|| Arc::new(Vocabulary::from_file(common::tokenizer("llama3_1")).unwrap()))
+        .clone()
+}
+
+fn gbnf(text: &str) -> Arc<Constraint> {
+    Constraint::from_gbnf(text, llama3(), &Limits::default()).unwrap()
+}
+
+fn allowed(m: &mut Matcher) -> Vec<u32> {
+    let v = m.constraint().vocab().clone();
+    let mut mask = vec![0u32; v.mask_words()];
+    m.compute_mask(&mut mask).unwrap();
+    (0..v.len() as u32)
+        .filter(|&t| mask[(t >> 5) as usize] >> (t & 31) & 1 == 1)
+        .collect()
+}
+
+fn ids(text: &str) -> Vec<u32> {
+    llama3().encoder().unwrap().encode(text).unwrap()
+}
+
+#[test]
+fn commit_rollback_and_fork() {
+    let c = Constraint::new(
+        &Grammar::builtin(Builtin::Json, &Limits::default()).unwrap(),
+        llama3(),
+        &Limits::default(),
+    )
+    .unwrap();
+    let mut m = Matcher::new(&c).unwrap();
+    let toks = ids(r#"{"a": [1, 2], "b": "x"}"#);
+    let mut snapshots = Vec::new();
+    for &t in &toks {
+        snapshots.push(allowed(&mut m));
+        m.commit_token(t).unwrap();
+    }
+    assert!(m.is_accepting());
+    let fork = m.clone();
+    // Roll back step by step: masks are the same as on the way in.
+    for i in (0..toks.len()).rev() {
+        m.rollback(1).unwrap();
+        assert_eq!(
+            allowed(&mut m),
+            snapshots[i],
+            "mask after rollback to token {i}"
+        );
+    }
+    assert_eq!(m.num_tokens(), 0);
+    assert!(matches!(m.rollback(1), Err(MatchError::Rollback { .. })));
+    // The fork was not affected.
+    let mut fork = fork;
+    assert!(fork.is_accepting());
+    assert_eq!(fork.position(), r#"{"a": [1, 2], "b": "x"}"#.len());
+    // Speculative decoding style: commit several, roll back several.
+    m.commit_token(toks[0]).unwrap();
+    m.commit_token(toks[1]).unwrap();
+    m.commit_token(toks[2]).unwrap();
+    m.rollback(2).unwrap();
+    assert_eq!(allowed(&mut m), snapshots[1]);
+}
+
+#[test]
+fn rejected_token_leaves_state_unchanged() {
+    let c = gbnf(r#"root ::= "hello" " world"?"#);
+    let mut m = Matcher::new(&c).unwrap();
+    let before = allowed(&mut m);
+    let bad = ids("goodbye")[0];
+    assert!(matches!(
+        m.commit_token(bad),
+        Err(MatchError::TokenRejected { position: 0, .. })
+    ));
+    assert_eq!(allowed(&mut m), before);
+    assert!(matches!(
+        m.commit_token(u32::MAX),
+        Err(MatchError::UnknownToken(_))
+    ));
+    for t in ids("hello") {
+        m.commit_token(t).unwrap();
+    }
+    assert!(m.is_accepting());
+    let eos = llama3().eos_tokens()[0];
+    m.commit_token(eos).unwrap();
+    assert!(m.is_finished());
+    assert!(allowed(&mut m).is_empty());
+    assert!(matches!(m.commit_token(eos), Err(MatchError::Finished)));
+    m.rollback(1).unwrap();
+    assert!(m.is_accepting());
+    // " world" is still possible.
+    assert!(allowed(&mut m).contains(&ids(" world")[0]));
+}
+
+#[test]
+fn eos_exactly_when_complete() {
+    let c = gbnf(r#"root ::= "a" ("b" "c")*"#);
+    let v = llama3();
+    let mut m = Matcher::new(&c).unwrap();
+    let eos = v.eos_tokens().to_vec();
+    let has_eos = |a: &[u32]| eos.iter().any(|e| a.contains(e));
+    assert!(!has_eos(&allowed(&mut m)));
+    m.commit_token(v.token_id(b"a").unwrap()).unwrap();
+    assert!(has_eos(&allowed(&mut m)));
+    m.commit_token(v.token_id(b"b").unwrap()).unwrap();
+    assert!(!has_eos(&allowed(&mut m)));
+    m.commit_token(v.token_id(b"c").unwrap()).unwrap();
+    assert!(has_eos(&allowed(&mut m)));
+}
+
+#[test]
+fn mask_sizing() {
+    let c = gbnf(r#"root ::= "x""#);
+    let mut m = Matcher::new(&c).unwrap();
+    let need = llama3().mask_words();
+    let mut small = vec![0u32; need - 1];
+    assert!(matches!(
+        m.compute_mask(&mut small),
+        Err(MatchError::MaskTooSmall { .. })
+    ));
+    // Padded to a model's logits size: extra bits are cleared.
+    let mut big = vec![u32::MAX; need + 100];
+    m.compute_mask(&mut big).unwrap();
+    assert!(big[need..].iter().all(|&w| w == 0));
+    assert_eq!(big.iter().map(|w| w.count_ones()).sum::<u32>(), 1);
+}
+
+#[test]
+fn forced_bytes_and_tokens() {
+    let c = gbnf(r#"root ::= "{\"name\": \"" [a-z]+ "\", \"age\": " [0-9]+ "}""#);
+    let v = llama3();
+    let mut m = Matcher::new(&c).unwrap();
+    assert_eq!(m.forced_bytes().unwrap(), br#"{"name": ""#);
+    let forced = m.forced_tokens().unwrap();
+    let text: Vec<u8> = forced
+        .iter()
+        .flat_map(|&t| v.token_bytes(t).to_vec())
+        .collect();
+    // Safe tokens are a prefix of the forced text, and the last forced byte (the quote,
+    // which a longer token such as `"ab` could span) is left to the model.
+    assert!(
+        br#"{"name": ""#.starts_with(&text),
+        "{:?}",
+        String::from_utf8_lossy(&text)
+    );
+    assert!(!text.is_empty() && text.len() < br#"{"name": ""#.len());
+    for t in forced {
+        m.commit_token(t).unwrap();
+    }
+    // Whatever was left of the forced text, then the name.
+    let rest = String::from_utf8(br#"{"name": ""#[text.len()..].to_vec()).unwrap();
+    for t in ids(&format!("{rest}bob")) {
+        m.commit_token(t).unwrap();
+    }
+    assert!(
+        m.forced_bytes().unwrap().is_empty(),
+        "more letters or the quote: a choice"
+    );
+    m.commit_token(v.token_id(b"\"").unwrap()).unwrap();
+    assert_eq!(m.forced_bytes().unwrap(), br#", "age": "#);
+    // Forced bytes do not change the state.
+    assert_eq!(m.position(), r#"{"name": "bob""#.len());
+    // When complete, nothing is forced.
+    let c2 = gbnf(r#"root ::= "a" "b"?"#);
+    let mut m2 = Matcher::new(&c2).unwrap();
+    m2.commit_token(v.token_id(b"a").unwrap()).unwrap();
+    assert!(m2.forced_bytes().unwrap().is_empty());
+}
+
+#[test]
+fn regex_and_choice_constraints() {
+    let v = llama3();
+    let limits = Limits::default();
+    let re = Constraint::new(
+        &Grammar::from_regex(r"^\d{3}-[A-Z]{2}$", &limits).unwrap(),
+        v.clone(),
+        &limits,
+    )
+    .unwrap();
+    let mut m = Matcher::new(&re).unwrap();
+    for t in ids("123-AB") {
+        assert!(allowed(&mut m).contains(&t));
+        m.commit_token(t).unwrap();
+    }
+    assert!(m.is_accepting());
+    let mut m = Matcher::new(&re).unwrap();
+    assert!(m.commit_token(ids("12a")[0]).is_err() || m.commit_token(ids("a")[0]).is_err());
+
+    let ch = Constraint::new(
+        &Grammar::from_choices(&["red", "green", "blue"]).unwrap(),
+        v.clone(),
+        &limits,
+    )
+    .unwrap();
+    let mut m = Matcher::new(&ch).unwrap();
+    let a = allowed(&mut m);
+    for w in ["red", "green", "blue", "r", "gre", "bl"] {
+        assert!(a.contains(&v.token_id(w.as_bytes()).unwrap()), "{w}");
+    }
+    assert!(!a.contains(&v.token_id(b"redd").unwrap_or(u32::MAX)));
+    assert!(!a.contains(&v.token_id(b"yellow").unwrap()));
+    assert!(Grammar::from_choices::<&str>(&[]).is_err());
+}
