@@ -46,7 +46,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             seed ^= seed >> 7;
             seed ^= seed << 17;
             if let Some(e) = eos {
-                if seed % 3 == 0 || step > 40 || allowed.len() == 1 {
+                if seed.is_multiple_of(3) || step > 40 || allowed.len() == 1 {
                     m.commit_token(e)?;
                     ended = true;
                     break;
