@@ -77,15 +77,21 @@ pub struct Limits {
     /// Symbols after expanding repetitions (default 4,000,000).
     pub max_compiled_symbols: usize,
     /// Size (roughly, regex nodes) up to which a non-recursive rule is inlined into a
-    /// lexeme (default 20,000).
+    /// lexeme (default 4,096); larger regular parts are split into several lexemes.
     pub max_inline_weight: usize,
     /// Nesting depth up to which rules are inlined into one lexeme (default 64); deeper
     /// chains of rules become several lexemes.
     pub max_inline_depth: usize,
     /// States of one lexeme DFA before it is split structurally (default 20,000).
     pub max_lexeme_states: usize,
-    /// Bytes of NFA/DFA construction memory for one lexeme (default 16 MiB).
+    /// Bytes of NFA/DFA construction memory for one lexeme (default 4 MiB).
     pub max_dfa_bytes: usize,
+    /// DFA states built over the whole grammar; an attempt that hits a per-lexeme limit
+    /// counts as `max_lexeme_states` (default 100,000).
+    pub max_total_dfa_states: usize,
+    /// Wall-clock time for compiling one grammar (default 2 s). Checked before each DFA
+    /// construction; one construction is itself bounded by `max_dfa_bytes`.
+    pub max_compile_time: std::time::Duration,
     /// Distinct lexemes (default 200,000).
     pub max_lexemes: usize,
     /// Parser items in one step; exceeded = [`MatchError::Budget`] (default 200,000).
@@ -103,10 +109,12 @@ impl Default for Limits {
             max_grammar_nodes: 1_000_000,
             max_repeat: 10_000,
             max_compiled_symbols: 4_000_000,
-            max_inline_weight: 20_000,
+            max_inline_weight: 4_096,
             max_inline_depth: 64,
             max_lexeme_states: 20_000,
-            max_dfa_bytes: 16 << 20,
+            max_dfa_bytes: 4 << 20,
+            max_total_dfa_states: 100_000,
+            max_compile_time: std::time::Duration::from_secs(2),
             max_lexemes: 200_000,
             max_parser_items: 200_000,
             max_forced_bytes: 4096,

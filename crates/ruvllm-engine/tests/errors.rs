@@ -234,3 +234,33 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn many_oversized_lexemes_hit_the_total_budget() {
+    // Each rule's DFA is over the per-lexeme limit; together they must stop early.
+    let mut text = String::from("root ::= r0");
+    for i in 1..200 {
+        text.push_str(&format!(" | r{i}"));
+    }
+    text.push('\n');
+    for i in 0..200 {
+        text.push_str(&format!(
+            "r{i} ::= \"{i}\" ([a-z] | [0-9]){{0,2000}} [^a]{{0,2000}}\n"
+        ));
+    }
+    let limits = Limits::default();
+    let g = Grammar::from_gbnf(&text, &limits).unwrap();
+    let r = timed("200 oversized lexemes", || {
+        Constraint::new(&g, toy_vocab(), &limits)
+    });
+    match r {
+        Err(GrammarError::Limit { hint, .. }) => {
+            assert!(
+                hint.contains("max_total_dfa_states") || hint.contains("max_compile_time"),
+                "{hint}"
+            )
+        }
+        Err(e) => panic!("unexpected error {e}"),
+        Ok(_) => panic!("expected the total DFA budget to be hit"),
+    }
+}

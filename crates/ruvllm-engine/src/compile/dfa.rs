@@ -45,7 +45,7 @@ impl Dfa {
             .configure(
                 thompson::Config::new()
                     .utf8(false)
-                    .shrink(true)
+                    .shrink(false)
                     .which_captures(thompson::WhichCaptures::None)
                     .nfa_size_limit(Some(max_bytes)),
             )
@@ -68,19 +68,35 @@ impl Dfa {
             .start_state(&start::Config::new().anchored(Anchored::Yes))
             .map_err(|_| DfaError::TooBig)?;
 
+        // regex-automata's byte classes: bytes no transition distinguishes.
+        let bc = dfa.byte_classes();
+        let mut classes = [0u8; 256];
+        for b in 0..=255u8 {
+            classes[b as usize] = bc.get(b);
+        }
+        let stride = bc.alphabet_len() - 1; // the last class is end-of-input
+        let mut reps = vec![0u8; stride];
+        let mut seen_class = vec![false; stride];
+        for b in 0..=255u8 {
+            let c = classes[b as usize] as usize;
+            if c < stride && !seen_class[c] {
+                seen_class[c] = true;
+                reps[c] = b;
+            }
+        }
         // Breadth-first copy of the reachable states. Ours: 0 = dead.
         let mut ids: std::collections::HashMap<regex_automata::util::primitives::StateID, u32> =
             std::collections::HashMap::new();
         let mut order = vec![s0];
         ids.insert(s0, 1);
-        let mut full: Vec<[u32; 256]> = vec![[0; 256]; 2];
+        let mut trans: Vec<u32> = vec![0; 2 * stride];
         let mut accepting = vec![false, false];
         let mut i = 0;
         while i < order.len() {
             let s = order[i];
             let me = i + 1;
             accepting[me] = dfa.is_match_state(dfa.next_eoi_state(s));
-            for b in 0..=255u8 {
+            for (c, &b) in reps.iter().enumerate() {
                 let n = dfa.next_state(s, b);
                 if dfa.is_dead_state(n) || dfa.is_quit_state(n) {
                     continue;
@@ -94,20 +110,20 @@ impl Dfa {
                         order.push(n);
                         let x = order.len() as u32;
                         ids.insert(n, x);
-                        full.push([0; 256]);
+                        trans.resize(trans.len() + stride, 0);
                         accepting.push(false);
                         x
                     }
                 };
-                full[me][b as usize] = next_id;
+                trans[me * stride + c] = next_id;
             }
             i += 1;
         }
-        let n = full.len();
+        let n = accepting.len();
         // Co-reachability: states from which an accepting state can be reached.
         let mut rev: Vec<Vec<u32>> = vec![Vec::new(); n];
-        for (s, row) in full.iter().enumerate() {
-            for &t in row.iter() {
+        for s in 0..n {
+            for &t in &trans[s * stride..(s + 1) * stride] {
                 if t != 0 {
                     rev[t as usize].push(s as u32);
                 }
@@ -126,36 +142,17 @@ impl Dfa {
                 }
             }
         }
-        for row in full.iter_mut() {
-            for t in row.iter_mut() {
-                if !alive[*t as usize] {
-                    *t = 0;
-                }
+        for t in trans.iter_mut() {
+            if !alive[*t as usize] {
+                *t = 0;
             }
         }
-        // Byte classes: bytes with identical columns.
-        let mut classes = [0u8; 256];
-        let mut reps: Vec<u8> = Vec::new();
-        let mut seen: std::collections::HashMap<Vec<u32>, u8> = std::collections::HashMap::new();
-        for b in 0..256usize {
-            let col: Vec<u32> = full.iter().map(|r| r[b]).collect();
-            let next = seen.len() as u8;
-            let c = *seen.entry(col).or_insert_with(|| {
-                reps.push(b as u8);
-                next
-            });
-            classes[b] = c;
-        }
-        let stride = reps.len();
-        let mut trans = vec![0u32; n * stride];
         let mut allowed = vec![ByteSet::EMPTY; n];
-        for s in 0..n {
-            for (c, &b) in reps.iter().enumerate() {
-                trans[s * stride + c] = full[s][b as usize];
-            }
-            for (b, &t) in full[s].iter().enumerate() {
-                if t != 0 {
-                    allowed[s].insert(b as u8);
+        for (s, a) in allowed.iter_mut().enumerate() {
+            for b in 0..=255u8 {
+                let c = classes[b as usize] as usize;
+                if c < stride && trans[s * stride + c] != 0 {
+                    a.insert(b);
                 }
             }
         }

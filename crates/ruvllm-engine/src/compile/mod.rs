@@ -112,6 +112,7 @@ struct Lowerer<'a> {
     g: &'a Grammar,
     limits: &'a Limits,
     inlinable: Vec<bool>,
+    weight: Vec<usize>,
     hir_cache: Vec<Option<Hir>>,
     rule_map: Vec<Option<u32>>,
     queue: Vec<(u32, u32)>,
@@ -123,6 +124,10 @@ struct Lowerer<'a> {
     lex_map: HashMap<String, u32>,
     total_syms: usize,
     current_rule: String,
+    /// DFA states built so far (plus `max_lexeme_states` for each attempt that hit a
+    /// limit): bounds total compile time across many lexemes.
+    dfa_spent: usize,
+    started: std::time::Instant,
 }
 
 fn limit(what: &'static str, value: usize, limit: usize, hint: &'static str) -> GrammarError {
@@ -219,6 +224,7 @@ impl<'a> Lowerer<'a> {
             g,
             limits,
             inlinable,
+            weight,
             hir_cache: vec![None; n],
             rule_map: vec![None; n],
             queue: Vec::new(),
@@ -229,6 +235,8 @@ impl<'a> Lowerer<'a> {
             lex_map: HashMap::new(),
             total_syms: 0,
             current_rule: String::new(),
+            dfa_spent: 0,
+            started: std::time::Instant::now(),
         }
     }
 
@@ -322,10 +330,17 @@ impl<'a> Lowerer<'a> {
         if run.iter().all(|e| matches!(e, Expr::Empty)) {
             return Ok(());
         }
-        let hir = Hir::concat(run.iter().map(|e| self.hir(e)).collect::<Result<_, _>>()?);
-        if let Some(l) = self.lexeme(hir)? {
-            out.push(Sym::Lex(l));
-            return Ok(());
+        // Too big to be worth a DFA attempt (determinization cost grows with bounded
+        // repetitions): split without trying.
+        let w = run.iter().fold(0usize, |a, e| {
+            a.saturating_add(expr_weight(e, &self.weight))
+        });
+        if w <= self.limits.max_inline_weight {
+            let hir = Hir::concat(run.iter().map(|e| self.hir(e)).collect::<Result<_, _>>()?);
+            if let Some(l) = self.lexeme(hir)? {
+                out.push(Sym::Lex(l));
+                return Ok(());
+            }
         }
         if run.len() > 1 {
             for e in run {
@@ -474,12 +489,30 @@ impl<'a> Lowerer<'a> {
                 "Limits::max_lexemes",
             ));
         }
+        let elapsed = self.started.elapsed();
+        if elapsed > self.limits.max_compile_time {
+            return Err(limit(
+                "compile time in milliseconds",
+                elapsed.as_millis() as usize,
+                self.limits.max_compile_time.as_millis() as usize,
+                "Limits::max_compile_time",
+            ));
+        }
+        if self.dfa_spent > self.limits.max_total_dfa_states {
+            return Err(limit(
+                "lexeme DFA states built",
+                self.dfa_spent,
+                self.limits.max_total_dfa_states,
+                "Limits::max_total_dfa_states",
+            ));
+        }
         match Dfa::build(
             &hir,
             self.limits.max_lexeme_states,
             self.limits.max_dfa_bytes,
         ) {
             Ok(d) => {
+                self.dfa_spent += d.num_states();
                 let l = self.lexemes.len() as u32;
                 self.lexemes.push(d);
                 // Control characters escaped, so diagnostics stay on one line.
@@ -505,7 +538,10 @@ impl<'a> Lowerer<'a> {
                 self.lex_map.insert(key, l);
                 Ok(Some(l))
             }
-            Err(dfa::DfaError::TooBig) => Ok(None),
+            Err(dfa::DfaError::TooBig) => {
+                self.dfa_spent += self.limits.max_lexeme_states;
+                Ok(None)
+            }
         }
     }
 
