@@ -2,3 +2,5 @@
 //! test suite runs exactly the code the command runs.
 
 pub mod grammar_cases;
+pub mod maskbench;
+pub mod pyjson;

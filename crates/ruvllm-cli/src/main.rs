@@ -8,7 +8,10 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
-use ruvllm_engine::{Builtin, CheckResult, Constraint, Grammar, Limits, Matcher, Vocabulary};
+use ruvllm_engine::schema::{schema_to_grammar, SchemaOptions};
+use ruvllm_engine::{
+    Builtin, CheckResult, CompiledGrammar, Constraint, Grammar, Limits, Matcher, Vocabulary,
+};
 
 #[derive(Parser)]
 #[command(
@@ -26,6 +29,30 @@ enum Cmd {
     /// Grammar tools: check text against a grammar, show token masks.
     #[command(subcommand)]
     Grammar(GrammarCmd),
+    /// JSON Schema tools: compile (or explain why not), convert to GBNF.
+    #[command(subcommand)]
+    Schema(SchemaCmd),
+}
+
+#[derive(Subcommand)]
+enum SchemaCmd {
+    /// Compile a JSON Schema: print grammar statistics, or the unsupported keyword and its
+    /// JSON pointer (exit status 2).
+    Compile {
+        /// The schema file.
+        file: PathBuf,
+        /// OpenAI-style strict mode (additionalProperties false where not given).
+        #[arg(long)]
+        strict: bool,
+    },
+    /// Print a GBNF grammar equivalent to the schema.
+    ToGbnf {
+        /// The schema file.
+        file: PathBuf,
+        /// OpenAI-style strict mode.
+        #[arg(long)]
+        strict: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -74,6 +101,20 @@ struct GrammarArgs {
     /// A built-in grammar: json, json_object, jsonl, csv, xml, xml:NAME,NAME.
     #[arg(long)]
     builtin: Option<String>,
+    /// A JSON Schema file.
+    #[arg(long)]
+    schema: Option<PathBuf>,
+}
+
+fn load_schema(p: &PathBuf, strict: bool) -> Result<Grammar> {
+    let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", p.display()))?;
+    let opts = SchemaOptions {
+        strict,
+        ..SchemaOptions::default()
+    };
+    schema_to_grammar(&v, &opts).with_context(|| format!("in {}", p.display()))
 }
 
 impl GrammarArgs {
@@ -93,6 +134,9 @@ impl GrammarArgs {
         if let Some(b) = &self.builtin {
             return Ok(Grammar::builtin(Builtin::from_name(b)?, limits)?);
         }
+        if let Some(p) = &self.schema {
+            return load_schema(p, false);
+        }
         bail!("no grammar given")
     }
 }
@@ -111,6 +155,20 @@ fn run() -> Result<ExitCode> {
     let cli = Cli::parse();
     let limits = Limits::default();
     match cli.cmd {
+        Cmd::Schema(SchemaCmd::Compile { file, strict }) => {
+            let t0 = std::time::Instant::now();
+            let g = load_schema(&file, strict)?;
+            let cg = CompiledGrammar::new(&g, &limits)?;
+            let st = cg.stats();
+            println!("ok: {} IR rules; compiled to {} rules, {} positions, {} lexemes with {} DFA states ({} KiB); {:.1} ms",
+                g.rules.len(), st.rules, st.positions, st.lexemes, st.lexeme_states, st.dfa_bytes / 1024, t0.elapsed().as_secs_f64() * 1e3);
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Schema(SchemaCmd::ToGbnf { file, strict }) => {
+            let g = load_schema(&file, strict)?;
+            print!("{}", g.to_gbnf().map_err(anyhow::Error::msg)?);
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Grammar(GrammarCmd::Check {
             grammar,
             text,

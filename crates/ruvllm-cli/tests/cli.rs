@@ -111,3 +111,59 @@ fn grammar_mask_lists_tokens() {
     );
     assert!(out.contains("\"ue\""), "{out}");
 }
+
+#[test]
+fn schema_compile_and_to_gbnf() {
+    let dir = std::env::temp_dir().join(format!("ruvllm-cli-schema-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = dir.join("person.json");
+    std::fs::write(
+        &good,
+        r#"{"type": "object", "properties": {"name": {"type": "string", "maxLength": 20}, "age": {"type": "integer", "minimum": 0}}, "required": ["name"], "additionalProperties": false}"#,
+    )
+    .unwrap();
+    let (code, out, err) = ruvllm(&["schema", "compile", good.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("ok: "), "{out}");
+    let (code, gbnf, err) = ruvllm(&["schema", "to-gbnf", good.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(gbnf.starts_with("root ::= "), "{gbnf}");
+    // The printed GBNF checks text like the schema does.
+    let gfile = dir.join("person.gbnf");
+    std::fs::write(&gfile, &gbnf).unwrap();
+    for (text, want) in [
+        (r#"{"name": "Ada", "age": 36}"#, 0),
+        (r#"{"name": "Ada", "age": -1}"#, 1),
+        (r#"{"age": 3}"#, 1),
+    ] {
+        let (c1, _, _) = ruvllm(&[
+            "grammar",
+            "check",
+            "--gbnf",
+            gfile.to_str().unwrap(),
+            "--text",
+            text,
+        ]);
+        let (c2, _, _) = ruvllm(&[
+            "grammar",
+            "check",
+            "--schema",
+            good.to_str().unwrap(),
+            "--text",
+            text,
+        ]);
+        assert_eq!((c1, c2), (want, want), "{text}");
+    }
+    let bad = dir.join("bad.json");
+    std::fs::write(
+        &bad,
+        r#"{"properties": {"a": {"not": {"type": "string"}}}}"#,
+    )
+    .unwrap();
+    let (code, _, err) = ruvllm(&["schema", "compile", bad.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("`not`") && err.contains("#/properties/a"),
+        "{err}"
+    );
+}

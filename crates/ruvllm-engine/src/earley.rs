@@ -327,6 +327,7 @@ impl Parser {
     pub fn pop(&mut self) {
         let s = self.sets.pop().unwrap();
         self.items.truncate(s.start as usize);
+        self.dedup_start = usize::MAX;
     }
 
     /// Keeps sets `0..=k`.
@@ -335,6 +336,7 @@ impl Parser {
             let s = self.sets[k + 1].start as usize;
             self.sets.truncate(k + 1);
             self.items.truncate(s);
+            self.dedup_start = usize::MAX;
         }
     }
 }

@@ -49,6 +49,7 @@ mod earley;
 mod error;
 pub mod grammar;
 mod matcher;
+pub mod schema;
 mod tables;
 pub mod vocab;
 
@@ -77,7 +78,7 @@ pub struct Limits {
     /// Symbols after expanding repetitions (default 4,000,000).
     pub max_compiled_symbols: usize,
     /// Size (roughly, regex nodes) up to which a non-recursive rule is inlined into a
-    /// lexeme (default 4,096); larger regular parts are split into several lexemes.
+    /// lexeme (default 16,384); larger regular parts are split into several lexemes.
     pub max_inline_weight: usize,
     /// Nesting depth up to which rules are inlined into one lexeme (default 64); deeper
     /// chains of rules become several lexemes.
@@ -109,7 +110,7 @@ impl Default for Limits {
             max_grammar_nodes: 1_000_000,
             max_repeat: 10_000,
             max_compiled_symbols: 4_000_000,
-            max_inline_weight: 4_096,
+            max_inline_weight: 16_384,
             max_inline_depth: 64,
             max_lexeme_states: 20_000,
             max_dfa_bytes: 4 << 20,

@@ -292,3 +292,22 @@ fn next_tokens_of_accepted_strings_are_in_the_mask() {
     }
     assert!(checked > 1000);
 }
+
+/// `to_gbnf` round-trips: the printed grammar parses back to the same language.
+#[test]
+fn gbnf_printer_round_trips() {
+    for c in cases() {
+        let text = c.grammar.to_gbnf().unwrap();
+        let back = Grammar::from_gbnf(&text, &Limits::default())
+            .unwrap_or_else(|e| panic!("{}: {e}\n{text}", c.name));
+        let (r1, r2) = (Reference::new(&c.grammar), Reference::new(&back));
+        for s in c.accept.iter().chain(&c.reject) {
+            assert_eq!(
+                r1.accepts(s.as_bytes()),
+                r2.accepts(s.as_bytes()),
+                "{}: {s:?}\n{text}",
+                c.name
+            );
+        }
+    }
+}

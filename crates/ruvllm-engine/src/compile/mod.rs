@@ -130,6 +130,12 @@ struct Lowerer<'a> {
     started: std::time::Instant,
 }
 
+/// Regular parts heavier than this are not merged with their neighbours into one lexeme.
+const SHARE_WEIGHT: usize = 256;
+
+/// Largest repetition span lowered as one helper chain.
+const CHUNK: u32 = 64;
+
 fn limit(what: &'static str, value: usize, limit: usize, hint: &'static str) -> GrammarError {
     GrammarError::Limit {
         what,
@@ -310,9 +316,17 @@ impl<'a> Lowerer<'a> {
         let mut i = 0;
         while i < elems.len() {
             if is_lexable(elems[i], &self.inlinable) {
-                let mut j = i;
-                while j < elems.len() && is_lexable(elems[j], &self.inlinable) {
-                    j += 1;
+                // A large regular part stays a lexeme of its own, so that identical ones
+                // (the same bounded string in many properties) share one DFA and its tables.
+                let big = |e: &Expr, w: &[usize]| expr_weight(e, w) > SHARE_WEIGHT;
+                let mut j = i + 1;
+                if !big(elems[i], &self.weight) {
+                    while j < elems.len()
+                        && is_lexable(elems[j], &self.inlinable)
+                        && !big(elems[j], &self.weight)
+                    {
+                        j += 1;
+                    }
                 }
                 self.lex_run(&elems[i..j], &mut out)?;
                 i = j;
@@ -402,6 +416,29 @@ impl<'a> Lowerer<'a> {
                 } else {
                     vec![self.helper(alts)?]
                 }
+            }
+            Expr::Repeat {
+                e: inner,
+                min,
+                max: Some(m),
+            } if m - min > CHUNK => {
+                // x{0,r} with r = q·c + rem is  (x{c}){0,q-1} x{0,c-1}  |  (x{c}){q} x{0,rem}:
+                // the same counts, helper chains c times shorter, and unambiguous enough that
+                // only the current chunk and one tail are alive at any point.
+                let r = m - min;
+                let (q, rem) = (r / CHUNK, r % CHUNK);
+                let x = || (**inner).clone();
+                let rep = |e: Expr, a: u32, b: u32| Expr::Repeat {
+                    e: Box::new(e),
+                    min: a,
+                    max: Some(b),
+                };
+                let chunk = rep(x(), CHUNK, CHUNK);
+                let body = Expr::Alt(vec![
+                    Expr::Seq(vec![rep(chunk.clone(), 0, q - 1), rep(x(), 0, CHUNK - 1)]),
+                    Expr::Seq(vec![rep(chunk, q, q), rep(x(), 0, rem)]),
+                ]);
+                self.seq(&Expr::Seq(vec![rep(x(), *min, *min), body]))?
             }
             Expr::Repeat { e: inner, min, max } => {
                 let body = self.seq(inner)?;

@@ -10,6 +10,7 @@
 mod builtin;
 mod gbnf;
 mod ir;
+mod print;
 mod regex;
 
 pub use builtin::Builtin;

@@ -1,0 +1,171 @@
+//! `maskbench`: MaskBench scoring (see ../shared/data/README.md).
+//!
+//! For each file: compile the schema (TTFM); for each test instance: serialize `data` as
+//! Python's `json.dumps(data, ensure_ascii=False)`, tokenize without special tokens, and
+//! for every token compute the mask, check the token is allowed, commit it (TBM). A valid
+//! instance must pass every token and then allow EOS; an invalid one must be refused at
+//! some token or end incomplete. A schema passes when it compiles and every test is judged
+//! right.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use ruvllm_engine::schema::{schema_to_grammar, SchemaOptions, Whitespace};
+use ruvllm_engine::{Constraint, Limits, Matcher, Vocabulary};
+use serde_json::{json, Value};
+
+use crate::pyjson;
+
+/// Totals for one engine.
+#[derive(Debug, Default)]
+pub struct EngineStats {
+    /// Schema files.
+    pub schemas: usize,
+    /// Schemas compiled with all tests right.
+    pub passing: usize,
+    /// Schemas that did not compile.
+    pub compile_errors: usize,
+    /// Valid instances refused.
+    pub valid_rejected: usize,
+    /// Invalid instances accepted.
+    pub invalid_accepted: usize,
+    /// Tokens fed.
+    pub tokens: usize,
+    /// Compile times, µs.
+    pub ttfm: Vec<f64>,
+    /// Mask+commit times, µs.
+    pub tbm: Vec<f64>,
+    /// (file, reason) of compile errors, for the report.
+    pub errors: Vec<(String, String)>,
+    /// (file, instance) of invalid instances accepted.
+    pub false_accepts: Vec<(String, String)>,
+    /// (file, instance) of valid instances refused.
+    pub false_rejects: Vec<(String, String)>,
+}
+
+fn pct(v: &[f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
+    v[i.min(v.len() - 1)]
+}
+
+fn mean(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        0.0
+    } else {
+        v.iter().sum::<f64>() / v.len() as f64
+    }
+}
+
+impl EngineStats {
+    /// The JSON shape of the issue.
+    pub fn to_json(&mut self) -> Value {
+        self.ttfm.sort_by(|a, b| a.total_cmp(b));
+        self.tbm.sort_by(|a, b| a.total_cmp(b));
+        json!({
+            "schemas": self.schemas, "passing": self.passing, "compile_errors": self.compile_errors,
+            "valid_rejected": self.valid_rejected, "invalid_accepted": self.invalid_accepted, "tokens": self.tokens,
+            "ttfm_us": {"mean": mean(&self.ttfm), "p50": pct(&self.ttfm, 0.5), "p99": pct(&self.ttfm, 0.99), "max": pct(&self.ttfm, 1.0)},
+            "tbm_us": {"mean": mean(&self.tbm), "p50": pct(&self.tbm, 0.5), "p90": pct(&self.tbm, 0.9), "p99": pct(&self.tbm, 0.99), "p999": pct(&self.tbm, 0.999), "max": pct(&self.tbm, 1.0)},
+        })
+    }
+}
+
+/// Collects MaskBench files from files and folders, sorted.
+pub fn collect(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            for e in std::fs::read_dir(p).with_context(|| format!("reading {}", p.display()))? {
+                let f = e?.path();
+                if f.extension().is_some_and(|x| x == "json") {
+                    out.push(f);
+                }
+            }
+        } else if p.exists() {
+            out.push(p.clone());
+        } else {
+            bail!("{} does not exist", p.display());
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Runs the ruvllm engine over one MaskBench file.
+pub fn run_file(vocab: &Arc<Vocabulary>, file: &Path, st: &mut EngineStats) -> Result<()> {
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(file)?)
+        .with_context(|| format!("parsing {}", file.display()))?;
+    let name = file.file_name().unwrap().to_string_lossy().into_owned();
+    let schema = doc.get("schema").cloned().unwrap_or(Value::Bool(true));
+    let tests = doc
+        .get("tests")
+        .and_then(|t| t.as_array())
+        .cloned()
+        .unwrap_or_default();
+    let enc = vocab
+        .encoder()
+        .context("the tokenizer has no encoder")?
+        .clone();
+    st.schemas += 1;
+    let limits = Limits::default();
+    let opts = SchemaOptions {
+        whitespace: Whitespace::Flexible(20),
+        strict: false,
+    };
+    let t0 = Instant::now();
+    let compiled = schema_to_grammar(&schema, &opts)
+        .map_err(|e| e.to_string())
+        .and_then(|g| Constraint::new(&g, vocab.clone(), &limits).map_err(|e| e.to_string()));
+    let c = match compiled {
+        Ok(c) => {
+            st.ttfm.push(t0.elapsed().as_secs_f64() * 1e6);
+            c
+        }
+        Err(e) => {
+            st.compile_errors += 1;
+            st.errors.push((name, e));
+            return Ok(());
+        }
+    };
+    let mut all_right = true;
+    let mut mask = vec![0u32; vocab.mask_words()];
+    for t in &tests {
+        let valid = t.get("valid").and_then(|v| v.as_bool()).unwrap_or(false);
+        let text = pyjson::dumps(t.get("data").unwrap_or(&Value::Null));
+        let ids = enc.encode(&text).map_err(anyhow::Error::msg)?;
+        let mut m = Matcher::new(&c)?;
+        let mut ok = true;
+        for &tok in &ids {
+            let t1 = Instant::now();
+            let r = m.compute_mask(&mut mask);
+            let allowed = r.is_ok() && mask[(tok >> 5) as usize] >> (tok & 31) & 1 == 1;
+            let committed = allowed && m.commit_token(tok).is_ok();
+            st.tbm.push(t1.elapsed().as_secs_f64() * 1e6);
+            st.tokens += 1;
+            if !committed {
+                ok = false;
+                break;
+            }
+        }
+        let accepted = ok && m.is_accepting();
+        if accepted != valid {
+            all_right = false;
+            if valid {
+                st.valid_rejected += 1;
+                st.false_rejects.push((name.clone(), text));
+            } else {
+                st.invalid_accepted += 1;
+                st.false_accepts.push((name.clone(), text));
+            }
+        }
+    }
+    if all_right {
+        st.passing += 1;
+    }
+    Ok(())
+}

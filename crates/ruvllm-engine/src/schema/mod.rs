@@ -1,0 +1,2477 @@
+//! JSON Schema to grammar.
+//!
+//! # Design
+//!
+//! A schema is compiled to the same grammar IR as GBNF, so it gets the same exact masks. The
+//! rule is **exactness or refusal**: every instance the grammar completes must validate, and
+//! every keyword is either enforced exactly or refused with an error naming it and its JSON
+//! pointer. Nothing is relaxed silently.
+//!
+//! * Combinators are resolved at the schema level: `allOf` (and siblings of `anyOf`, `oneOf`,
+//!   `$ref`) are **intersected** keyword by keyword (types, properties with their
+//!   `additionalProperties`, required, bounds, items...), and `anyOf`/`oneOf` become
+//!   alternatives. `oneOf` is accepted when its branches are provably disjoint (different
+//!   types, different constants, a required property with disjoint values); otherwise it is
+//!   refused, since a plain alternative would accept instances matching two branches.
+//! * `$ref` targets become rules, so recursive schemas need no unrolling.
+//! * Strings are matched in their JSON encoding: a `pattern` or `format` is a regex over the
+//!   decoded characters, translated so that each character may appear raw or in the escaped
+//!   forms a serializer produces (`\"`, `\\`, `\/`, `\n`, `\u001f`...). Lengths count code
+//!   points (a `\uD83D\uDE00` pair is one).
+//! * Numbers: integer ranges are exact decimal-digit automata; `integer` also accepts
+//!   `1.0` and `1e3` (integral values); bounded `number`s accept plain decimal notation.
+//!
+//! Whitespace between tokens follows [`Whitespace`]; properties come in schema order.
+//!
+//! Not yet supported (refused with an error): `not`, `if`/`then`/`else`, `uniqueItems`,
+//! `contains`, `patternProperties`, `propertyNames`, `dependentRequired`,
+//! `dependentSchemas`, `multipleOf`, `min/maxProperties` beyond what `required` and the
+//! property list imply, `pattern` intersected with length bounds or another pattern,
+//! non-integer numeric bounds, remote references, and the formats without a rule here.
+
+mod num;
+
+use std::collections::HashMap;
+
+use regex_syntax::hir::{Class, Hir, HirKind, Look};
+use serde_json::{Map, Value};
+use thiserror::Error;
+
+use crate::grammar::{Expr, Grammar, Rule, RuleId};
+use crate::GrammarError;
+
+/// Where whitespace may appear between JSON tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Whitespace {
+    /// None at all.
+    Compact,
+    /// At most one space or tab, or a newline plus up to 20 spaces/tabs of indentation,
+    /// between any two tokens: compact and pretty-printed JSON, no runaway whitespace.
+    #[default]
+    Bounded,
+    /// Any JSON whitespace (space, tab, CR, LF), up to this many characters at a time.
+    Flexible(u32),
+}
+
+/// Options for compiling a schema.
+#[derive(Debug, Clone, Default)]
+pub struct SchemaOptions {
+    /// Whitespace policy.
+    pub whitespace: Whitespace,
+    /// OpenAI-style strict mode: `additionalProperties: false` wherever it is not given.
+    pub strict: bool,
+}
+
+/// Why a schema cannot be compiled.
+#[derive(Debug, Clone, Error, PartialEq, Eq)]
+pub enum SchemaError {
+    /// A keyword (or a use of it) that is not enforced exactly, so the schema is refused.
+    #[error("unsupported: `{keyword}` at {pointer}: {reason}")]
+    Unsupported {
+        /// The keyword.
+        keyword: String,
+        /// JSON pointer of the schema holding it.
+        pointer: String,
+        /// Why.
+        reason: String,
+    },
+    /// The schema is malformed.
+    #[error("invalid schema at {pointer}: {msg}")]
+    Invalid {
+        /// JSON pointer.
+        pointer: String,
+        /// What is wrong.
+        msg: String,
+    },
+    /// No JSON value satisfies the schema (or it never terminates, like a `$ref` cycle).
+    #[error("the schema at {pointer} allows no value")]
+    Unsatisfiable {
+        /// JSON pointer.
+        pointer: String,
+    },
+    /// A grammar-level error or limit.
+    #[error(transparent)]
+    Grammar(#[from] GrammarError),
+}
+
+fn unsupported(keyword: &str, pointer: &str, reason: impl Into<String>) -> SchemaError {
+    SchemaError::Unsupported {
+        keyword: keyword.into(),
+        pointer: pointer_or_root(pointer),
+        reason: reason.into(),
+    }
+}
+
+fn invalid(pointer: &str, msg: impl Into<String>) -> SchemaError {
+    SchemaError::Invalid {
+        pointer: pointer_or_root(pointer),
+        msg: msg.into(),
+    }
+}
+
+fn pointer_or_root(p: &str) -> String {
+    if p.is_empty() {
+        "#".into()
+    } else {
+        format!("#{p}")
+    }
+}
+
+fn join(ptr: &str, key: &str) -> String {
+    format!("{ptr}/{}", key.replace('~', "~0").replace('/', "~1"))
+}
+
+/// Keywords with no effect on validation.
+const ANNOTATIONS: &[&str] = &[
+    "title",
+    "description",
+    "examples",
+    "default",
+    "$comment",
+    "$schema",
+    "$id",
+    "$defs",
+    "definitions",
+    "$anchor",
+    "deprecated",
+    "readOnly",
+    "writeOnly",
+    "contentMediaType",
+    "contentEncoding",
+    "contentSchema",
+    "$vocabulary",
+    "$dynamicAnchor",
+    "$recursiveAnchor",
+];
+
+/// Validation keywords that are refused when they constrain anything.
+const REFUSED: &[&str] = &[
+    "not",
+    "if",
+    "then",
+    "else",
+    "contains",
+    "minContains",
+    "maxContains",
+    "patternProperties",
+    "propertyNames",
+    "dependentRequired",
+    "dependentSchemas",
+    "dependencies",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+    "$dynamicRef",
+    "$recursiveRef",
+];
+
+const TYPES: [&str; 7] = [
+    "null", "boolean", "object", "array", "number", "string", "integer",
+];
+
+/// Compiles a JSON Schema to a grammar whose sentences are JSON texts valid under it.
+pub fn schema_to_grammar(schema: &Value, opts: &SchemaOptions) -> Result<Grammar, SchemaError> {
+    let mut c = Compiler::new(schema, opts)?;
+    let root = c.reserve("root");
+    let body = c.compile(schema, "", 0)?;
+    c.set(root, body);
+    c.drain()?;
+    let mut g = Grammar {
+        rules: c.rules,
+        root,
+    };
+    match g.prune_unproductive() {
+        Err(GrammarError::EmptyLanguage { .. }) => Err(SchemaError::Unsatisfiable {
+            pointer: "#".into(),
+        }),
+        Err(e) => Err(e.into()),
+        Ok(()) => Ok(g),
+    }
+}
+
+struct Compiler<'a> {
+    root: &'a Value,
+    /// The draft from `$schema`: 4, 6, 7, 2019 or 2020 (the default).
+    draft: u32,
+    opts: &'a SchemaOptions,
+    rules: Vec<Rule>,
+    ref_rules: HashMap<String, RuleId>,
+    queue: Vec<(String, RuleId)>,
+    anchors: HashMap<String, String>,
+    common: HashMap<&'static str, RuleId>,
+}
+
+const MAX_DEPTH: usize = 64;
+
+/// Alternatives to intersect with, and the pointer of a `oneOf` that must stay exclusive.
+type Part = (Vec<Map<String, Value>>, Option<String>);
+/// A sub-schema and its JSON pointer.
+type Located<'v> = (&'v Value, String);
+const MAX_BRANCHES: usize = 256;
+
+impl<'a> Compiler<'a> {
+    fn new(root: &'a Value, opts: &'a SchemaOptions) -> Result<Self, SchemaError> {
+        let mut anchors = HashMap::new();
+        collect_anchors(root, "", &mut anchors, 0);
+        let draft = match root.get("$schema").and_then(|s| s.as_str()) {
+            Some(s) if s.contains("draft-04") || s.contains("draft-03") => 4,
+            Some(s) if s.contains("draft-06") => 6,
+            Some(s) if s.contains("draft-07") => 7,
+            Some(s) if s.contains("2019-09") => 2019,
+            _ => 2020,
+        };
+        Ok(Compiler {
+            root,
+            draft,
+            opts,
+            rules: Vec::new(),
+            ref_rules: HashMap::new(),
+            queue: Vec::new(),
+            anchors,
+            common: HashMap::new(),
+        })
+    }
+
+    fn reserve(&mut self, name: &str) -> RuleId {
+        self.rules.push(Rule {
+            name: name.to_string(),
+            body: Expr::Alt(vec![]),
+        });
+        (self.rules.len() - 1) as RuleId
+    }
+
+    fn set(&mut self, r: RuleId, body: Expr) {
+        self.rules[r as usize].body = body;
+    }
+
+    fn rule(&mut self, name: &str, body: Expr) -> Expr {
+        let r = self.reserve(name);
+        self.set(r, body);
+        Expr::Ref(r)
+    }
+
+    fn drain(&mut self) -> Result<(), SchemaError> {
+        while let Some((ptr, r)) = self.queue.pop() {
+            let target = self
+                .lookup(&ptr)
+                .ok_or_else(|| invalid(&ptr, "unresolvable $ref"))?;
+            let body = self.compile(target, &ptr, 0)?;
+            self.set(r, body);
+        }
+        Ok(())
+    }
+
+    // ---- references -------------------------------------------------------------------
+
+    fn lookup(&self, ptr: &str) -> Option<&'a Value> {
+        let mut v = self.root;
+        if ptr.is_empty() {
+            return Some(v);
+        }
+        for part in ptr.strip_prefix('/')?.split('/') {
+            let key = part.replace("~1", "/").replace("~0", "~");
+            v = match v {
+                Value::Object(m) => m.get(&key)?,
+                Value::Array(a) => a.get(key.parse::<usize>().ok()?)?,
+                _ => return None,
+            };
+        }
+        Some(v)
+    }
+
+    /// Resolves a `$ref` value to a pointer into the root document.
+    fn resolve(&self, r: &str, at: &str) -> Result<String, SchemaError> {
+        let frag = if let Some(f) = r.strip_prefix('#') {
+            f
+        } else {
+            return Err(unsupported(
+                "$ref",
+                at,
+                format!("only references within the document are supported, not {r:?}"),
+            ));
+        };
+        let frag = percent_decode(frag);
+        let ptr = if frag.is_empty() || frag.starts_with('/') {
+            frag
+        } else {
+            self.anchors
+                .get(&frag)
+                .cloned()
+                .ok_or_else(|| invalid(at, format!("unknown anchor {r:?}")))?
+        };
+        if self.lookup(&ptr).is_none() {
+            return Err(invalid(at, format!("$ref {r:?} points nowhere")));
+        }
+        Ok(ptr)
+    }
+
+    fn ref_rule(&mut self, ptr: String) -> Expr {
+        if let Some(&r) = self.ref_rules.get(&ptr) {
+            return Expr::Ref(r);
+        }
+        let r = self.reserve(&format!("ref{}", ptr.replace('/', "-")));
+        self.ref_rules.insert(ptr.clone(), r);
+        self.queue.push((ptr, r));
+        Expr::Ref(r)
+    }
+
+    // ---- schemas ------------------------------------------------------------------------
+
+    fn compile(&mut self, s: &Value, ptr: &str, depth: usize) -> Result<Expr, SchemaError> {
+        if depth > MAX_DEPTH {
+            return Err(SchemaError::Grammar(GrammarError::Limit {
+                what: "schema nesting depth",
+                value: depth,
+                limit: MAX_DEPTH,
+                hint: "flatten the schema",
+            }));
+        }
+        let m = match s {
+            Value::Bool(true) => return Ok(self.any_value()),
+            Value::Bool(false) => return Ok(Expr::Alt(vec![])),
+            Value::Object(m) => m,
+            _ => return Err(invalid(ptr, "a schema must be an object or a boolean")),
+        };
+        check_keywords(m, ptr)?;
+        // A pure reference becomes a rule (recursion-friendly). Before 2019-09, `$ref`
+        // overrides its siblings.
+        if let Some(r) = m.get("$ref") {
+            let r = r
+                .as_str()
+                .ok_or_else(|| invalid(ptr, "$ref must be a string"))?;
+            if self.draft <= 7
+                || m.keys()
+                    .all(|k| k == "$ref" || ANNOTATIONS.contains(&k.as_str()))
+            {
+                let target = self.resolve(r, ptr)?;
+                return Ok(self.ref_rule(target));
+            }
+        }
+        // anyOf/oneOf without sibling constraints: compile branches independently.
+        let siblings_free = |m: &Map<String, Value>, k: &str| {
+            m.keys()
+                .all(|x| x == k || ANNOTATIONS.contains(&x.as_str()))
+        };
+        for key in ["anyOf", "oneOf"] {
+            if let Some(list) = m.get(key) {
+                if siblings_free(m, key) {
+                    let list = list
+                        .as_array()
+                        .filter(|l| !l.is_empty())
+                        .ok_or_else(|| invalid(ptr, format!("{key} must be a non-empty array")))?;
+                    if key == "oneOf" {
+                        self.check_disjoint(list.iter().collect(), &join(ptr, key))?;
+                    }
+                    let mut alts = Vec::new();
+                    for (i, b) in list.iter().enumerate() {
+                        alts.push(self.compile(
+                            b,
+                            &join(&join(ptr, key), &i.to_string()),
+                            depth + 1,
+                        )?);
+                    }
+                    return Ok(Expr::Alt(alts));
+                }
+            }
+        }
+        let branches = self.flatten(m, ptr, 0)?;
+        let mut alts = Vec::new();
+        for b in &branches {
+            alts.push(self.simple(b, ptr, depth)?);
+        }
+        Ok(if alts.len() == 1 {
+            alts.pop().unwrap()
+        } else {
+            Expr::Alt(alts)
+        })
+    }
+
+    /// Resolves combinators into a list of combinator-free schemas (their union).
+    fn flatten(
+        &self,
+        m: &Map<String, Value>,
+        ptr: &str,
+        depth: usize,
+    ) -> Result<Vec<Map<String, Value>>, SchemaError> {
+        if depth > 16 {
+            return Err(unsupported(
+                "$ref",
+                ptr,
+                "recursive reference inside allOf/anyOf/oneOf with sibling keywords",
+            ));
+        }
+        check_keywords(m, ptr)?;
+        let mut base = Map::new();
+        for (k, v) in m {
+            if !matches!(k.as_str(), "allOf" | "anyOf" | "oneOf" | "$ref")
+                && !ANNOTATIONS.contains(&k.as_str())
+            {
+                base.insert(k.clone(), v.clone());
+            }
+        }
+        let mut cur = vec![base];
+        let mut parts: Vec<Part> = Vec::new();
+        if let Some(r) = m.get("$ref") {
+            let r = r
+                .as_str()
+                .ok_or_else(|| invalid(ptr, "$ref must be a string"))?;
+            let t = self.resolve(r, ptr)?;
+            parts.push((
+                self.flatten_value(self.lookup(&t).unwrap(), &t, depth + 1)?,
+                None,
+            ));
+        }
+        if let Some(list) = m.get("allOf") {
+            let list = list
+                .as_array()
+                .filter(|l| !l.is_empty())
+                .ok_or_else(|| invalid(ptr, "allOf must be a non-empty array"))?;
+            for (i, x) in list.iter().enumerate() {
+                parts.push((
+                    self.flatten_value(x, &join(&join(ptr, "allOf"), &i.to_string()), depth + 1)?,
+                    None,
+                ));
+            }
+        }
+        for key in ["anyOf", "oneOf"] {
+            if let Some(list) = m.get(key) {
+                let list = list
+                    .as_array()
+                    .filter(|l| !l.is_empty())
+                    .ok_or_else(|| invalid(ptr, format!("{key} must be a non-empty array")))?;
+                let mut alts = Vec::new();
+                for (i, x) in list.iter().enumerate() {
+                    alts.extend(self.flatten_value(
+                        x,
+                        &join(&join(ptr, key), &i.to_string()),
+                        depth + 1,
+                    )?);
+                }
+                parts.push((alts, (key == "oneOf").then(|| join(ptr, key))));
+            }
+        }
+        for (alts, one_of) in parts {
+            let mut next = Vec::new();
+            for a in &cur {
+                for b in &alts {
+                    if let Some(x) = merge(a, b, ptr)? {
+                        next.push(x);
+                    }
+                }
+            }
+            if let Some(p) = one_of {
+                // Exclusivity holds for the merged branches if they are pairwise disjoint.
+                let vals: Vec<Value> = next.iter().map(|m| Value::Object(m.clone())).collect();
+                self.check_disjoint(vals.iter().collect(), &p)?;
+            }
+            if next.len() > MAX_BRANCHES {
+                return Err(unsupported(
+                    "anyOf",
+                    ptr,
+                    format!("the combination expands to more than {MAX_BRANCHES} alternatives"),
+                ));
+            }
+            cur = next;
+        }
+        Ok(cur)
+    }
+
+    fn flatten_value(
+        &self,
+        v: &Value,
+        ptr: &str,
+        depth: usize,
+    ) -> Result<Vec<Map<String, Value>>, SchemaError> {
+        match v {
+            Value::Bool(true) => Ok(vec![Map::new()]),
+            Value::Bool(false) => Ok(vec![]),
+            Value::Object(m) => self.flatten(m, ptr, depth),
+            _ => Err(invalid(ptr, "a schema must be an object or a boolean")),
+        }
+    }
+
+    /// Refuses a `oneOf` whose branches may overlap.
+    fn check_disjoint(&self, list: Vec<&Value>, ptr: &str) -> Result<(), SchemaError> {
+        let shapes: Vec<Shape> = list.iter().map(|v| self.shape(v, 0)).collect();
+        for i in 0..shapes.len() {
+            for j in i + 1..shapes.len() {
+                if !shapes[i].disjoint(&shapes[j]) {
+                    return Err(unsupported(
+                        "oneOf",
+                        ptr,
+                        format!("branches {i} and {j} may both match one instance; exclusive oneOf is only supported for provably disjoint branches"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn shape(&self, v: &Value, depth: usize) -> Shape {
+        let mut sh = Shape {
+            types: ALL_TYPES,
+            values: None,
+            props: Vec::new(),
+        };
+        let Value::Object(m) = v else {
+            if v == &Value::Bool(false) {
+                sh.types = 0;
+            }
+            return sh;
+        };
+        if depth > 8 {
+            return sh;
+        }
+        if let Some(Value::String(r)) = m.get("$ref") {
+            if let Ok(t) = self.resolve(r, "") {
+                if let Some(tv) = self.lookup(&t) {
+                    let inner = self.shape(tv, depth + 1);
+                    sh = sh.and(inner);
+                }
+            }
+        }
+        if let Some(t) = m.get("type") {
+            sh.types &= type_mask(t);
+        }
+        if let Some(c) = m.get("const") {
+            sh.values = Some(vec![c.clone()]);
+        }
+        if let Some(Value::Array(e)) = m.get("enum") {
+            sh.values = Some(e.clone());
+        }
+        if let Some(Value::Array(all)) = m.get("allOf") {
+            for x in all {
+                let inner = self.shape(x, depth + 1);
+                sh = sh.and(inner);
+            }
+        }
+        if let (Some(Value::Object(props)), Some(Value::Array(req))) =
+            (m.get("properties"), m.get("required"))
+        {
+            for r in req {
+                if let (Some(name), Some(p)) = (r.as_str(), r.as_str().and_then(|n| props.get(n))) {
+                    sh.props.push((name.to_string(), self.shape(p, depth + 1)));
+                }
+            }
+        }
+        sh
+    }
+
+    // ---- combinator-free schemas --------------------------------------------------------
+
+    fn simple(
+        &mut self,
+        m: &Map<String, Value>,
+        ptr: &str,
+        depth: usize,
+    ) -> Result<Expr, SchemaError> {
+        let mut types = m.get("type").map(type_mask).unwrap_or(ALL_TYPES);
+        if let Some(t) = m.get("type") {
+            validate_type_keyword(t, ptr)?;
+        }
+        if types & T_NUMBER != 0 {
+            types |= T_INTEGER;
+        }
+        // enum / const: the listed values that also pass the other keywords.
+        let values: Option<Vec<Value>> = match (m.get("enum"), m.get("const")) {
+            (Some(Value::Array(e)), None) => Some(e.clone()),
+            (None, Some(c)) => Some(vec![c.clone()]),
+            (Some(Value::Array(e)), Some(c)) => {
+                Some(e.iter().filter(|x| json_eq(x, c)).cloned().collect())
+            }
+            (Some(_), _) => return Err(invalid(ptr, "enum must be an array")),
+            (None, None) => None,
+        };
+        if let Some(values) = values {
+            let mut alts = Vec::new();
+            for v in values {
+                if value_passes(&v, m, ptr, self.draft)? {
+                    alts.push(self.literal_value(&v));
+                }
+            }
+            return Ok(Expr::Alt(alts));
+        }
+        let mut alts = Vec::new();
+        if types & T_NULL != 0 {
+            alts.push(Expr::Literal(b"null".to_vec()));
+        }
+        if types & T_BOOLEAN != 0 {
+            alts.push(Expr::Alt(vec![
+                Expr::Literal(b"true".to_vec()),
+                Expr::Literal(b"false".to_vec()),
+            ]));
+        }
+        if types & T_STRING != 0 {
+            alts.push(self.string(m, ptr)?);
+        }
+        if types & (T_NUMBER | T_INTEGER) != 0 {
+            alts.push(self.number(m, ptr, types & T_NUMBER == 0)?);
+        }
+        if types & T_ARRAY != 0 {
+            alts.push(self.array(m, ptr, depth)?);
+        }
+        if types & T_OBJECT != 0 {
+            alts.push(self.object(m, ptr, depth)?);
+        }
+        Ok(if alts.len() == 1 {
+            alts.pop().unwrap()
+        } else {
+            Expr::Alt(alts)
+        })
+    }
+
+    fn string(&mut self, m: &Map<String, Value>, ptr: &str) -> Result<Expr, SchemaError> {
+        let min = get_uint(m, "minLength", ptr)?.unwrap_or(0);
+        let max = get_uint(m, "maxLength", ptr)?;
+        let pattern = m.get("pattern");
+        let format = m.get("format").and_then(|f| f.as_str());
+        let quote = || Expr::Literal(b"\"".to_vec());
+        // Formats we have no rule for: refused if the standard defines them (a validator may
+        // assert them), ignored otherwise (unknown formats are annotations).
+        let fmt_re = match format {
+            None => None,
+            Some(f) => match format_regex(f) {
+                Some(r) => Some(r),
+                None if KNOWN_FORMATS.contains(&f) => {
+                    return Err(unsupported(
+                        "format",
+                        ptr,
+                        format!("format {f:?} is not supported yet"),
+                    ))
+                }
+                None => None,
+            },
+        };
+        let body = match (pattern, fmt_re) {
+            (None, None) => {
+                if max.is_some_and(|x| x < min) {
+                    return Ok(Expr::Alt(vec![]));
+                }
+                if min > 10_000 {
+                    return Err(unsupported("minLength", ptr, "minLength above 10000"));
+                }
+                let ch = self.json_char();
+                let max = match max {
+                    Some(x) if x > 1_000_000 => {
+                        return Err(unsupported("maxLength", ptr, "maxLength above 1000000"))
+                    }
+                    other => other,
+                };
+                Expr::Repeat {
+                    e: Box::new(ch),
+                    min: min as u32,
+                    max: max.map(|x| x as u32),
+                }
+            }
+            (Some(_), Some(_)) => {
+                return Err(unsupported("pattern", ptr, "pattern together with format"))
+            }
+            (Some(p), None) => {
+                if min > 0 || max.is_some() {
+                    return Err(unsupported(
+                        "pattern",
+                        ptr,
+                        "pattern together with minLength/maxLength",
+                    ));
+                }
+                let p = p
+                    .as_str()
+                    .ok_or_else(|| invalid(ptr, "pattern must be a string"))?;
+                self.pattern(p, &join(ptr, "pattern"), false)?
+            }
+            (None, Some(re)) => {
+                if min > 0 || max.is_some() {
+                    return Err(unsupported(
+                        "format",
+                        ptr,
+                        "format together with minLength/maxLength",
+                    ));
+                }
+                self.pattern(&re, &join(ptr, "format"), true)?
+            }
+        };
+        Ok(Expr::Seq(vec![quote(), body, quote()]))
+    }
+
+    /// A regex over decoded characters, as an expression over their JSON encoding.
+    /// ECMAScript semantics: unanchored unless `^`/`$`; `\d`, `\w` ASCII.
+    fn pattern(&mut self, p: &str, ptr: &str, anchored: bool) -> Result<Expr, SchemaError> {
+        let translated = ecma_to_rust(p).map_err(|e| unsupported("pattern", ptr, e))?;
+        let hir = regex_syntax::ParserBuilder::new()
+            .nest_limit(100)
+            .build()
+            .parse(&translated)
+            .map_err(|e| {
+                unsupported(
+                    "pattern",
+                    ptr,
+                    format!("cannot parse {p:?}: {}", first_line(&e.to_string())),
+                )
+            })?;
+        let branches: Vec<Hir> = match hir.kind() {
+            HirKind::Alternation(a) if !anchored => a.clone(),
+            _ => vec![hir],
+        };
+        let mut alts = Vec::new();
+        for b in branches {
+            let b = strip_capture(&b);
+            let mut parts: Vec<Hir> = match b.kind() {
+                HirKind::Concat(v) => v.clone(),
+                _ => vec![b.clone()],
+            };
+            let start = anchored
+                || parts
+                    .first()
+                    .is_some_and(|h| matches!(h.kind(), HirKind::Look(Look::Start)));
+            let end = anchored
+                || parts
+                    .last()
+                    .is_some_and(|h| matches!(h.kind(), HirKind::Look(Look::End)));
+            if parts
+                .first()
+                .is_some_and(|h| matches!(h.kind(), HirKind::Look(Look::Start)))
+            {
+                parts.remove(0);
+            }
+            if parts
+                .last()
+                .is_some_and(|h| matches!(h.kind(), HirKind::Look(Look::End)))
+            {
+                parts.pop();
+            }
+            let mut seq = Vec::new();
+            if !start {
+                seq.push(Expr::Repeat {
+                    e: Box::new(self.json_char()),
+                    min: 0,
+                    max: None,
+                });
+            }
+            for h in &parts {
+                seq.push(self.hir_json(h, ptr)?);
+            }
+            if !end {
+                seq.push(Expr::Repeat {
+                    e: Box::new(self.json_char()),
+                    min: 0,
+                    max: None,
+                });
+            }
+            alts.push(Expr::Seq(seq));
+        }
+        Ok(if alts.len() == 1 {
+            alts.pop().unwrap()
+        } else {
+            Expr::Alt(alts)
+        })
+    }
+
+    fn hir_json(&mut self, h: &Hir, ptr: &str) -> Result<Expr, SchemaError> {
+        Ok(match h.kind() {
+            HirKind::Empty => Expr::Empty,
+            HirKind::Literal(l) => {
+                let s = std::str::from_utf8(&l.0)
+                    .map_err(|_| unsupported("pattern", ptr, "byte-level pattern"))?;
+                Expr::Seq(s.chars().map(|c| json_chars(&[(c, c)])).collect())
+            }
+            HirKind::Class(Class::Unicode(c)) => json_chars(
+                &c.ranges()
+                    .iter()
+                    .map(|r| (r.start(), r.end()))
+                    .collect::<Vec<_>>(),
+            ),
+            HirKind::Class(Class::Bytes(_)) => {
+                return Err(unsupported("pattern", ptr, "byte-level class"))
+            }
+            HirKind::Look(_) => {
+                return Err(unsupported(
+                    "pattern",
+                    ptr,
+                    "assertions other than a leading ^ and a trailing $",
+                ))
+            }
+            HirKind::Repetition(r) => {
+                if r.max.unwrap_or(r.min) > 10_000 {
+                    return Err(unsupported("pattern", ptr, "repetition bound above 10000"));
+                }
+                Expr::Repeat {
+                    e: Box::new(self.hir_json(&r.sub, ptr)?),
+                    min: r.min,
+                    max: r.max,
+                }
+            }
+            HirKind::Capture(c) => self.hir_json(&c.sub, ptr)?,
+            HirKind::Concat(v) => Expr::Seq(
+                v.iter()
+                    .map(|x| self.hir_json(x, ptr))
+                    .collect::<Result<_, _>>()?,
+            ),
+            HirKind::Alternation(v) => Expr::Alt(
+                v.iter()
+                    .map(|x| self.hir_json(x, ptr))
+                    .collect::<Result<_, _>>()?,
+            ),
+        })
+    }
+
+    fn number(
+        &mut self,
+        m: &Map<String, Value>,
+        ptr: &str,
+        integer_only: bool,
+    ) -> Result<Expr, SchemaError> {
+        if let Some(mo) = m.get("multipleOf") {
+            let x = mo
+                .as_f64()
+                .filter(|x| *x > 0.0)
+                .ok_or_else(|| invalid(ptr, "multipleOf must be a positive number"))?;
+            if !(integer_only && x == 1.0) {
+                return Err(unsupported(
+                    "multipleOf",
+                    ptr,
+                    "multipleOf is not supported yet",
+                ));
+            }
+        }
+        // Bounds as (value, exclusive).
+        let mut lo: Option<(f64, bool)> = None;
+        let mut hi: Option<(f64, bool)> = None;
+        let num = |k: &str| -> Result<Option<f64>, SchemaError> {
+            match m.get(k) {
+                None => Ok(None),
+                Some(Value::Number(n)) => Ok(n.as_f64()),
+                Some(Value::Bool(_)) if k.starts_with("exclusive") => Ok(None), // draft-4 style handled below
+                Some(_) => Err(invalid(ptr, format!("{k} must be a number"))),
+            }
+        };
+        let tighten_lo = |lo: &mut Option<(f64, bool)>, v: f64, ex: bool| {
+            if lo.is_none_or(|(l, lex)| v > l || (v == l && ex && !lex)) {
+                *lo = Some((v, ex));
+            }
+        };
+        let tighten_hi = |hi: &mut Option<(f64, bool)>, v: f64, ex: bool| {
+            if hi.is_none_or(|(h, hex)| v < h || (v == h && ex && !hex)) {
+                *hi = Some((v, ex));
+            }
+        };
+        if let Some(v) = num("minimum")? {
+            let ex = m.get("exclusiveMinimum") == Some(&Value::Bool(true));
+            tighten_lo(&mut lo, v, ex);
+        }
+        if let Some(v) = num("maximum")? {
+            let ex = m.get("exclusiveMaximum") == Some(&Value::Bool(true));
+            tighten_hi(&mut hi, v, ex);
+        }
+        if let Some(v) = num("exclusiveMinimum")? {
+            tighten_lo(&mut lo, v, true);
+        }
+        if let Some(v) = num("exclusiveMaximum")? {
+            tighten_hi(&mut hi, v, true);
+        }
+        let frac0 = || Expr::Repeat {
+            e: Box::new(Expr::Seq(vec![
+                Expr::Literal(b".".to_vec()),
+                Expr::Repeat {
+                    e: Box::new(Expr::Literal(b"0".to_vec())),
+                    min: 1,
+                    max: None,
+                },
+            ])),
+            min: 0,
+            max: Some(1),
+        };
+        let digits = |min: u32| Expr::Repeat {
+            e: Box::new(Expr::Chars(vec![('0', '9')])),
+            min,
+            max: None,
+        };
+        let uint = || {
+            Expr::Alt(vec![
+                Expr::Literal(b"0".to_vec()),
+                Expr::Seq(vec![Expr::Chars(vec![('1', '9')]), digits(0)]),
+            ])
+        };
+        if lo.is_none() && hi.is_none() {
+            let minus = Expr::Repeat {
+                e: Box::new(Expr::Literal(b"-".to_vec())),
+                min: 0,
+                max: Some(1),
+            };
+            if integer_only && self.draft == 4 {
+                // Draft 4: an integer is written without fraction or exponent.
+                return Ok(Expr::Seq(vec![minus, uint()]));
+            }
+            if integer_only {
+                // Integral values: an integer, optionally `.0…`, optionally a non-negative exponent.
+                let exp = Expr::Repeat {
+                    e: Box::new(Expr::Seq(vec![
+                        Expr::Chars(vec![('E', 'E'), ('e', 'e')]),
+                        Expr::Repeat {
+                            e: Box::new(Expr::Literal(b"+".to_vec())),
+                            min: 0,
+                            max: Some(1),
+                        },
+                        digits(1),
+                    ])),
+                    min: 0,
+                    max: Some(1),
+                };
+                return Ok(Expr::Seq(vec![minus, uint(), frac0(), exp]));
+            }
+            let frac = Expr::Repeat {
+                e: Box::new(Expr::Seq(vec![Expr::Literal(b".".to_vec()), digits(1)])),
+                min: 0,
+                max: Some(1),
+            };
+            let exp = Expr::Repeat {
+                e: Box::new(Expr::Seq(vec![
+                    Expr::Chars(vec![('E', 'E'), ('e', 'e')]),
+                    Expr::Repeat {
+                        e: Box::new(Expr::Chars(vec![('+', '+'), ('-', '-')])),
+                        min: 0,
+                        max: Some(1),
+                    },
+                    digits(1),
+                ])),
+                min: 0,
+                max: Some(1),
+            };
+            return Ok(Expr::Seq(vec![minus, uint(), frac, exp]));
+        }
+        // Bounded: plain decimal notation, integer bounds only.
+        let as_int = |v: f64, what: &str| -> Result<i128, SchemaError> {
+            if v.fract() != 0.0 || v.abs() > 1e18 {
+                Err(unsupported(
+                    what,
+                    ptr,
+                    "non-integer (or huge) numeric bounds are not supported yet",
+                ))
+            } else {
+                Ok(v as i128)
+            }
+        };
+        let lo_i = match lo {
+            Some((v, ex)) if integer_only => Some(if ex {
+                v.floor() as i128 + 1
+            } else {
+                v.ceil() as i128
+            }),
+            Some((v, _)) => Some(as_int(v, "minimum")?),
+            None => None,
+        };
+        let hi_i = match hi {
+            Some((v, ex)) if integer_only => Some(if ex {
+                v.ceil() as i128 - 1
+            } else {
+                v.floor() as i128
+            }),
+            Some((v, _)) => Some(as_int(v, "maximum")?),
+            None => None,
+        };
+        if integer_only {
+            if lo.is_some_and(|(v, _)| v.abs() > 1e18) || hi.is_some_and(|(v, _)| v.abs() > 1e18) {
+                return Err(unsupported("minimum", ptr, "bounds beyond 1e18"));
+            }
+            if self.draft == 4 {
+                return Ok(num::int_range(lo_i, hi_i));
+            }
+            return Ok(Expr::Seq(vec![num::int_range(lo_i, hi_i), frac0()]));
+        }
+        // number in a range with integer bounds: integer part ranges, with care at the
+        // bounds for the fraction.
+        let lo_ex = lo.is_some_and(|(_, e)| e);
+        let hi_ex = hi.is_some_and(|(_, e)| e);
+        let frac_any = Expr::Repeat {
+            e: Box::new(Expr::Seq(vec![Expr::Literal(b".".to_vec()), digits(1)])),
+            min: 0,
+            max: Some(1),
+        };
+        let frac_nonzero = Expr::Seq(vec![
+            Expr::Literal(b".".to_vec()),
+            digits(0),
+            Expr::Chars(vec![('1', '9')]),
+            digits(0),
+        ]);
+        let _ = &frac_nonzero;
+        // Values x = ±(n + f). Build: for non-negative x, n in [a, b] with any fraction
+        // where safe, plus exact handling at bound integers.
+        let mut alts = Vec::new();
+        let (l, h) = (lo_i, hi_i);
+        // Positive side (x >= 0): n + f, f in [0,1).
+        if h.is_none_or(|h| h >= 0) && !(h == Some(0) && hi_ex) {
+            // x >= lo: if lo <= 0 any n >= 0; else n >= lo, and n == lo needs f > 0 when exclusive.
+            let n_min: i128 = match l {
+                Some(l) if l > 0 => l,
+                _ => 0,
+            };
+            // x <= hi: n < hi any fraction; n == hi only f == 0 (and not if exclusive).
+            match h {
+                None => {
+                    if l.is_some_and(|l| l > 0) && lo_ex {
+                        alts.push(Expr::Seq(vec![
+                            num::uint_range(n_min as u128 + 1, None),
+                            frac_any.clone(),
+                        ]));
+                        alts.push(Expr::Seq(vec![
+                            Expr::Literal(n_min.to_string().into_bytes()),
+                            frac_nonzero.clone(),
+                        ]));
+                    } else if l.is_some_and(|l| l == 0) && lo_ex {
+                        alts.push(Expr::Seq(vec![num::uint_range(1, None), frac_any.clone()]));
+                        alts.push(Expr::Seq(vec![
+                            Expr::Literal(b"0".to_vec()),
+                            frac_nonzero.clone(),
+                        ]));
+                    } else {
+                        alts.push(Expr::Seq(vec![
+                            num::uint_range(n_min as u128, None),
+                            frac_any.clone(),
+                        ]));
+                    }
+                }
+                Some(h) => {
+                    let low_int = if l.is_some_and(|l| l >= 0) && lo_ex {
+                        n_min + 1
+                    } else {
+                        n_min
+                    };
+                    if low_int < h {
+                        alts.push(Expr::Seq(vec![
+                            num::uint_range(low_int as u128, Some((h - 1) as u128)),
+                            frac_any.clone(),
+                        ]));
+                    }
+                    if l.is_some_and(|l| l >= 0) && lo_ex && n_min < h {
+                        alts.push(Expr::Seq(vec![
+                            Expr::Literal(n_min.to_string().into_bytes()),
+                            frac_nonzero.clone(),
+                        ]));
+                    }
+                    if !hi_ex && h >= n_min && !(l == Some(h) && lo_ex) {
+                        alts.push(Expr::Seq(vec![
+                            Expr::Literal(h.to_string().into_bytes()),
+                            frac0(),
+                        ]));
+                    }
+                }
+            }
+        }
+        // Negative side (x < 0): x = -(n + f) with n + f > 0.
+        if l.is_none_or(|l| l < 0) {
+            // -(n+f) <= hi  <=>  n + f >= -hi ; -(n+f) >= lo <=> n + f <= -lo.
+            let neg_hi_excl = hi_ex; // x < hi  <=> n + f > -hi
+            let m_lo = h.map(|h| -h); // lower bound on n+f (could be <= 0)
+            let m_hi = l.map(|l| -l); // upper bound on n+f
+            let m_lo_ex = neg_hi_excl;
+            let m_hi_ex = lo_ex;
+            // n + f in (0 or m_lo, m_hi]
+            let nlo: i128 = m_lo.map(|v| v.max(0)).unwrap_or(0);
+            let strict_low = m_lo.is_none_or(|v| v <= 0) || m_lo_ex; // need n+f > nlo when true and nlo is the bound
+            let mut neg = Vec::new();
+            match m_hi {
+                None => {
+                    if strict_low {
+                        neg.push(Expr::Seq(vec![
+                            num::uint_range(nlo as u128 + 1, None),
+                            frac_any.clone(),
+                        ]));
+                        neg.push(Expr::Seq(vec![
+                            Expr::Literal(nlo.to_string().into_bytes()),
+                            frac_nonzero.clone(),
+                        ]));
+                    } else {
+                        neg.push(Expr::Seq(vec![
+                            num::uint_range(nlo as u128, None),
+                            frac_any.clone(),
+                        ]));
+                    }
+                }
+                Some(mh) => {
+                    let first_full = if strict_low { nlo + 1 } else { nlo };
+                    if first_full < mh {
+                        neg.push(Expr::Seq(vec![
+                            num::uint_range(first_full as u128, Some((mh - 1) as u128)),
+                            frac_any.clone(),
+                        ]));
+                    }
+                    if strict_low && nlo < mh {
+                        neg.push(Expr::Seq(vec![
+                            Expr::Literal(nlo.to_string().into_bytes()),
+                            frac_nonzero.clone(),
+                        ]));
+                    }
+                    if !m_hi_ex && mh > 0 && (mh > nlo || (mh == nlo && !strict_low)) {
+                        neg.push(Expr::Seq(vec![
+                            Expr::Literal(mh.to_string().into_bytes()),
+                            frac0(),
+                        ]));
+                    }
+                }
+            }
+            if !neg.is_empty() {
+                alts.push(Expr::Seq(vec![
+                    Expr::Literal(b"-".to_vec()),
+                    Expr::Alt(neg),
+                ]));
+            }
+        }
+        // -0 and -0.0 equal 0.
+        let zero_ok = l.is_none_or(|l| l < 0 || (l == 0 && !lo_ex))
+            && h.is_none_or(|h| h > 0 || (h == 0 && !hi_ex));
+        if zero_ok {
+            alts.push(Expr::Seq(vec![Expr::Literal(b"-0".to_vec()), frac0()]));
+        }
+        let _ = frac_any;
+        Ok(Expr::Alt(alts))
+    }
+
+    fn array(
+        &mut self,
+        m: &Map<String, Value>,
+        ptr: &str,
+        depth: usize,
+    ) -> Result<Expr, SchemaError> {
+        if m.get("uniqueItems") == Some(&Value::Bool(true)) {
+            return Err(unsupported(
+                "uniqueItems",
+                ptr,
+                "uniqueItems is not supported yet",
+            ));
+        }
+        let min = get_uint(m, "minItems", ptr)?.unwrap_or(0);
+        let max = get_uint(m, "maxItems", ptr)?;
+        if max.is_some_and(|x| x < min) {
+            return Ok(Expr::Alt(vec![]));
+        }
+        if min > 10_000 {
+            return Err(unsupported("minItems", ptr, "minItems above 10000"));
+        }
+        // prefixItems (2020-12) or items-as-array (draft-07) + additionalItems.
+        let (prefix, rest): (Vec<Located>, Option<Located>) =
+            match (m.get("prefixItems"), m.get("items")) {
+                (Some(Value::Array(p)), items) => (
+                    p.iter()
+                        .enumerate()
+                        .map(|(i, x)| (x, join(&join(ptr, "prefixItems"), &i.to_string())))
+                        .collect(),
+                    items.map(|x| (x, join(ptr, "items"))),
+                ),
+                (Some(_), _) => return Err(invalid(ptr, "prefixItems must be an array")),
+                (None, Some(Value::Array(p))) => (
+                    p.iter()
+                        .enumerate()
+                        .map(|(i, x)| (x, join(&join(ptr, "items"), &i.to_string())))
+                        .collect(),
+                    m.get("additionalItems")
+                        .map(|x| (x, join(ptr, "additionalItems"))),
+                ),
+                (None, Some(x)) => (vec![], Some((x, join(ptr, "items")))),
+                (None, None) => (vec![], None),
+            };
+        let mut prefix_e = Vec::new();
+        for (x, p) in &prefix {
+            prefix_e.push(self.compile(x, p, depth + 1)?);
+        }
+        let rest_empty = matches!(rest, Some((Value::Bool(false), _)));
+        let rest_e = match rest {
+            Some((x, p)) => self.compile(x, &p, depth + 1)?,
+            None => self.any_value(),
+        };
+        let ws = self.ws();
+        let sep = Expr::Seq(vec![ws.clone(), Expr::Literal(b",".to_vec()), ws.clone()]);
+        // elems(i): the items from index i on (item i preceded by a comma when i > 0).
+        let k = prefix_e.len();
+        let max_total = if rest_empty {
+            Some(max.map_or(k, |x| x.min(k)))
+        } else {
+            max
+        };
+        if min > max_total.unwrap_or(usize::MAX) {
+            return Ok(Expr::Alt(vec![]));
+        }
+        let item_at = |i: usize| {
+            if i < k {
+                prefix_e[i].clone()
+            } else {
+                rest_e.clone()
+            }
+        };
+        // Tail after the prefix: rest items, count in [min-k, max-k].
+        let mut tail: Option<Expr> = None; // expression for "items k.. preceded by commas"
+        if max_total.is_none_or(|x| x > k) {
+            let rmin = min.saturating_sub(k) as u32;
+            let rmax = max_total.map(|x| (x - k) as u32);
+            tail = Some(Expr::Repeat {
+                e: Box::new(Expr::Seq(vec![sep.clone(), rest_e.clone()])),
+                min: rmin,
+                max: rmax,
+            });
+        }
+        // Build from the end: after(i) = what may follow item i-1.
+        let mut after: Expr = match &tail {
+            Some(t) => t.clone(),
+            None => Expr::Empty,
+        };
+        for i in (1..k).rev() {
+            let this = Expr::Seq(vec![sep.clone(), item_at(i), after.clone()]);
+            after = if i >= min {
+                Expr::Alt(vec![Expr::Empty, this])
+            } else {
+                this
+            };
+            after = self.rule("items", after);
+        }
+        let first = if k > 0 {
+            Some(Expr::Seq(vec![item_at(0), after]))
+        } else if tail.is_some() && max_total.is_none_or(|x| x > 0) {
+            let rmin = min.saturating_sub(1) as u32;
+            let rmax = max_total.map(|x| (x - 1) as u32);
+            Some(Expr::Seq(vec![
+                rest_e.clone(),
+                Expr::Repeat {
+                    e: Box::new(Expr::Seq(vec![sep.clone(), rest_e])),
+                    min: rmin,
+                    max: rmax,
+                },
+            ]))
+        } else {
+            None
+        };
+        let open = Expr::Seq(vec![Expr::Literal(b"[".to_vec()), ws.clone()]);
+        let close = Expr::Seq(vec![ws.clone(), Expr::Literal(b"]".to_vec())]);
+        let mut alts = Vec::new();
+        if min == 0 {
+            alts.push(Expr::Seq(vec![
+                Expr::Literal(b"[".to_vec()),
+                ws.clone(),
+                Expr::Literal(b"]".to_vec()),
+            ]));
+        }
+        if let Some(f) = first {
+            alts.push(Expr::Seq(vec![open, f, close]));
+        }
+        Ok(Expr::Alt(alts))
+    }
+
+    fn object(
+        &mut self,
+        m: &Map<String, Value>,
+        ptr: &str,
+        depth: usize,
+    ) -> Result<Expr, SchemaError> {
+        let props: Vec<(String, Value)> = match m.get("properties") {
+            Some(Value::Object(p)) => p.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            Some(_) => return Err(invalid(ptr, "properties must be an object")),
+            None => vec![],
+        };
+        let required: Vec<String> = match m.get("required") {
+            Some(Value::Array(r)) => r
+                .iter()
+                .map(|x| {
+                    x.as_str()
+                        .map(String::from)
+                        .ok_or_else(|| invalid(ptr, "required must list strings"))
+                })
+                .collect::<Result<_, _>>()?,
+            Some(_) => return Err(invalid(ptr, "required must be an array")),
+            None => vec![],
+        };
+        let additional: Value = match m.get("additionalProperties") {
+            Some(v) => v.clone(),
+            None if self.opts.strict => Value::Bool(false),
+            None => Value::Bool(true),
+        };
+        // Required keys not in properties: they must come from additionalProperties.
+        let mut props = props;
+        for r in &required {
+            if !props.iter().any(|(k, _)| k == r) {
+                props.push((r.clone(), additional.clone()));
+            }
+        }
+        let min_p = get_uint(m, "minProperties", ptr)?;
+        let max_p = get_uint(m, "maxProperties", ptr)?;
+        let n_req = props.iter().filter(|(k, _)| required.contains(k)).count();
+        let addl_allowed = additional != Value::Bool(false);
+        if min_p.is_some_and(|x| x > n_req) {
+            return Err(unsupported(
+                "minProperties",
+                ptr,
+                "minProperties above the number of required properties",
+            ));
+        }
+        if max_p.is_some_and(|x| addl_allowed || x < props.len()) {
+            return Err(unsupported(
+                "maxProperties",
+                ptr,
+                "maxProperties below the number of possible properties",
+            ));
+        }
+        let ws = self.ws();
+        let colon = Expr::Seq(vec![ws.clone(), Expr::Literal(b":".to_vec()), ws.clone()]);
+        let sep = Expr::Seq(vec![ws.clone(), Expr::Literal(b",".to_vec()), ws.clone()]);
+        let mut kvs = Vec::new();
+        for (k, v) in &props {
+            let vp = join(&join(ptr, "properties"), k);
+            let val = self.compile(v, &vp, depth + 1)?;
+            kvs.push(Expr::Seq(vec![
+                self.literal_value(&Value::String(k.clone())),
+                colon.clone(),
+                val,
+            ]));
+        }
+        let is_req: Vec<bool> = props.iter().map(|(k, _)| required.contains(k)).collect();
+        // Additional properties: keys other than the declared ones.
+        let addl_kv = if addl_allowed {
+            let keys: Vec<&str> = props.iter().map(|(k, _)| k.as_str()).collect();
+            let key = self.key_not_in(&keys);
+            let val = self.compile(&additional, &join(ptr, "additionalProperties"), depth + 1)?;
+            Some(self.rule("additional-kv", Expr::Seq(vec![key, colon.clone(), val])))
+        } else {
+            None
+        };
+        let addl_tail = addl_kv.as_ref().map(|kv| Expr::Repeat {
+            e: Box::new(Expr::Seq(vec![sep.clone(), kv.clone()])),
+            min: 0,
+            max: None,
+        });
+        // after(i): properties i.. each preceded by a comma, then additional ones.
+        let n = kvs.len();
+        let mut after: Vec<Expr> = vec![Expr::Empty; n + 1];
+        after[n] = addl_tail.clone().unwrap_or(Expr::Empty);
+        for i in (0..n).rev() {
+            let this = Expr::Seq(vec![sep.clone(), kvs[i].clone(), after[i + 1].clone()]);
+            let e = if is_req[i] {
+                this
+            } else {
+                Expr::Alt(vec![this, after[i + 1].clone()])
+            };
+            after[i] = self.rule("props", e);
+        }
+        // The first property written: j, with every property before j optional.
+        let mut firsts = Vec::new();
+        for j in 0..n {
+            firsts.push(Expr::Seq(vec![kvs[j].clone(), after[j + 1].clone()]));
+            if is_req[j] {
+                break;
+            }
+        }
+        let all_optional = !is_req.iter().any(|&r| r);
+        if all_optional {
+            if let Some(kv) = &addl_kv {
+                firsts.push(Expr::Seq(vec![kv.clone(), addl_tail.clone().unwrap()]));
+            }
+        }
+        let mut alts = Vec::new();
+        if all_optional {
+            alts.push(Expr::Seq(vec![
+                Expr::Literal(b"{".to_vec()),
+                ws.clone(),
+                Expr::Literal(b"}".to_vec()),
+            ]));
+        }
+        if !firsts.is_empty() {
+            alts.push(Expr::Seq(vec![
+                Expr::Literal(b"{".to_vec()),
+                ws.clone(),
+                Expr::Alt(firsts),
+                ws.clone(),
+                Expr::Literal(b"}".to_vec()),
+            ]));
+        }
+        Ok(Expr::Alt(alts))
+    }
+
+    // ---- shared pieces --------------------------------------------------------------------
+
+    fn common(&mut self, name: &'static str, make: impl FnOnce(&mut Self) -> Expr) -> Expr {
+        if let Some(&r) = self.common.get(name) {
+            return Expr::Ref(r);
+        }
+        let r = self.reserve(name);
+        self.common.insert(name, r);
+        let body = make(self);
+        self.set(r, body);
+        Expr::Ref(r)
+    }
+
+    fn ws(&mut self) -> Expr {
+        match self.opts.whitespace {
+            Whitespace::Compact => Expr::Empty,
+            Whitespace::Bounded => self.common("ws", |_| Expr::Repeat {
+                e: Box::new(Expr::Alt(vec![
+                    Expr::Chars(vec![('\t', '\t'), (' ', ' ')]),
+                    Expr::Seq(vec![
+                        Expr::Literal(b"\n".to_vec()),
+                        Expr::Repeat {
+                            e: Box::new(Expr::Chars(vec![('\t', '\t'), (' ', ' ')])),
+                            min: 0,
+                            max: Some(20),
+                        },
+                    ]),
+                ])),
+                min: 0,
+                max: Some(1),
+            }),
+            Whitespace::Flexible(n) => self.common("ws", |_| Expr::Repeat {
+                e: Box::new(Expr::Chars(vec![('\t', '\n'), ('\r', '\r'), (' ', ' ')])),
+                min: 0,
+                max: Some(n),
+            }),
+        }
+    }
+
+    /// One JSON string character (a code point, raw or escaped).
+    fn json_char(&mut self) -> Expr {
+        self.common("char", |_| {
+            let hex = Expr::Chars(vec![('0', '9'), ('A', 'F'), ('a', 'f')]);
+            let hex3 = Expr::Repeat {
+                e: Box::new(hex.clone()),
+                min: 3,
+                max: Some(3),
+            };
+            let hex2 = Expr::Repeat {
+                e: Box::new(hex.clone()),
+                min: 2,
+                max: Some(2),
+            };
+            // \uXXXX not a surrogate; or a high surrogate followed by \u low surrogate.
+            let non_sur = Expr::Alt(vec![
+                Expr::Seq(vec![
+                    Expr::Chars(vec![
+                        ('0', '9'),
+                        ('A', 'C'),
+                        ('E', 'F'),
+                        ('a', 'c'),
+                        ('e', 'f'),
+                    ]),
+                    hex3,
+                ]),
+                Expr::Seq(vec![
+                    Expr::Chars(vec![('D', 'D'), ('d', 'd')]),
+                    Expr::Chars(vec![('0', '7')]),
+                    hex2.clone(),
+                ]),
+            ]);
+            let pair = Expr::Seq(vec![
+                Expr::Chars(vec![('D', 'D'), ('d', 'd')]),
+                Expr::Chars(vec![('8', '9'), ('A', 'B'), ('a', 'b')]),
+                hex2.clone(),
+                Expr::Literal(b"\\u".to_vec()),
+                Expr::Chars(vec![('D', 'D'), ('d', 'd')]),
+                Expr::Chars(vec![('C', 'F'), ('c', 'f')]),
+                hex2,
+            ]);
+            Expr::Alt(vec![
+                Expr::Chars(vec![(' ', '!'), ('#', '['), (']', char::MAX)]),
+                Expr::Seq(vec![
+                    Expr::Literal(b"\\".to_vec()),
+                    Expr::Chars(vec![
+                        ('"', '"'),
+                        ('/', '/'),
+                        ('\\', '\\'),
+                        ('b', 'b'),
+                        ('f', 'f'),
+                        ('n', 'n'),
+                        ('r', 'r'),
+                        ('t', 't'),
+                    ]),
+                ]),
+                Expr::Seq(vec![
+                    Expr::Literal(b"\\u".to_vec()),
+                    Expr::Alt(vec![non_sur, pair]),
+                ]),
+            ])
+        })
+    }
+
+    /// Any JSON value.
+    fn any_value(&mut self) -> Expr {
+        if let Some(&r) = self.common.get("value") {
+            return Expr::Ref(r);
+        }
+        let r = self.reserve("value");
+        self.common.insert("value", r);
+        let ws = self.ws();
+        let ch = self.json_char();
+        let string = Expr::Seq(vec![
+            Expr::Literal(b"\"".to_vec()),
+            Expr::Repeat {
+                e: Box::new(ch),
+                min: 0,
+                max: None,
+            },
+            Expr::Literal(b"\"".to_vec()),
+        ]);
+        let string = self.rule("string", string);
+        let number = self.number(&Map::new(), "", false).unwrap_or(Expr::Empty);
+        let v = Expr::Ref(r);
+        let sep = Expr::Seq(vec![ws.clone(), Expr::Literal(b",".to_vec()), ws.clone()]);
+        let member = Expr::Seq(vec![
+            string.clone(),
+            ws.clone(),
+            Expr::Literal(b":".to_vec()),
+            ws.clone(),
+            v.clone(),
+        ]);
+        let object = Expr::Alt(vec![
+            Expr::Seq(vec![
+                Expr::Literal(b"{".to_vec()),
+                ws.clone(),
+                Expr::Literal(b"}".to_vec()),
+            ]),
+            Expr::Seq(vec![
+                Expr::Literal(b"{".to_vec()),
+                ws.clone(),
+                member.clone(),
+                Expr::Repeat {
+                    e: Box::new(Expr::Seq(vec![sep.clone(), member])),
+                    min: 0,
+                    max: None,
+                },
+                ws.clone(),
+                Expr::Literal(b"}".to_vec()),
+            ]),
+        ]);
+        let array = Expr::Alt(vec![
+            Expr::Seq(vec![
+                Expr::Literal(b"[".to_vec()),
+                ws.clone(),
+                Expr::Literal(b"]".to_vec()),
+            ]),
+            Expr::Seq(vec![
+                Expr::Literal(b"[".to_vec()),
+                ws.clone(),
+                v.clone(),
+                Expr::Repeat {
+                    e: Box::new(Expr::Seq(vec![sep, v])),
+                    min: 0,
+                    max: None,
+                },
+                ws.clone(),
+                Expr::Literal(b"]".to_vec()),
+            ]),
+        ]);
+        let body = Expr::Alt(vec![
+            object,
+            array,
+            string,
+            number,
+            Expr::Literal(b"true".to_vec()),
+            Expr::Literal(b"false".to_vec()),
+            Expr::Literal(b"null".to_vec()),
+        ]);
+        self.set(r, body);
+        Expr::Ref(r)
+    }
+
+    /// A JSON string other than the given keys (llama.cpp-style trie complement).
+    fn key_not_in(&mut self, keys: &[&str]) -> Expr {
+        let ch = self.json_char();
+        let q = || Expr::Literal(b"\"".to_vec());
+        if keys.is_empty() {
+            return Expr::Seq(vec![
+                q(),
+                Expr::Repeat {
+                    e: Box::new(ch),
+                    min: 0,
+                    max: None,
+                },
+                q(),
+            ]);
+        }
+        // Characters of the keys, by prefix.
+        let chars: Vec<Vec<char>> = keys.iter().map(|k| k.chars().collect()).collect();
+        fn build(keys: &[Vec<char>], depth: usize, ch: &Expr) -> Expr {
+            // Strings (the rest of the key, up to the closing quote) that differ from every key
+            // in `keys` (all of which share the prefix consumed so far).
+            let q = || Expr::Literal(b"\"".to_vec());
+            let mut alts = Vec::new();
+            // End here, unless one of the keys ends here.
+            if !keys.iter().any(|k| k.len() == depth) {
+                alts.push(q());
+            }
+            let mut next: Vec<char> = keys
+                .iter()
+                .filter(|k| k.len() > depth)
+                .map(|k| k[depth])
+                .collect();
+            next.sort_unstable();
+            next.dedup();
+            // A character no key continues with (raw or escaped), then anything.
+            let others = complement_chars(&next);
+            if !others.is_empty() {
+                alts.push(Expr::Seq(vec![
+                    json_chars(&others),
+                    Expr::Repeat {
+                        e: Box::new(ch.clone()),
+                        min: 0,
+                        max: None,
+                    },
+                    q(),
+                ]));
+            }
+            for c0 in next {
+                let sub: Vec<Vec<char>> = keys
+                    .iter()
+                    .filter(|k| k.len() > depth && k[depth] == c0)
+                    .cloned()
+                    .collect();
+                let rest = build(&sub, depth + 1, ch);
+                alts.push(Expr::Seq(vec![json_chars(&[(c0, c0)]), rest]));
+            }
+            Expr::Alt(alts)
+        }
+        let body = build(&chars, 0, &ch);
+        self.rule("other-key", Expr::Seq(vec![q(), body]))
+    }
+
+    /// The JSON text of a value, in the accepted serialization (whitespace per policy;
+    /// integral numbers also as `n.0`).
+    fn literal_value(&mut self, v: &Value) -> Expr {
+        match v {
+            Value::Null => Expr::Literal(b"null".to_vec()),
+            Value::Bool(b) => Expr::Literal(if *b {
+                b"true".to_vec()
+            } else {
+                b"false".to_vec()
+            }),
+            Value::Number(n) => {
+                let text = n.to_string();
+                if let Some(i) = n
+                    .as_i64()
+                    .map(|x| x as i128)
+                    .or(n.as_u64().map(|x| x as i128))
+                {
+                    let mut alts = vec![Expr::Seq(vec![
+                        Expr::Literal(i.to_string().into_bytes()),
+                        Expr::Repeat {
+                            e: Box::new(Expr::Seq(vec![
+                                Expr::Literal(b".".to_vec()),
+                                Expr::Repeat {
+                                    e: Box::new(Expr::Literal(b"0".to_vec())),
+                                    min: 1,
+                                    max: None,
+                                },
+                            ])),
+                            min: 0,
+                            max: Some(1),
+                        },
+                    ])];
+                    if i == 0 {
+                        alts.push(Expr::Literal(b"-0".to_vec()));
+                    }
+                    Expr::Alt(alts)
+                } else if n
+                    .as_f64()
+                    .is_some_and(|f| f.fract() == 0.0 && f.abs() < 1e15)
+                {
+                    let i = n.as_f64().unwrap() as i128;
+                    Expr::Alt(vec![
+                        Expr::Literal(i.to_string().into_bytes()),
+                        Expr::Literal(format!("{i}.0").into_bytes()),
+                    ])
+                } else {
+                    Expr::Literal(text.into_bytes())
+                }
+            }
+            Value::String(s) => {
+                let mut seq = vec![Expr::Literal(b"\"".to_vec())];
+                for c in s.chars() {
+                    seq.push(json_chars(&[(c, c)]));
+                }
+                seq.push(Expr::Literal(b"\"".to_vec()));
+                Expr::Seq(seq)
+            }
+            Value::Array(a) => {
+                let ws = self.ws();
+                let mut seq = vec![Expr::Literal(b"[".to_vec()), ws.clone()];
+                for (i, x) in a.iter().enumerate() {
+                    if i > 0 {
+                        seq.extend([ws.clone(), Expr::Literal(b",".to_vec()), ws.clone()]);
+                    }
+                    seq.push(self.literal_value(x));
+                }
+                seq.extend([ws, Expr::Literal(b"]".to_vec())]);
+                Expr::Seq(seq)
+            }
+            Value::Object(o) => {
+                let ws = self.ws();
+                let mut seq = vec![Expr::Literal(b"{".to_vec()), ws.clone()];
+                for (i, (k, x)) in o.iter().enumerate() {
+                    if i > 0 {
+                        seq.extend([ws.clone(), Expr::Literal(b",".to_vec()), ws.clone()]);
+                    }
+                    seq.push(self.literal_value(&Value::String(k.clone())));
+                    seq.extend([ws.clone(), Expr::Literal(b":".to_vec()), ws.clone()]);
+                    seq.push(self.literal_value(x));
+                }
+                seq.extend([ws, Expr::Literal(b"}".to_vec())]);
+                Expr::Seq(seq)
+            }
+        }
+    }
+}
+
+// ---- helpers ---------------------------------------------------------------------------
+
+const T_NULL: u8 = 1;
+const T_BOOLEAN: u8 = 2;
+const T_OBJECT: u8 = 4;
+const T_ARRAY: u8 = 8;
+const T_NUMBER: u8 = 16;
+const T_STRING: u8 = 32;
+const T_INTEGER: u8 = 64;
+const ALL_TYPES: u8 = 127;
+
+fn type_bit(t: &str) -> u8 {
+    match t {
+        "null" => T_NULL,
+        "boolean" => T_BOOLEAN,
+        "object" => T_OBJECT,
+        "array" => T_ARRAY,
+        "number" => T_NUMBER | T_INTEGER,
+        "string" => T_STRING,
+        "integer" => T_INTEGER,
+        _ => 0,
+    }
+}
+
+fn type_mask(t: &Value) -> u8 {
+    match t {
+        Value::String(s) => type_bit(s),
+        Value::Array(a) => a
+            .iter()
+            .filter_map(|x| x.as_str())
+            .map(type_bit)
+            .fold(0, |x, y| x | y),
+        _ => ALL_TYPES,
+    }
+}
+
+fn validate_type_keyword(t: &Value, ptr: &str) -> Result<(), SchemaError> {
+    let ok = |s: &str| TYPES.contains(&s);
+    match t {
+        Value::String(s) if ok(s) => Ok(()),
+        Value::Array(a) if a.iter().all(|x| x.as_str().is_some_and(ok)) => Ok(()),
+        _ => Err(invalid(ptr, format!("invalid type {t}"))),
+    }
+}
+
+fn type_of(v: &Value) -> u8 {
+    match v {
+        Value::Null => T_NULL,
+        Value::Bool(_) => T_BOOLEAN,
+        Value::Object(_) => T_OBJECT,
+        Value::Array(_) => T_ARRAY,
+        Value::String(_) => T_STRING,
+        Value::Number(n) => {
+            if n.is_i64() || n.is_u64() || n.as_f64().is_some_and(|f| f.fract() == 0.0) {
+                T_NUMBER | T_INTEGER
+            } else {
+                T_NUMBER
+            }
+        }
+    }
+}
+
+/// Summary of a schema for disjointness checks.
+struct Shape {
+    types: u8,
+    values: Option<Vec<Value>>,
+    props: Vec<(String, Shape)>,
+}
+
+impl Shape {
+    fn and(mut self, o: Shape) -> Shape {
+        self.types &= o.types;
+        if o.values.is_some() {
+            self.values = o.values;
+        }
+        self.props.extend(o.props);
+        self
+    }
+
+    fn effective_types(&self) -> u8 {
+        let mut t = self.types;
+        if t & T_NUMBER != 0 {
+            t |= T_INTEGER;
+        }
+        match &self.values {
+            Some(v) => t & v.iter().map(type_of).fold(0, |a, b| a | b),
+            None => t,
+        }
+    }
+
+    fn disjoint(&self, o: &Shape) -> bool {
+        let (a, b) = (self.effective_types(), o.effective_types());
+        // integer is a subset of number: compare with that in mind.
+        let overlap = a & b;
+        if overlap == 0 {
+            return true;
+        }
+        if let (Some(x), Some(y)) = (&self.values, &o.values) {
+            if !x.iter().any(|v| y.iter().any(|w| json_eq(v, w))) {
+                return true;
+            }
+        }
+        if overlap == T_OBJECT {
+            for (k, s) in &self.props {
+                for (k2, s2) in &o.props {
+                    if k == k2 && s.disjoint(s2) {
+                        return true;
+                    }
+                }
+            }
+        }
+        false
+    }
+}
+
+/// JSON equality as JSON Schema defines it (numbers by value).
+fn json_eq(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| json_eq(p, q))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, v)| y.get(k).is_some_and(|w| json_eq(v, w)))
+        }
+        _ => a == b,
+    }
+}
+
+/// Whether an enum/const value passes the other keywords of its schema: `type`, lengths,
+/// numeric bounds and item/property counts are checked; unknown keywords are annotations;
+/// other validation keywords next to `enum`/`const` are refused.
+fn value_passes(
+    v: &Value,
+    m: &Map<String, Value>,
+    ptr: &str,
+    draft: u32,
+) -> Result<bool, SchemaError> {
+    const CHECKED: &[&str] = &[
+        "enum",
+        "const",
+        "type",
+        "minLength",
+        "maxLength",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "minItems",
+        "maxItems",
+        "minProperties",
+        "maxProperties",
+        "required",
+    ];
+    const OTHER_VALIDATION: &[&str] = &[
+        "pattern",
+        "format",
+        "multipleOf",
+        "items",
+        "prefixItems",
+        "additionalItems",
+        "properties",
+        "additionalProperties",
+        "uniqueItems",
+    ];
+    for k in m.keys() {
+        if OTHER_VALIDATION.contains(&k.as_str()) && !CHECKED.contains(&k.as_str()) {
+            // Only refuse when the keyword applies to one of the listed values' types.
+            let applies = match k.as_str() {
+                "pattern" | "format" => v.is_string(),
+                "multipleOf" => v.is_number(),
+                "items" | "prefixItems" | "additionalItems" | "uniqueItems" => v.is_array(),
+                _ => v.is_object(),
+            };
+            if applies {
+                return Err(unsupported(k, ptr, "enum/const combined with this keyword"));
+            }
+        }
+    }
+    if let Some(t) = m.get("type") {
+        let mut mask = type_mask(t);
+        if mask & T_NUMBER != 0 {
+            mask |= T_INTEGER;
+        }
+        let mut vt = type_of(v);
+        if draft == 4 && v.as_i64().is_none() && v.as_u64().is_none() {
+            vt &= !T_INTEGER;
+        }
+        if vt & mask == 0 {
+            return Ok(false);
+        }
+    }
+    let num = |k: &str| m.get(k).and_then(|x| x.as_f64());
+    let count = |k: &str| m.get(k).and_then(|x| x.as_u64()).map(|x| x as usize);
+    match v {
+        Value::String(s) => {
+            let n = s.chars().count();
+            if count("minLength").is_some_and(|x| n < x)
+                || count("maxLength").is_some_and(|x| n > x)
+            {
+                return Ok(false);
+            }
+        }
+        Value::Number(x) => {
+            let x = x.as_f64().unwrap_or(f64::NAN);
+            let ex_min_bool = m.get("exclusiveMinimum") == Some(&Value::Bool(true));
+            let ex_max_bool = m.get("exclusiveMaximum") == Some(&Value::Bool(true));
+            if num("minimum").is_some_and(|l| x < l || (ex_min_bool && x == l))
+                || num("maximum").is_some_and(|h| x > h || (ex_max_bool && x == h))
+                || num("exclusiveMinimum").is_some_and(|l| x <= l)
+                || num("exclusiveMaximum").is_some_and(|h| x >= h)
+            {
+                return Ok(false);
+            }
+        }
+        Value::Array(a)
+            if count("minItems").is_some_and(|x| a.len() < x)
+                || count("maxItems").is_some_and(|x| a.len() > x) =>
+        {
+            return Ok(false);
+        }
+        Value::Object(o) => {
+            if count("minProperties").is_some_and(|x| o.len() < x)
+                || count("maxProperties").is_some_and(|x| o.len() > x)
+            {
+                return Ok(false);
+            }
+            if let Some(Value::Array(req)) = m.get("required") {
+                if req
+                    .iter()
+                    .any(|r| r.as_str().is_some_and(|r| !o.contains_key(r)))
+                {
+                    return Ok(false);
+                }
+            }
+        }
+        _ => {}
+    }
+    Ok(true)
+}
+
+fn get_uint(m: &Map<String, Value>, k: &str, ptr: &str) -> Result<Option<usize>, SchemaError> {
+    match m.get(k) {
+        None => Ok(None),
+        Some(Value::Number(n)) => match n.as_u64().or_else(|| {
+            n.as_f64()
+                .filter(|f| f.fract() == 0.0 && *f >= 0.0)
+                .map(|f| f as u64)
+        }) {
+            Some(x) => Ok(Some(x.min(usize::MAX as u64) as usize)),
+            None => Err(invalid(ptr, format!("{k} must be a non-negative integer"))),
+        },
+        Some(_) => Err(invalid(ptr, format!("{k} must be a non-negative integer"))),
+    }
+}
+
+/// Refuses keywords we do not enforce when they constrain anything.
+fn check_keywords(m: &Map<String, Value>, ptr: &str) -> Result<(), SchemaError> {
+    for (k, v) in m {
+        let k = k.as_str();
+        if REFUSED.contains(&k) {
+            let trivial = matches!(k, "minContains") && v == &Value::from(1)
+                || matches!(k, "if" | "then" | "else") && v == &Value::Bool(true)
+                || matches!(
+                    k,
+                    "patternProperties" | "dependentSchemas" | "dependentRequired" | "dependencies"
+                ) && v.as_object().is_some_and(|o| o.is_empty())
+                || matches!(
+                    k,
+                    "propertyNames" | "unevaluatedProperties" | "unevaluatedItems"
+                ) && v == &Value::Bool(true);
+            if !trivial {
+                return Err(unsupported(k, ptr, "this keyword is not supported yet"));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn collect_anchors(v: &Value, ptr: &str, out: &mut HashMap<String, String>, depth: usize) {
+    if depth > 64 {
+        return;
+    }
+    match v {
+        Value::Object(m) => {
+            if let Some(Value::String(a)) = m.get("$anchor") {
+                out.insert(a.clone(), ptr.to_string());
+            }
+            if let Some(Value::String(id)) = m.get("$id") {
+                if let Some(a) = id.strip_prefix('#') {
+                    out.insert(a.to_string(), ptr.to_string());
+                }
+            }
+            for (k, x) in m {
+                if k != "enum" && k != "const" {
+                    collect_anchors(x, &join(ptr, k), out, depth + 1);
+                }
+            }
+        }
+        Value::Array(a) => {
+            for (i, x) in a.iter().enumerate() {
+                collect_anchors(x, &join(ptr, &i.to_string()), out, depth + 1);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() {
+            if let Ok(x) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
+                out.push(x);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Intersection of two combinator-free schemas; `None` when provably empty.
+fn merge(
+    a: &Map<String, Value>,
+    b: &Map<String, Value>,
+    ptr: &str,
+) -> Result<Option<Map<String, Value>>, SchemaError> {
+    let mut out = a.clone();
+    for (k, bv) in b {
+        let Some(av) = out.get(k).cloned() else {
+            out.insert(k.clone(), bv.clone());
+            continue;
+        };
+        if &av == bv {
+            continue;
+        }
+        let merged = match k.as_str() {
+            "type" => {
+                let mut m = type_mask(&av) & type_mask(bv);
+                if m == 0 {
+                    // number & integer: integer
+                    return Ok(None);
+                }
+                if m & T_NUMBER != 0
+                    && m & T_INTEGER != 0
+                    && (type_mask(&av) & T_NUMBER == 0 || type_mask(bv) & T_NUMBER == 0)
+                {
+                    m &= !T_NUMBER;
+                }
+                let names: Vec<Value> = [
+                    "null", "boolean", "object", "array", "number", "string", "integer",
+                ]
+                .iter()
+                .filter(|t| {
+                    let bit = type_bit(t);
+                    if **t == "number" {
+                        m & T_NUMBER != 0
+                    } else {
+                        m & bit == bit && !(**t == "integer" && m & T_NUMBER != 0)
+                    }
+                })
+                .map(|t| Value::String(t.to_string()))
+                .collect();
+                if names.is_empty() {
+                    return Ok(None);
+                }
+                Value::Array(names)
+            }
+            "required" => {
+                let mut r: Vec<Value> = av.as_array().cloned().unwrap_or_default();
+                for x in bv.as_array().cloned().unwrap_or_default() {
+                    if !r.contains(&x) {
+                        r.push(x);
+                    }
+                }
+                Value::Array(r)
+            }
+            "minLength" | "minItems" | "minProperties" | "minimum" | "exclusiveMinimum"
+                if av.is_number() && bv.is_number() =>
+            {
+                if av.as_f64() >= bv.as_f64() {
+                    av
+                } else {
+                    bv.clone()
+                }
+            }
+            "maxLength" | "maxItems" | "maxProperties" | "maximum" | "exclusiveMaximum"
+                if av.is_number() && bv.is_number() =>
+            {
+                if av.as_f64() <= bv.as_f64() {
+                    av
+                } else {
+                    bv.clone()
+                }
+            }
+            "enum" | "const" => {
+                let as_list = |v: &Value, key: &str| {
+                    if key == "const" {
+                        vec![v.clone()]
+                    } else {
+                        v.as_array().cloned().unwrap_or_default()
+                    }
+                };
+                let x = as_list(&av, k);
+                let y = as_list(bv, k);
+                Value::Array(
+                    x.into_iter()
+                        .filter(|v| y.iter().any(|w| json_eq(v, w)))
+                        .collect(),
+                )
+            }
+            "properties" | "additionalProperties" | "items" | "prefixItems" | "additionalItems" => {
+                // Handled together below.
+                continue;
+            }
+            _ => {
+                return Err(unsupported(
+                    k,
+                    ptr,
+                    "cannot intersect two different values of this keyword (allOf or siblings)",
+                ))
+            }
+        };
+        out.insert(k.clone(), merged);
+    }
+    // enum + const in one map: keep as enum.
+    if let (Some(_), Some(c)) = (out.get("enum").cloned(), out.get("const").cloned()) {
+        let e = out.remove("enum").unwrap();
+        let list: Vec<Value> = e
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|v| json_eq(v, &c))
+            .collect();
+        out.remove("const");
+        out.insert("enum".into(), Value::Array(list));
+    }
+    // Objects: properties/additionalProperties, exactly.
+    if a.contains_key("properties")
+        || b.contains_key("properties")
+        || a.contains_key("additionalProperties")
+        || b.contains_key("additionalProperties")
+    {
+        let pa = a
+            .get("properties")
+            .and_then(|p| p.as_object())
+            .cloned()
+            .unwrap_or_default();
+        let pb = b
+            .get("properties")
+            .and_then(|p| p.as_object())
+            .cloned()
+            .unwrap_or_default();
+        let xa = a
+            .get("additionalProperties")
+            .cloned()
+            .unwrap_or(Value::Bool(true));
+        let xb = b
+            .get("additionalProperties")
+            .cloned()
+            .unwrap_or(Value::Bool(true));
+        let mut props = Map::new();
+        let mut keys: Vec<String> = pa.keys().cloned().collect();
+        for k in pb.keys() {
+            if !keys.contains(k) {
+                keys.push(k.clone());
+            }
+        }
+        for k in keys {
+            let sa = pa.get(&k).cloned().unwrap_or_else(|| xa.clone());
+            let sb = pb.get(&k).cloned().unwrap_or_else(|| xb.clone());
+            props.insert(k, and_schema(sa, sb));
+        }
+        out.insert("properties".into(), Value::Object(props));
+        out.insert("additionalProperties".into(), and_schema(xa, xb));
+    }
+    // Arrays.
+    for key in ["items", "prefixItems", "additionalItems"] {
+        match (a.get(key), b.get(key)) {
+            (Some(x), Some(y)) if x != y => {
+                if key == "items" && !x.is_array() && !y.is_array() {
+                    out.insert(key.into(), and_schema(x.clone(), y.clone()));
+                } else {
+                    return Err(unsupported(
+                        key,
+                        ptr,
+                        "cannot intersect two different tuple schemas",
+                    ));
+                }
+            }
+            (Some(x), _) | (None, Some(x)) => {
+                out.insert(key.into(), x.clone());
+            }
+            _ => {}
+        }
+    }
+    Ok(Some(out))
+}
+
+/// `x ∧ y` as a schema.
+fn and_schema(x: Value, y: Value) -> Value {
+    match (&x, &y) {
+        (Value::Bool(true), _) => y,
+        (_, Value::Bool(true)) => x,
+        (Value::Bool(false), _) | (_, Value::Bool(false)) => Value::Bool(false),
+        _ if x == y => x,
+        _ => serde_json::json!({ "allOf": [x, y] }),
+    }
+}
+
+fn complement_chars(cs: &[char]) -> Vec<(char, char)> {
+    let mut out = Vec::new();
+    let mut next = 0u32;
+    for &c in cs {
+        let c = c as u32;
+        if c > next {
+            push_range(&mut out, next, c - 1);
+        }
+        next = c + 1;
+    }
+    push_range(&mut out, next, 0x10FFFF);
+    out
+}
+
+fn push_range(out: &mut Vec<(char, char)>, a: u32, b: u32) {
+    for (x, y) in [(a, b.min(0xD7FF)), (a.max(0xE000), b)] {
+        if x <= y {
+            if let (Some(x), Some(y)) = (char::from_u32(x), char::from_u32(y)) {
+                out.push((x, y));
+            }
+        }
+    }
+}
+
+/// Characters of `ranges` in their JSON string encodings: raw where allowed, and the
+/// escapes a serializer writes (`\"`, `\\`, `\/`, short escapes and `\u00XX` for controls).
+fn json_chars(ranges: &[(char, char)]) -> Expr {
+    let mut raw = Vec::new();
+    let mut alts = Vec::new();
+    for &(a, b) in ranges {
+        // raw: exclude ", \ and controls
+        let (a32, b32) = (a as u32, b as u32);
+        for (x, y) in [
+            (a32.max(0x20), b32.min(0x21)),
+            (a32.max(0x23), b32.min(0x5B)),
+            (a32.max(0x5D), b32),
+        ] {
+            if x <= y {
+                push_range(&mut raw, x, y);
+            }
+        }
+        let has = |c: u32| a32 <= c && c <= b32;
+        if has(0x22) {
+            alts.push(Expr::Literal(b"\\\"".to_vec()));
+        }
+        if has(0x5C) {
+            alts.push(Expr::Literal(b"\\\\".to_vec()));
+        }
+        if has(0x2F) {
+            alts.push(Expr::Literal(b"\\/".to_vec()));
+        }
+        for c in a32..=b32.min(0x1F) {
+            let short = match c {
+                0x08 => Some(b'b'),
+                0x0C => Some(b'f'),
+                0x0A => Some(b'n'),
+                0x0D => Some(b'r'),
+                0x09 => Some(b't'),
+                _ => None,
+            };
+            if let Some(s) = short {
+                alts.push(Expr::Literal(vec![b'\\', s]));
+            }
+            let hi = (c >> 4) as u8;
+            let lo = (c & 15) as u8;
+            let hexc = |d: u8| -> Expr {
+                if d < 10 {
+                    Expr::Literal(vec![b'0' + d])
+                } else {
+                    Expr::Chars(vec![
+                        ((b'A' + d - 10) as char, (b'A' + d - 10) as char),
+                        ((b'a' + d - 10) as char, (b'a' + d - 10) as char),
+                    ])
+                }
+            };
+            alts.push(Expr::Seq(vec![
+                Expr::Literal(b"\\u00".to_vec()),
+                hexc(hi),
+                hexc(lo),
+            ]));
+        }
+    }
+    if raw.len() == 1 && raw[0].0 == raw[0].1 && alts.is_empty() {
+        return Expr::Literal(raw[0].0.to_string().into_bytes());
+    }
+    if !raw.is_empty() {
+        alts.insert(0, Expr::Chars(raw));
+    }
+    if alts.len() == 1 {
+        alts.pop().unwrap()
+    } else {
+        Expr::Alt(alts)
+    }
+}
+
+fn strip_capture(h: &Hir) -> Hir {
+    match h.kind() {
+        HirKind::Capture(c) => strip_capture(&c.sub),
+        _ => h.clone(),
+    }
+}
+
+fn first_line(s: &str) -> String {
+    s.lines().last().unwrap_or(s).trim().to_string()
+}
+
+/// Rewrites ECMAScript regex syntax into the Rust (`regex-syntax`) dialect with the same
+/// meaning: `\d`, `\w` (and negations, and `\b`-free) are ASCII in ECMAScript; `\s` is
+/// Unicode whitespace in both; `\/` is `/`.
+fn ecma_to_rust(p: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(p.len() + 16);
+    let mut in_class = false;
+    let mut it = p.chars().peekable();
+    while let Some(c) = it.next() {
+        match c {
+            '\\' => {
+                let Some(n) = it.next() else {
+                    return Err("trailing backslash".into());
+                };
+                let rep: Option<(&str, &str)> = match n {
+                    'd' => Some(("[0-9]", "0-9")),
+                    'D' => Some(("[^0-9]", "")),
+                    'w' => Some(("[A-Za-z0-9_]", "A-Za-z0-9_")),
+                    'W' => Some(("[^A-Za-z0-9_]", "")),
+                    _ => None,
+                };
+                match rep {
+                    Some((outside, inside)) => {
+                        if in_class {
+                            if inside.is_empty() {
+                                return Err(format!("\\{n} inside a character class"));
+                            }
+                            out.push_str(inside);
+                        } else {
+                            out.push_str(outside);
+                        }
+                    }
+                    None => match n {
+                        '/' => out.push('/'),
+                        'b' | 'B' if !in_class => {
+                            return Err("word boundaries are not supported".into())
+                        }
+                        'c' | 'k' => return Err(format!("\\{n} is not supported")),
+                        'u' if it.peek() == Some(&'{') => {
+                            out.push_str("\\x");
+                        }
+                        'u' => {
+                            let hex: String = (0..4).filter_map(|_| it.next()).collect();
+                            if hex.len() != 4 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+                                return Err("\\u needs 4 hex digits".into());
+                            }
+                            out.push_str(&format!("\\x{{{hex}}}"));
+                        }
+                        _ => {
+                            out.push('\\');
+                            out.push(n);
+                        }
+                    },
+                }
+            }
+            '[' if !in_class => {
+                in_class = true;
+                out.push('[');
+                if it.peek() == Some(&'^') {
+                    out.push(it.next().unwrap());
+                }
+                if it.peek() == Some(&']') {
+                    // ECMAScript: `[]` matches nothing, `[^]` anything.
+                    it.next();
+                    in_class = false;
+                    if out.ends_with('^') {
+                        out.truncate(out.len() - 2);
+                        out.push_str("(?s:.)");
+                    } else {
+                        out.truncate(out.len() - 1);
+                        out.push_str("[^\\x{0}-\\x{10FFFF}]");
+                    }
+                }
+            }
+            '[' if in_class => out.push_str("\\["),
+            ']' if in_class => {
+                in_class = false;
+                out.push(']');
+            }
+            '(' if !in_class && it.peek() == Some(&'?') => {
+                // Lookarounds and named groups: (?=, (?!, (?<=, (?<!, (?<name>
+                let rest: String = it.clone().take(3).collect();
+                if rest.starts_with("?=")
+                    || rest.starts_with("?!")
+                    || rest.starts_with("?<=")
+                    || rest.starts_with("?<!")
+                {
+                    return Err("lookaround assertions are not supported".into());
+                }
+                out.push('(');
+                if rest.starts_with("?<") {
+                    it.next();
+                    it.next();
+                    out.push_str("?P<");
+                }
+            }
+            '.' if !in_class => out.push_str("[^\\n\\r\\x{2028}\\x{2029}]"),
+            _ => out.push(c),
+        }
+    }
+    Ok(out)
+}
+
+const KNOWN_FORMATS: &[&str] = &[
+    "date-time",
+    "date",
+    "time",
+    "duration",
+    "email",
+    "idn-email",
+    "hostname",
+    "idn-hostname",
+    "ipv4",
+    "ipv6",
+    "uri",
+    "uri-reference",
+    "iri",
+    "iri-reference",
+    "uuid",
+    "uri-template",
+    "json-pointer",
+    "relative-json-pointer",
+    "regex",
+];
+
+/// Regexes (over decoded characters, anchored) for the formats we enforce. Each accepts a
+/// subset of what a validator accepts, never more.
+fn format_regex(f: &str) -> Option<String> {
+    let date = r"(?:[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-8]))|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)-02-29)";
+    let time = r"(?:(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9]))";
+    Some(match f {
+        "date" => date.to_string(),
+        "time" => time.to_string(),
+        "date-time" => format!("{date}[Tt]{time}"),
+        "uuid" => "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}".into(),
+        "ipv4" => r"(?:(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])".into(),
+        "hostname" => r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,60}[A-Za-z0-9])?\.){0,3}[A-Za-z0-9](?:[A-Za-z0-9-]{0,60}[A-Za-z0-9])?".into(),
+        "email" => r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]{1,32}(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]{1,32}){0,3}@(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,30}[A-Za-z0-9])?\.){1,3}[A-Za-z]{2,12}".into(),
+        _ => return None,
+    })
+}

