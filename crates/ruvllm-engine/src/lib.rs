@@ -43,6 +43,8 @@
 //! assert!(m.is_accepting());
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod byteset;
 pub mod compile;
 mod earley;
