@@ -2,5 +2,6 @@
 //! test suite runs exactly the code the command runs.
 
 pub mod grammar_cases;
+pub mod llg;
 pub mod maskbench;
 pub mod pyjson;

@@ -35,7 +35,7 @@ enum Cmd {
         /// tokenizer.json to use (MaskBench uses Llama 3.1's).
         #[arg(long)]
         tokenizer: PathBuf,
-        /// Comma-separated engines (available: ruvllm).
+        /// Comma-separated engines: ruvllm, llguidance.
         #[arg(long, default_value = "ruvllm", value_delimiter = ',')]
         engines: Vec<String>,
         /// Only every N-th file.
@@ -93,10 +93,8 @@ fn main() -> Result<()> {
             paths,
         } => {
             for e in &engines {
-                if e != "ruvllm" {
-                    anyhow::bail!(
-                        "engine {e:?} is not available in this build (available: ruvllm)"
-                    );
+                if e != "ruvllm" && e != "llguidance" {
+                    anyhow::bail!("unknown engine {e:?} (ruvllm, llguidance)");
                 }
             }
             let vocab = Arc::new(
@@ -105,31 +103,48 @@ fn main() -> Result<()> {
             );
             let files = ruvllm_bench::maskbench::collect(&paths)?;
             let files: Vec<_> = files.into_iter().step_by(every.max(1)).collect();
-            let mut st = ruvllm_bench::maskbench::EngineStats::default();
+            let t_llg = std::time::Instant::now();
+            let factory = if engines.iter().any(|e| e == "llguidance") {
+                Some(ruvllm_bench::llg::factory(&vocab)?)
+            } else {
+                None
+            };
+            if factory.is_some() {
+                eprintln!(
+                    "llguidance vocabulary tables: {:.1} ms",
+                    t_llg.elapsed().as_secs_f64() * 1e3
+                );
+            }
+            let mut stats: Vec<(String, ruvllm_bench::maskbench::EngineStats)> = engines
+                .iter()
+                .map(|e| (e.clone(), Default::default()))
+                .collect();
             for (i, f) in files.iter().enumerate() {
-                let t = std::time::Instant::now();
                 if std::env::var_os("RUVLLM_BENCH_TRACE").is_some() {
                     eprintln!("file {}", f.display());
                 }
-                ruvllm_bench::maskbench::run_file(&vocab, f, &mut st)?;
-                if t.elapsed().as_secs_f64() > 2.0 {
-                    eprintln!(
-                        "slow file {}: {:.1} s",
-                        f.display(),
-                        t.elapsed().as_secs_f64()
-                    );
+                let case = ruvllm_bench::maskbench::load(&vocab, f)?;
+                // Interleaved per file: every engine on the same file and tokens, one thread.
+                for (name, st) in stats.iter_mut() {
+                    let t = std::time::Instant::now();
+                    match name.as_str() {
+                        "ruvllm" => ruvllm_bench::maskbench::run_ruvllm(&vocab, &case, st)?,
+                        _ => ruvllm_bench::llg::run(factory.as_ref().unwrap(), &case, st)?,
+                    }
+                    if t.elapsed().as_secs_f64() > 2.0 {
+                        eprintln!(
+                            "slow file {} ({name}): {:.1} s",
+                            f.display(),
+                            t.elapsed().as_secs_f64()
+                        );
+                    }
                 }
                 if (i + 1) % 500 == 0 {
                     eprintln!("{} / {} files", i + 1, files.len());
                 }
             }
-            let n_err = st.errors.len();
-            let errors = std::mem::take(&mut st.errors);
-            let fa = std::mem::take(&mut st.false_accepts);
-            let fr = std::mem::take(&mut st.false_rejects);
-            let summary = st.to_json();
             println!(
-                "{:<10} {:>8} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>10} {:>10}",
+                "{:<11} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10}",
                 "engine",
                 "schemas",
                 "passing",
@@ -137,38 +152,47 @@ fn main() -> Result<()> {
                 "val_rej",
                 "inv_acc",
                 "tbm_mean",
+                "tbm_p50",
                 "tbm_p99",
+                "tbm_p999",
+                "tbm_max",
                 "ttfm_mean",
                 "ttfm_p99"
             );
-            println!(
-                "{:<10} {:>8} {:>8} {:>8} {:>8} {:>8} {:>10.1} {:>10.1} {:>10.1} {:>10.1}",
-                "ruvllm",
-                summary["schemas"],
-                summary["passing"],
-                summary["compile_errors"],
-                summary["valid_rejected"],
-                summary["invalid_accepted"],
-                summary["tbm_us"]["mean"].as_f64().unwrap_or(0.0),
-                summary["tbm_us"]["p99"].as_f64().unwrap_or(0.0),
-                summary["ttfm_us"]["mean"].as_f64().unwrap_or(0.0),
-                summary["ttfm_us"]["p99"].as_f64().unwrap_or(0.0)
-            );
-            for (f, e) in errors.iter().take(show) {
-                println!("compile error {f}: {e}");
+            let mut out = serde_json::Map::new();
+            let mut details = Vec::new();
+            for (name, st) in stats.iter_mut() {
+                let errors = std::mem::take(&mut st.errors);
+                let fa = std::mem::take(&mut st.false_accepts);
+                let fr = std::mem::take(&mut st.false_rejects);
+                let v = st.to_json();
+                let f = |k: &str, q: &str| v[k][q].as_f64().unwrap_or(0.0);
+                println!(
+                    "{:<11} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>10.1} {:>10.1}",
+                    name, v["schemas"], v["passing"], v["compile_errors"], v["valid_rejected"], v["invalid_accepted"],
+                    f("tbm_us", "mean"), f("tbm_us", "p50"), f("tbm_us", "p99"), f("tbm_us", "p999"), f("tbm_us", "max"),
+                    f("ttfm_us", "mean"), f("ttfm_us", "p99")
+                );
+                out.insert(name.clone(), v);
+                details.push((name.clone(), errors, fa, fr));
             }
-            if n_err > show {
-                println!("... {} more compile errors", n_err - show);
+            for (name, errors, fa, fr) in details {
+                for (f, e) in errors.iter().take(show) {
+                    println!("{name}: compile error {f}: {e}");
+                }
+                if errors.len() > show {
+                    println!("{name}: ... {} more compile errors", errors.len() - show);
+                }
+                for (f, t) in fa.iter().take(show) {
+                    println!("{name}: INVALID ACCEPTED {f}: {t}");
+                }
+                for (f, t) in fr.iter().take(show) {
+                    println!("{name}: valid rejected {f}: {t}");
+                }
             }
-            for (f, t) in fa.iter().take(show) {
-                println!("INVALID ACCEPTED {f}: {t}");
-            }
-            for (f, t) in fr.iter().take(show) {
-                println!("valid rejected {f}: {t}");
-            }
-            if let Some(out) = json {
-                let doc = serde_json::json!({"files": files.len(), "engines": {"ruvllm": summary}});
-                std::fs::write(&out, serde_json::to_string_pretty(&doc)?)?;
+            if let Some(path) = json {
+                let doc = serde_json::json!({"files": files.len(), "engines": out});
+                std::fs::write(&path, serde_json::to_string_pretty(&doc)?)?;
             }
             Ok(())
         }

@@ -96,21 +96,69 @@ pub fn collect(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-/// Runs the ruvllm engine over one MaskBench file.
-pub fn run_file(vocab: &Arc<Vocabulary>, file: &Path, st: &mut EngineStats) -> Result<()> {
+/// One MaskBench file, with its instances serialized and tokenized once for all engines.
+pub struct FileCase {
+    /// File name.
+    pub name: String,
+    /// The schema.
+    pub schema: Value,
+    /// (valid, text, token ids) per test instance.
+    pub tests: Vec<(bool, String, Vec<u32>)>,
+}
+
+/// Reads and tokenizes one MaskBench file.
+pub fn load(vocab: &Vocabulary, file: &Path) -> Result<FileCase> {
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(file)?)
         .with_context(|| format!("parsing {}", file.display()))?;
-    let name = file.file_name().unwrap().to_string_lossy().into_owned();
-    let schema = doc.get("schema").cloned().unwrap_or(Value::Bool(true));
-    let tests = doc
-        .get("tests")
-        .and_then(|t| t.as_array())
-        .cloned()
-        .unwrap_or_default();
     let enc = vocab
         .encoder()
         .context("the tokenizer has no encoder")?
         .clone();
+    let mut tests = Vec::new();
+    for t in doc
+        .get("tests")
+        .and_then(|t| t.as_array())
+        .cloned()
+        .unwrap_or_default()
+    {
+        let valid = t.get("valid").and_then(|v| v.as_bool()).unwrap_or(false);
+        let text = pyjson::dumps(t.get("data").unwrap_or(&Value::Null));
+        let ids = enc.encode(&text).map_err(anyhow::Error::msg)?;
+        tests.push((valid, text, ids));
+    }
+    Ok(FileCase {
+        name: file.file_name().unwrap().to_string_lossy().into_owned(),
+        schema: doc.get("schema").cloned().unwrap_or(Value::Bool(true)),
+        tests,
+    })
+}
+
+/// Scores one file's verdicts (accepted or not, per instance).
+pub fn judge_pub(st: &mut EngineStats, case: &FileCase, verdicts: &[bool]) {
+    judge(st, case, verdicts)
+}
+
+fn judge(st: &mut EngineStats, case: &FileCase, verdicts: &[bool]) {
+    let mut all_right = true;
+    for ((valid, text, _), &accepted) in case.tests.iter().zip(verdicts) {
+        if accepted != *valid {
+            all_right = false;
+            if *valid {
+                st.valid_rejected += 1;
+                st.false_rejects.push((case.name.clone(), text.clone()));
+            } else {
+                st.invalid_accepted += 1;
+                st.false_accepts.push((case.name.clone(), text.clone()));
+            }
+        }
+    }
+    if all_right {
+        st.passing += 1;
+    }
+}
+
+/// Runs the ruvllm engine on one file.
+pub fn run_ruvllm(vocab: &Arc<Vocabulary>, case: &FileCase, st: &mut EngineStats) -> Result<()> {
     st.schemas += 1;
     let limits = Limits::default();
     let opts = SchemaOptions {
@@ -118,7 +166,7 @@ pub fn run_file(vocab: &Arc<Vocabulary>, file: &Path, st: &mut EngineStats) -> R
         strict: false,
     };
     let t0 = Instant::now();
-    let compiled = schema_to_grammar(&schema, &opts)
+    let compiled = schema_to_grammar(&case.schema, &opts)
         .map_err(|e| e.to_string())
         .and_then(|g| Constraint::new(&g, vocab.clone(), &limits).map_err(|e| e.to_string()));
     let c = match compiled {
@@ -128,19 +176,16 @@ pub fn run_file(vocab: &Arc<Vocabulary>, file: &Path, st: &mut EngineStats) -> R
         }
         Err(e) => {
             st.compile_errors += 1;
-            st.errors.push((name, e));
+            st.errors.push((case.name.clone(), e));
             return Ok(());
         }
     };
-    let mut all_right = true;
     let mut mask = vec![0u32; vocab.mask_words()];
-    for t in &tests {
-        let valid = t.get("valid").and_then(|v| v.as_bool()).unwrap_or(false);
-        let text = pyjson::dumps(t.get("data").unwrap_or(&Value::Null));
-        let ids = enc.encode(&text).map_err(anyhow::Error::msg)?;
+    let mut verdicts = Vec::new();
+    for (_, _, ids) in &case.tests {
         let mut m = Matcher::new(&c)?;
         let mut ok = true;
-        for &tok in &ids {
+        for &tok in ids {
             let t1 = Instant::now();
             let r = m.compute_mask(&mut mask);
             let allowed = r.is_ok() && mask[(tok >> 5) as usize] >> (tok & 31) & 1 == 1;
@@ -152,20 +197,8 @@ pub fn run_file(vocab: &Arc<Vocabulary>, file: &Path, st: &mut EngineStats) -> R
                 break;
             }
         }
-        let accepted = ok && m.is_accepting();
-        if accepted != valid {
-            all_right = false;
-            if valid {
-                st.valid_rejected += 1;
-                st.false_rejects.push((name.clone(), text));
-            } else {
-                st.invalid_accepted += 1;
-                st.false_accepts.push((name.clone(), text));
-            }
-        }
+        verdicts.push(ok && m.is_accepting());
     }
-    if all_right {
-        st.passing += 1;
-    }
+    judge(st, case, &verdicts);
     Ok(())
 }
