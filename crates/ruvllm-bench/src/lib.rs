@@ -5,3 +5,4 @@ pub mod grammar_cases;
 pub mod llg;
 pub mod maskbench;
 pub mod pyjson;
+pub mod test_suite;

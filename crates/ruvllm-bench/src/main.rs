@@ -30,6 +30,23 @@ enum Cmd {
         /// Folder of NAME.gbnf + NAME.cases.json pairs (searched recursively).
         dir: PathBuf,
     },
+    /// The JSON Schema Test Suite (one draft's folder, optional/ included), token by token.
+    TestSuite {
+        /// tokenizer.json to use.
+        #[arg(long)]
+        tokenizer: PathBuf,
+        /// Comma-separated engines: ruvllm, llguidance.
+        #[arg(long, default_value = "ruvllm", value_delimiter = ',')]
+        engines: Vec<String>,
+        /// Where to write the JSON summary.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Print up to this many false positives per engine.
+        #[arg(long, default_value_t = 20)]
+        show: usize,
+        /// e.g. ../shared/data/json-schema-test-suite/tests/draft2020-12
+        dir: PathBuf,
+    },
     /// MaskBench: JSON Schema masks scored on valid and invalid instances, token by token.
     Maskbench {
         /// tokenizer.json to use (MaskBench uses Llama 3.1's).
@@ -81,6 +98,56 @@ fn main() -> Result<()> {
             }
             if report.accept_wrong + report.reject_wrong + report.compile_errors > 0 {
                 std::process::exit(1);
+            }
+            Ok(())
+        }
+        Cmd::TestSuite {
+            tokenizer,
+            engines,
+            json,
+            show,
+            dir,
+        } => {
+            for e in &engines {
+                anyhow::ensure!(
+                    e == "ruvllm" || e == "llguidance",
+                    "unknown engine {e:?} (ruvllm, llguidance)"
+                );
+            }
+            let vocab = Arc::new(
+                Vocabulary::from_file(&tokenizer)
+                    .with_context(|| format!("loading {}", tokenizer.display()))?,
+            );
+            let factory = if engines.iter().any(|e| e == "llguidance") {
+                Some(ruvllm_bench::llg::factory(&vocab)?)
+            } else {
+                None
+            };
+            let (totals, fps) =
+                ruvllm_bench::test_suite::run(&vocab, &dir, &engines, factory.as_ref())?;
+            println!(
+                "{:<11} {:>7} {:>7} {:>9} {:>9} {:>9}",
+                "engine", "tests", "passed", "compile", "false_pos", "false_neg"
+            );
+            let mut out = serde_json::Map::new();
+            for (i, e) in engines.iter().enumerate() {
+                let t = totals[i];
+                println!(
+                    "{:<11} {:>7} {:>7} {:>9} {:>9} {:>9}",
+                    e, t.tests, t.passed, t.compile_error, t.false_positive, t.false_negative
+                );
+                out.insert(e.clone(), t.to_json());
+            }
+            for (i, e) in engines.iter().enumerate() {
+                for fp in fps[i].iter().take(show) {
+                    println!("{e}: FALSE POSITIVE {fp}");
+                }
+            }
+            if let Some(path) = json {
+                std::fs::write(
+                    &path,
+                    serde_json::to_string_pretty(&serde_json::json!({"engines": out}))?,
+                )?;
             }
             Ok(())
         }

@@ -2195,7 +2195,41 @@ fn merge(
         out.insert("properties".into(), Value::Object(props));
         out.insert("additionalProperties".into(), and_schema(xa, xb));
     }
-    // Arrays.
+    // Arrays: `items` means "after prefixItems" only next to the prefixItems of its own
+    // schema, so the tuple keywords must come from one side.
+    let tuple = |m: &Map<String, Value>| -> Map<String, Value> {
+        m.iter()
+            .filter(|(k, _)| {
+                matches!(k.as_str(), "prefixItems" | "additionalItems")
+                    || (k.as_str() == "items" && m.contains_key("prefixItems"))
+                    || (k.as_str() == "items" && m.get("items").is_some_and(|v| v.is_array()))
+            })
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    };
+    let (ta, tb) = (tuple(a), tuple(b));
+    if !ta.is_empty()
+        && (b.contains_key("items") || b.contains_key("prefixItems"))
+        && ta != tuple(b)
+        && !(tb.is_empty() && !b.contains_key("items"))
+    {
+        return Err(unsupported(
+            "prefixItems",
+            ptr,
+            "cannot intersect a tuple schema with another array schema",
+        ));
+    }
+    if !tb.is_empty()
+        && (a.contains_key("items") || a.contains_key("prefixItems"))
+        && tb != ta
+        && !(ta.is_empty() && !a.contains_key("items"))
+    {
+        return Err(unsupported(
+            "prefixItems",
+            ptr,
+            "cannot intersect a tuple schema with another array schema",
+        ));
+    }
     for key in ["items", "prefixItems", "additionalItems"] {
         match (a.get(key), b.get(key)) {
             (Some(x), Some(y)) if x != y => {
@@ -2348,7 +2382,12 @@ fn ecma_to_rust(p: &str) -> Result<String, String> {
                 let Some(n) = it.next() else {
                     return Err("trailing backslash".into());
                 };
+                const ECMA_SPACE: &str = "\\t\\n\\x0B\\x0C\\r \\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}\\x{FEFF}";
+                let space_out = format!("[{ECMA_SPACE}]");
+                let nspace_out = format!("[^{ECMA_SPACE}]");
                 let rep: Option<(&str, &str)> = match n {
+                    's' => Some((space_out.as_str(), ECMA_SPACE)),
+                    'S' => Some((nspace_out.as_str(), "")),
                     'd' => Some(("[0-9]", "0-9")),
                     'D' => Some(("[^0-9]", "")),
                     'w' => Some(("[A-Za-z0-9_]", "A-Za-z0-9_")),
@@ -2470,8 +2509,14 @@ fn format_regex(f: &str) -> Option<String> {
         "date-time" => format!("{date}[Tt]{time}"),
         "uuid" => "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}".into(),
         "ipv4" => r"(?:(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])".into(),
-        "hostname" => r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,60}[A-Za-z0-9])?\.){0,3}[A-Za-z0-9](?:[A-Za-z0-9-]{0,60}[A-Za-z0-9])?".into(),
-        "email" => r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]{1,32}(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]{1,32}){0,3}@(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,30}[A-Za-z0-9])?\.){1,3}[A-Za-z]{2,12}".into(),
+        // Labels of 1 to 62 characters, at most 4 labels (so at most 251 characters); no
+        // hyphen in the third position, so never `xn--`-style A-labels (whose punycode a
+        // validator checks).
+        "hostname" => {
+            let label = r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]?[A-Za-z0-9])?|[A-Za-z0-9][A-Za-z0-9-][A-Za-z0-9](?:[A-Za-z0-9-]{0,58}[A-Za-z0-9])?)";
+            format!(r"(?:{label}\.){{0,3}}{label}")
+        }
+        "email" => r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]{1,32}(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]{1,32}){0,3}@(?:[A-Za-z0-9](?:[A-Za-z0-9]?[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9](?:[A-Za-z0-9-]{0,27}[A-Za-z0-9])?)?\.){1,3}[A-Za-z]{2,12}".into(),
         _ => return None,
     })
 }

@@ -1,0 +1,109 @@
+//! `test-suite`: the official JSON Schema Test Suite (`tests/<draft>`, `optional/` included).
+//!
+//! Each test group's schema is compiled once per engine; each test's `data` is serialized
+//! like MaskBench instances, tokenized, and fed token by token. A group whose schema does not
+//! compile counts its tests as `compile_error`. `false_positive` = an invalid instance
+//! accepted; `false_negative` = a valid one refused.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use ruvllm_engine::Vocabulary;
+use serde_json::{json, Value};
+
+use crate::maskbench::{EngineStats, FileCase};
+
+/// Per-engine totals.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SuiteStats {
+    /// Tests run.
+    pub tests: usize,
+    /// Judged right.
+    pub passed: usize,
+    /// In groups whose schema did not compile.
+    pub compile_error: usize,
+    /// Invalid instances accepted.
+    pub false_positive: usize,
+    /// Valid instances refused.
+    pub false_negative: usize,
+}
+
+impl SuiteStats {
+    /// The JSON shape of the issue.
+    pub fn to_json(self) -> Value {
+        json!({"tests": self.tests, "passed": self.passed, "compile_error": self.compile_error,
+               "false_positive": self.false_positive, "false_negative": self.false_negative})
+    }
+}
+
+fn collect(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+    for e in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let p = e?.path();
+        if p.is_dir() {
+            collect(&p, out)?;
+        } else if p.extension().is_some_and(|x| x == "json") {
+            out.push(p);
+        }
+    }
+    Ok(())
+}
+
+/// Runs every test file under `dir` with the given engines. `(false_positives)` lists the
+/// accepted invalid instances per engine for the report.
+pub fn run(
+    vocab: &Arc<Vocabulary>,
+    dir: &Path,
+    engines: &[String],
+    factory: Option<&llguidance::ParserFactory>,
+) -> Result<(Vec<SuiteStats>, Vec<Vec<String>>)> {
+    let mut files = Vec::new();
+    collect(dir, &mut files)?;
+    files.sort();
+    anyhow::ensure!(!files.is_empty(), "no test files under {}", dir.display());
+    let enc = vocab
+        .encoder()
+        .context("the tokenizer has no encoder")?
+        .clone();
+    let mut totals = vec![SuiteStats::default(); engines.len()];
+    let mut fps = vec![Vec::new(); engines.len()];
+    for f in &files {
+        let groups: Value = serde_json::from_str(&std::fs::read_to_string(f)?)
+            .with_context(|| format!("parsing {}", f.display()))?;
+        let rel = f.strip_prefix(dir).unwrap_or(f).display().to_string();
+        for g in groups.as_array().cloned().unwrap_or_default() {
+            let mut tests = Vec::new();
+            for t in g["tests"].as_array().cloned().unwrap_or_default() {
+                let text = crate::pyjson::dumps(&t["data"]);
+                let ids = enc.encode(&text).map_err(anyhow::Error::msg)?;
+                tests.push((t["valid"].as_bool().unwrap_or(false), text, ids));
+            }
+            let case = FileCase {
+                name: format!("{rel}: {}", g["description"].as_str().unwrap_or("")),
+                schema: g["schema"].clone(),
+                tests,
+            };
+            for (i, e) in engines.iter().enumerate() {
+                let mut st = EngineStats::default();
+                match e.as_str() {
+                    "ruvllm" => crate::maskbench::run_ruvllm(vocab, &case, &mut st)?,
+                    _ => crate::llg::run(factory.context("llguidance factory")?, &case, &mut st)?,
+                }
+                let n = case.tests.len();
+                let t = &mut totals[i];
+                t.tests += n;
+                if st.compile_errors > 0 {
+                    t.compile_error += n;
+                } else {
+                    t.false_positive += st.invalid_accepted;
+                    t.false_negative += st.valid_rejected;
+                    t.passed += n - st.invalid_accepted - st.valid_rejected;
+                    for (name, text) in st.false_accepts {
+                        fps[i].push(format!("{name}: {text}"));
+                    }
+                }
+            }
+        }
+    }
+    Ok((totals, fps))
+}
