@@ -2208,22 +2208,12 @@ fn merge(
             .collect()
     };
     let (ta, tb) = (tuple(a), tuple(b));
-    if !ta.is_empty()
-        && (b.contains_key("items") || b.contains_key("prefixItems"))
-        && ta != tuple(b)
-        && !(tb.is_empty() && !b.contains_key("items"))
-    {
-        return Err(unsupported(
-            "prefixItems",
-            ptr,
-            "cannot intersect a tuple schema with another array schema",
-        ));
-    }
-    if !tb.is_empty()
-        && (a.contains_key("items") || a.contains_key("prefixItems"))
-        && tb != ta
-        && !(ta.is_empty() && !a.contains_key("items"))
-    {
+    let has_array_kw = |m: &Map<String, Value>| {
+        ["items", "prefixItems", "additionalItems"]
+            .iter()
+            .any(|k| m.contains_key(*k))
+    };
+    if ta != tb && ((!ta.is_empty() && has_array_kw(b)) || (!tb.is_empty() && has_array_kw(a))) {
         return Err(unsupported(
             "prefixItems",
             ptr,
