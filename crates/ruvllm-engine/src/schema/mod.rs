@@ -2507,6 +2507,50 @@ fn format_regex(f: &str) -> Option<String> {
             format!(r"(?:{label}\.){{0,3}}{label}")
         }
         "email" => r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]{1,32}(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]{1,32}){0,3}@(?:[A-Za-z0-9](?:[A-Za-z0-9]?[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9](?:[A-Za-z0-9-]{0,27}[A-Za-z0-9])?)?\.){1,3}[A-Za-z]{2,12}".into(),
+        "idn-email" => return format_regex("email"),
+        "idn-hostname" => return format_regex("hostname"),
+        // RFC 4291 text forms without an embedded IPv4 part or zone (a subset).
+        "ipv6" => {
+            let h = "[0-9A-Fa-f]{1,4}";
+            let forms = [
+                format!("(?:{h}:){{7}}{h}"),
+                format!("(?:{h}:){{1,7}}:"),
+                format!("(?:{h}:){{1,6}}:{h}"),
+                format!("(?:{h}:){{1,5}}(?::{h}){{1,2}}"),
+                format!("(?:{h}:){{1,4}}(?::{h}){{1,3}}"),
+                format!("(?:{h}:){{1,3}}(?::{h}){{1,4}}"),
+                format!("(?:{h}:){{1,2}}(?::{h}){{1,5}}"),
+                format!("{h}:(?::{h}){{1,6}}"),
+                format!(":(?:(?::{h}){{1,7}}|:)"),
+            ];
+            format!("(?:{})", forms.join("|"))
+        }
+        // RFC 3986 URIs, restricted to unreserved/sub-delim characters (no percent-escapes,
+        // no IP literals): a subset of what validators accept. IRIs are a superset of URIs.
+        "uri" | "iri" => {
+            let pchar = r"[A-Za-z0-9._~!$&'()*+,;=:@-]";
+            let auth = r"//[A-Za-z0-9._~-]+(?::[0-9]{1,5})?";
+            // "//" authority path-abempty, or path-absolute (first segment non-empty), or empty.
+            let hier = format!(r"(?:{auth}(?:/{pchar}*)*|/{pchar}+(?:/{pchar}*)*|)");
+            format!(r"[A-Za-z][A-Za-z0-9+.-]*:{hier}(?:\?(?:{pchar}|[/?])*)?(?:#(?:{pchar}|[/?])*)?")
+        }
+        "uri-reference" | "iri-reference" => {
+            let pchar = r"[A-Za-z0-9._~!$&'()*+,;=:@-]";
+            let auth = r"//[A-Za-z0-9._~-]+(?::[0-9]{1,5})?";
+            let tail = format!(r"(?:\?(?:{pchar}|[/?])*)?(?:#(?:{pchar}|[/?])*)?");
+            let uri = format_regex("uri").unwrap();
+            // relative-ref: "//" authority path-abempty | path-absolute | path-noscheme (no
+            // colon in the first segment) | empty.
+            let rel = format!(r"(?:{auth}(?:/{pchar}*)*|/{pchar}+(?:/{pchar}*)*|/|[A-Za-z0-9._~!$&'()*+,;=@-]+(?:/{pchar}*)*|){tail}");
+            format!("(?:{uri}|{rel})")
+        }
+        "json-pointer" => r"(?:/(?:[^~/]|~[01])*)*".into(),
+        "relative-json-pointer" => r"(?:0|[1-9][0-9]*)(?:#|(?:/(?:[^~/]|~[01])*)*)".into(),
+        // RFC 3339 appendix A durations.
+        "duration" => {
+            let time = r"T(?:[0-9]+H(?:[0-9]+M(?:[0-9]+S)?)?|[0-9]+M(?:[0-9]+S)?|[0-9]+S)";
+            format!(r"P(?:(?:[0-9]+Y(?:[0-9]+M(?:[0-9]+D)?)?|[0-9]+M(?:[0-9]+D)?|[0-9]+D)(?:{time})?|{time}|[0-9]+W)")
+        }
         _ => return None,
     })
 }
