@@ -18,14 +18,22 @@ use crate::maskbench::{EngineStats, FileCase};
 
 struct Env {
     trie: TokTrie,
+    encoder: Option<Arc<dyn ruvllm_engine::TokenEncoder>>,
 }
 
 impl TokenizerEnv for Env {
     fn tok_trie(&self) -> &TokTrie {
         &self.trie
     }
+    /// llguidance needs the model's real (canonical) tokenization here, as its own
+    /// environment gives it; greedy tokenization makes it refuse valid tokens.
     fn tokenize_bytes(&self, s: &[u8]) -> Vec<TokenId> {
-        self.trie.greedy_tokenize(s)
+        match (&self.encoder, std::str::from_utf8(s)) {
+            (Some(enc), Ok(text)) => enc
+                .encode(text)
+                .unwrap_or_else(|_| self.trie.greedy_tokenize(s)),
+            _ => self.trie.greedy_tokenize(s),
+        }
     }
 }
 
@@ -54,6 +62,7 @@ pub fn factory(vocab: &Vocabulary) -> Result<ParserFactory> {
     let info = TokRxInfo::new(vocab.len() as u32, eos);
     let env: TokEnv = Arc::new(Env {
         trie: TokTrie::from(&info, &words),
+        encoder: vocab.encoder().cloned(),
     });
     ParserFactory::new_simple(&env)
 }
