@@ -633,7 +633,7 @@ impl<'a> Lowerer<'a> {
                 break;
             }
         }
-        let lex_follow = follow_bytes(&syms, &rule_alts, &nullable, &self.lexemes, root);
+        let lex_follow = follow_bytes(&syms, &rule_alts, &nullable, &self.lexemes);
         let mut base = Vec::with_capacity(self.lexemes.len());
         let mut total = 0usize;
         for d in &self.lexemes {
@@ -664,7 +664,6 @@ fn follow_bytes(
     rule_alts: &[Vec<u32>],
     nullable: &[bool],
     lexemes: &[Dfa],
-    root: u32,
 ) -> Vec<crate::byteset::ByteSet> {
     use crate::byteset::ByteSet;
     let n = rule_alts.len();
@@ -718,7 +717,6 @@ fn follow_bytes(
         first = vec![all; n];
     }
     let mut follow = vec![ByteSet::EMPTY; n];
-    let _ = root;
     let mut ok = false;
     for _ in 0..64 {
         let mut changed = false;

@@ -991,7 +991,6 @@ impl<'a> Compiler<'a> {
             Expr::Chars(vec![('1', '9')]),
             digits(0),
         ]);
-        let _ = &frac_nonzero;
         // Values x = ±(n + f). Build: for non-negative x, n in [a, b] with any fraction
         // where safe, plus exact handling at bound integers.
         let mut alts = Vec::new();
@@ -1120,7 +1119,6 @@ impl<'a> Compiler<'a> {
         if zero_ok {
             alts.push(Expr::Seq(vec![Expr::Literal(b"-0".to_vec()), frac0()]));
         }
-        let _ = frac_any;
         Ok(Expr::Alt(alts))
     }
 
@@ -1512,44 +1510,8 @@ impl<'a> Compiler<'a> {
             ws.clone(),
             v.clone(),
         ]);
-        let object = Expr::Alt(vec![
-            Expr::Seq(vec![
-                Expr::Literal(b"{".to_vec()),
-                ws.clone(),
-                Expr::Literal(b"}".to_vec()),
-            ]),
-            Expr::Seq(vec![
-                Expr::Literal(b"{".to_vec()),
-                ws.clone(),
-                member.clone(),
-                Expr::Repeat {
-                    e: Box::new(Expr::Seq(vec![sep.clone(), member])),
-                    min: 0,
-                    max: None,
-                },
-                ws.clone(),
-                Expr::Literal(b"}".to_vec()),
-            ]),
-        ]);
-        let array = Expr::Alt(vec![
-            Expr::Seq(vec![
-                Expr::Literal(b"[".to_vec()),
-                ws.clone(),
-                Expr::Literal(b"]".to_vec()),
-            ]),
-            Expr::Seq(vec![
-                Expr::Literal(b"[".to_vec()),
-                ws.clone(),
-                v.clone(),
-                Expr::Repeat {
-                    e: Box::new(Expr::Seq(vec![sep, v])),
-                    min: 0,
-                    max: None,
-                },
-                ws.clone(),
-                Expr::Literal(b"]".to_vec()),
-            ]),
-        ]);
+        let object = delimited(b'{', member, b'}', &ws, &sep);
+        let array = delimited(b'[', v, b']', &ws, &sep);
         let body = Expr::Alt(vec![
             object,
             array,
@@ -1712,6 +1674,29 @@ impl<'a> Compiler<'a> {
 }
 
 // ---- helpers ---------------------------------------------------------------------------
+
+/// `open ws close | open ws item (sep item)* ws close`: a JSON object or array of `item`s.
+fn delimited(open: u8, item: Expr, close: u8, ws: &Expr, sep: &Expr) -> Expr {
+    Expr::Alt(vec![
+        Expr::Seq(vec![
+            Expr::Literal(vec![open]),
+            ws.clone(),
+            Expr::Literal(vec![close]),
+        ]),
+        Expr::Seq(vec![
+            Expr::Literal(vec![open]),
+            ws.clone(),
+            item.clone(),
+            Expr::Repeat {
+                e: Box::new(Expr::Seq(vec![sep.clone(), item])),
+                min: 0,
+                max: None,
+            },
+            ws.clone(),
+            Expr::Literal(vec![close]),
+        ]),
+    ])
+}
 
 const T_NULL: u8 = 1;
 const T_BOOLEAN: u8 = 2;
