@@ -155,11 +155,7 @@ fn schema_compile_and_to_gbnf() {
         assert_eq!((c1, c2), (want, want), "{text}");
     }
     let bad = dir.join("bad.json");
-    std::fs::write(
-        &bad,
-        r#"{"properties": {"a": {"not": {"type": "string"}}}}"#,
-    )
-    .unwrap();
+    std::fs::write(&bad, r#"{"properties": {"a": {"not": {"enum": [1, 2]}}}}"#).unwrap();
     let (code, _, err) = ruvllm(&["schema", "compile", bad.to_str().unwrap()]);
     assert_eq!(code, 2);
     assert!(

@@ -332,6 +332,7 @@ impl<'a> Compiler<'a> {
             _ => return Err(invalid(ptr, "a schema must be an object or a boolean")),
         };
         check_keywords(m, ptr)?;
+        self.check_content(m, ptr)?;
         // A pure reference becomes a rule (recursion-friendly). Before 2019-09, `$ref`
         // overrides its siblings.
         if let Some(r) = m.get("$ref") {
@@ -400,12 +401,47 @@ impl<'a> Compiler<'a> {
             ));
         }
         check_keywords(m, ptr)?;
+        self.check_content(m, ptr)?;
         let mut base = Map::new();
         for (k, v) in m {
             if !matches!(k.as_str(), "allOf" | "anyOf" | "oneOf" | "$ref")
                 && !ANNOTATIONS.contains(&k.as_str())
             {
                 base.insert(k.clone(), v.clone());
+            }
+        }
+        if let Some(n) = base.remove("not") {
+            match not_types(&n) {
+                Some(None) => {}
+                Some(Some(mask)) => {
+                    let names: Vec<Value> =
+                        ["null", "boolean", "object", "array", "string", "integer"]
+                            .iter()
+                            .filter(|t| mask & type_bit(t) == type_bit(t))
+                            .map(|t| {
+                                Value::String(if *t == "integer" && mask & T_NUMBER != 0 {
+                                    "number".into()
+                                } else {
+                                    t.to_string()
+                                })
+                            })
+                            .collect();
+                    if names.is_empty() {
+                        return Ok(vec![]);
+                    }
+                    let restricted = Map::from_iter([("type".to_string(), Value::Array(names))]);
+                    base = match merge(&base, &restricted, ptr)? {
+                        Some(b) => b,
+                        None => return Ok(vec![]),
+                    };
+                }
+                None => {
+                    return Err(unsupported(
+                        "not",
+                        ptr,
+                        "only `not` of a boolean, {} or a type-only schema is supported yet",
+                    ))
+                }
             }
         }
         let mut cur = vec![base];
@@ -487,6 +523,23 @@ impl<'a> Compiler<'a> {
             Value::Object(m) => self.flatten(m, ptr, depth),
             _ => Err(invalid(ptr, "a schema must be an object or a boolean")),
         }
+    }
+
+    /// Draft 7 and earlier treat `contentMediaType`/`contentEncoding` as assertions (later
+    /// drafts as annotations): refused there rather than ignored.
+    fn check_content(&self, m: &Map<String, Value>, ptr: &str) -> Result<(), SchemaError> {
+        if self.draft <= 7 {
+            for k in ["contentMediaType", "contentEncoding"] {
+                if m.contains_key(k) {
+                    return Err(unsupported(
+                        k,
+                        ptr,
+                        "content assertions (draft 7 and earlier) are not supported",
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Refuses a `oneOf` whose branches may overlap.
@@ -1954,10 +2007,40 @@ fn get_uint(m: &Map<String, Value>, k: &str, ptr: &str) -> Result<Option<usize>,
     }
 }
 
+/// The types a `not` leaves: `Some(None)` when it constrains nothing (`not: false`),
+/// `Some(Some(mask))` for `not` of `true`, `{}` or a type-only schema, `None` otherwise (and
+/// when the rest would be "numbers but not integers", which a type cannot say).
+fn not_types(v: &Value) -> Option<Option<u8>> {
+    match v {
+        Value::Bool(false) => Some(None),
+        Value::Bool(true) => Some(Some(0)),
+        Value::Object(o) => {
+            if o.keys()
+                .any(|k| k != "type" && !ANNOTATIONS.contains(&k.as_str()))
+            {
+                return None;
+            }
+            let excluded = o.get("type").map(type_mask).unwrap_or(ALL_TYPES);
+            if o.get("type").is_some() && validate_type_keyword(&o["type"], "").is_err() {
+                return None;
+            }
+            let left = ALL_TYPES & !excluded;
+            if left & T_NUMBER != 0 && left & T_INTEGER == 0 {
+                return None;
+            }
+            Some(Some(left))
+        }
+        _ => None,
+    }
+}
+
 /// Refuses keywords we do not enforce when they constrain anything.
 fn check_keywords(m: &Map<String, Value>, ptr: &str) -> Result<(), SchemaError> {
     for (k, v) in m {
         let k = k.as_str();
+        if k == "not" && not_types(v).is_some() {
+            continue;
+        }
         if REFUSED.contains(&k) {
             let trivial = matches!(k, "minContains") && v == &Value::from(1)
                 || matches!(k, "if" | "then" | "else") && v == &Value::Bool(true)
