@@ -333,6 +333,12 @@ fn unsupported_keywords_are_refused_with_pointers() {
         schema_to_grammar(&cyc, &SchemaOptions::default()),
         Err(SchemaError::Unsatisfiable { .. })
     ));
+    // A huge property name next to additional properties: refused, not a stack overflow.
+    let long = "k".repeat(200_000);
+    let wide = json!({"properties": {long: {"type": "integer"}}});
+    assert!(
+        matches!(schema_to_grammar(&wide, &SchemaOptions::default()), Err(SchemaError::Unsupported { keyword, .. }) if keyword == "additionalProperties")
+    );
     // Deep nesting is bounded.
     let mut deep = json!({"type": "integer"});
     for _ in 0..2000 {

@@ -920,18 +920,7 @@ impl<'a> Compiler<'a> {
         if let Some(v) = num("exclusiveMaximum")? {
             tighten_hi(&mut hi, v, true);
         }
-        let frac0 = || Expr::Repeat {
-            e: Box::new(Expr::Seq(vec![
-                Expr::Literal(b".".to_vec()),
-                Expr::Repeat {
-                    e: Box::new(Expr::Literal(b"0".to_vec())),
-                    min: 1,
-                    max: None,
-                },
-            ])),
-            min: 0,
-            max: Some(1),
-        };
+        let frac0 = zero_fraction;
         let digits = |min: u32| Expr::Repeat {
             e: Box::new(Expr::Chars(vec![('0', '9')])),
             min,
@@ -1373,7 +1362,7 @@ impl<'a> Compiler<'a> {
         // Additional properties: keys other than the declared ones.
         let addl_kv = if addl_allowed {
             let keys: Vec<&str> = props.iter().map(|(k, _)| k.as_str()).collect();
-            let key = self.key_not_in(&keys);
+            let key = self.key_not_in(&keys, ptr)?;
             let val = self.compile(&additional, &join(ptr, "additionalProperties"), depth + 1)?;
             Some(self.rule("additional-kv", Expr::Seq(vec![key, colon.clone(), val])))
         } else {
@@ -1579,19 +1568,21 @@ impl<'a> Compiler<'a> {
     }
 
     /// A JSON string other than the given keys (llama.cpp-style trie complement).
-    fn key_not_in(&mut self, keys: &[&str]) -> Expr {
+    fn key_not_in(&mut self, keys: &[&str], ptr: &str) -> Result<Expr, SchemaError> {
+        if let Some(k) = keys.iter().find(|k| k.chars().count() > MAX_KEY_CHARS) {
+            return Err(unsupported(
+                "additionalProperties",
+                ptr,
+                format!(
+                    "a declared property name is longer than {MAX_KEY_CHARS} characters ({} bytes)",
+                    k.len()
+                ),
+            ));
+        }
         let ch = self.json_char();
         let q = || Expr::Literal(b"\"".to_vec());
         if keys.is_empty() {
-            return Expr::Seq(vec![
-                q(),
-                Expr::Repeat {
-                    e: Box::new(ch),
-                    min: 0,
-                    max: None,
-                },
-                q(),
-            ]);
+            return Ok(Expr::Seq(vec![q(), rep(ch, 0, None), q()]));
         }
         // Characters of the keys, by prefix.
         let chars: Vec<Vec<char>> = keys.iter().map(|k| k.chars().collect()).collect();
@@ -1636,7 +1627,7 @@ impl<'a> Compiler<'a> {
             Expr::Alt(alts)
         }
         let body = build(&chars, 0, &ch);
-        self.rule("other-key", Expr::Seq(vec![q(), body]))
+        Ok(self.rule("other-key", Expr::Seq(vec![q(), body])))
     }
 
     /// The JSON text of a value, in the accepted serialization (whitespace per policy;
@@ -1656,21 +1647,7 @@ impl<'a> Compiler<'a> {
                     .map(|x| x as i128)
                     .or(n.as_u64().map(|x| x as i128))
                 {
-                    let mut alts = vec![Expr::Seq(vec![
-                        Expr::Literal(i.to_string().into_bytes()),
-                        Expr::Repeat {
-                            e: Box::new(Expr::Seq(vec![
-                                Expr::Literal(b".".to_vec()),
-                                Expr::Repeat {
-                                    e: Box::new(Expr::Literal(b"0".to_vec())),
-                                    min: 1,
-                                    max: None,
-                                },
-                            ])),
-                            min: 0,
-                            max: Some(1),
-                        },
-                    ])];
+                    let mut alts = vec![Expr::Seq(vec![lit(&i.to_string()), zero_fraction()])];
                     if i == 0 {
                         alts.push(Expr::Literal(b"-0".to_vec()));
                     }
@@ -1727,6 +1704,31 @@ impl<'a> Compiler<'a> {
 }
 
 // ---- helpers ---------------------------------------------------------------------------
+
+fn lit(s: &str) -> Expr {
+    Expr::Literal(s.as_bytes().to_vec())
+}
+
+fn rep(e: Expr, min: u32, max: Option<u32>) -> Expr {
+    Expr::Repeat {
+        e: Box::new(e),
+        min,
+        max,
+    }
+}
+
+/// `(\.0+)?`: the zero fraction an integral number may be written with (`1.0`).
+fn zero_fraction() -> Expr {
+    rep(
+        Expr::Seq(vec![lit("."), rep(lit("0"), 1, None)]),
+        0,
+        Some(1),
+    )
+}
+
+/// Longest declared property name for which "any other key" is built (the construction
+/// recurses once per character).
+const MAX_KEY_CHARS: usize = 1024;
 
 /// `open ws close | open ws item (sep item)* ws close`: a JSON object or array of `item`s.
 fn delimited(open: u8, item: Expr, close: u8, ws: &Expr, sep: &Expr) -> Expr {
