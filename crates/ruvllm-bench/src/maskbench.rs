@@ -161,9 +161,12 @@ fn judge(st: &mut EngineStats, case: &FileCase, verdicts: &[bool]) {
 pub fn run_ruvllm(vocab: &Arc<Vocabulary>, case: &FileCase, st: &mut EngineStats) -> Result<()> {
     st.schemas += 1;
     let limits = Limits::default();
+    // A validator's view of the instances: any JSON whitespace (up to a bound) and
+    // properties in any order.
     let opts = SchemaOptions {
         whitespace: Whitespace::Flexible(20),
         strict: false,
+        any_order: true,
     };
     let t0 = Instant::now();
     let compiled = schema_to_grammar(&case.schema, &opts)

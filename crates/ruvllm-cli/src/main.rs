@@ -12,6 +12,7 @@ use ruvllm_engine::schema::{schema_to_grammar, SchemaOptions};
 use ruvllm_engine::{
     Builtin, CheckResult, CompiledGrammar, Constraint, Grammar, Limits, Matcher, Vocabulary,
 };
+use ruvllm_runtime::{JsonError, JsonSchema, JsonValidator};
 
 #[derive(Parser)]
 #[command(
@@ -32,6 +33,50 @@ enum Cmd {
     /// JSON Schema tools: compile (or explain why not), convert to GBNF.
     #[command(subcommand)]
     Schema(SchemaCmd),
+    /// Validate a JSON document against a schema. Exit status 0 when valid, 1 when not
+    /// (each violation is printed with its JSON pointer), 2 on errors.
+    Validate {
+        /// The JSON Schema file.
+        #[arg(long)]
+        schema: PathBuf,
+        /// The document: a file, or `-` (the default) for stdin.
+        #[arg(default_value = "-")]
+        input: String,
+    },
+    /// Repair model output into JSON (code fences, prose, trailing commas, single quotes,
+    /// unquoted keys, Python literals, comments, cut-off output) and print it. With
+    /// --schema the result must also validate. Fixes go to stderr. Exit status 0 when
+    /// repaired (or already valid), 1 when it cannot be, 2 on errors.
+    Repair {
+        /// A JSON Schema file the result must satisfy.
+        #[arg(long)]
+        schema: Option<PathBuf>,
+        /// The text: a file, or `-` (the default) for stdin.
+        #[arg(default_value = "-")]
+        input: String,
+    },
+}
+
+/// Reads a file, or stdin for `-`.
+fn read_input(input: &str) -> Result<String> {
+    let bytes = if input == "-" {
+        let mut b = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut b).context("reading stdin")?;
+        b
+    } else {
+        std::fs::read(input).with_context(|| format!("reading {input}"))?
+    };
+    String::from_utf8(bytes).map_err(|e| {
+        anyhow::anyhow!(
+            "{input}: not UTF-8 (invalid byte at offset {})",
+            e.utf8_error().valid_up_to()
+        )
+    })
+}
+
+fn load_json_schema(p: &PathBuf) -> Result<JsonSchema> {
+    let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+    JsonSchema::from_str(&text).with_context(|| format!("in {}", p.display()))
 }
 
 #[derive(Subcommand)]
@@ -44,6 +89,9 @@ enum SchemaCmd {
         /// OpenAI-style strict mode (additionalProperties false where not given).
         #[arg(long)]
         strict: bool,
+        /// Accept object properties in any order (default: schema order).
+        #[arg(long)]
+        any_order: bool,
     },
     /// Print a GBNF grammar equivalent to the schema.
     ToGbnf {
@@ -52,6 +100,9 @@ enum SchemaCmd {
         /// OpenAI-style strict mode.
         #[arg(long)]
         strict: bool,
+        /// Accept object properties in any order (default: schema order).
+        #[arg(long)]
+        any_order: bool,
     },
 }
 
@@ -88,7 +139,7 @@ enum GrammarCmd {
 /// Where the grammar comes from: exactly one of these.
 #[derive(Args)]
 #[group(required = true, multiple = false)]
-struct GrammarArgs {
+struct GrammarSource {
     /// A GBNF grammar file (llama.cpp format).
     #[arg(long)]
     gbnf: Option<PathBuf>,
@@ -106,12 +157,23 @@ struct GrammarArgs {
     schema: Option<PathBuf>,
 }
 
-fn load_schema(p: &PathBuf, strict: bool) -> Result<Grammar> {
+/// A grammar source plus the options that apply to it.
+#[derive(Args)]
+struct GrammarArgs {
+    #[command(flatten)]
+    src: GrammarSource,
+    /// With --schema: accept object properties in any order (default: schema order).
+    #[arg(long, requires = "schema")]
+    any_order: bool,
+}
+
+fn load_schema(p: &PathBuf, strict: bool, any_order: bool) -> Result<Grammar> {
     let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
     let v: serde_json::Value =
         serde_json::from_str(&text).with_context(|| format!("{} is not JSON", p.display()))?;
     let opts = SchemaOptions {
         strict,
+        any_order,
         ..SchemaOptions::default()
     };
     schema_to_grammar(&v, &opts).with_context(|| format!("in {}", p.display()))
@@ -119,23 +181,23 @@ fn load_schema(p: &PathBuf, strict: bool) -> Result<Grammar> {
 
 impl GrammarArgs {
     fn load(&self, limits: &Limits) -> Result<Grammar> {
-        if let Some(p) = &self.gbnf {
+        if let Some(p) = &self.src.gbnf {
             let text =
                 std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
             return Grammar::from_gbnf(&text, limits)
                 .with_context(|| format!("in {}", p.display()));
         }
-        if let Some(r) = &self.regex {
+        if let Some(r) = &self.src.regex {
             return Ok(Grammar::from_regex(r, limits)?);
         }
-        if let Some(c) = &self.choice {
+        if let Some(c) = &self.src.choice {
             return Ok(Grammar::from_choices(c)?);
         }
-        if let Some(b) = &self.builtin {
+        if let Some(b) = &self.src.builtin {
             return Ok(Grammar::builtin(Builtin::from_name(b)?, limits)?);
         }
-        if let Some(p) = &self.schema {
-            return load_schema(p, false);
+        if let Some(p) = &self.src.schema {
+            return load_schema(p, false, self.any_order);
         }
         bail!("no grammar given")
     }
@@ -155,17 +217,93 @@ fn run() -> Result<ExitCode> {
     let cli = Cli::parse();
     let limits = Limits::default();
     match cli.cmd {
-        Cmd::Schema(SchemaCmd::Compile { file, strict }) => {
+        Cmd::Validate { schema, input } => {
+            let s = load_json_schema(&schema)?;
+            let text = read_input(&input)?;
+            let v: serde_json::Value = match serde_json::from_str(&text) {
+                Ok(v) => v,
+                Err(e) => {
+                    println!(
+                        "invalid JSON: {e} (try `ruvllm repair --schema {}`)",
+                        schema.display()
+                    );
+                    return Ok(ExitCode::from(1));
+                }
+            };
+            match s.validate(&v) {
+                Ok(()) => {
+                    println!("valid");
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => {
+                    println!("invalid: {} violation(s)", e.violations.len());
+                    for x in &e.violations {
+                        let at = if x.instance_pointer.is_empty() {
+                            "(root)"
+                        } else {
+                            &x.instance_pointer
+                        };
+                        println!("  {at}: {} [schema {}]", x.message, x.schema_pointer);
+                    }
+                    Ok(ExitCode::from(1))
+                }
+            }
+        }
+        Cmd::Repair { schema, input } => {
+            let s = schema.as_ref().map(load_json_schema).transpose()?;
+            let text = read_input(&input)?;
+            match JsonValidator::new(s, true, true).validate(&text) {
+                Ok(r) => {
+                    for fix in &r.repairs {
+                        eprintln!("fixed: {fix:?}");
+                    }
+                    match &r.value {
+                        Some(v) => println!("{}", serde_json::to_string_pretty(v)?),
+                        None => println!("{}", r.text),
+                    }
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(JsonError::Schema(e)) => {
+                    eprintln!("repaired JSON still does not validate:");
+                    for x in &e.violations {
+                        eprintln!("  {}: {}", x.instance_pointer, x.message);
+                    }
+                    Ok(ExitCode::from(1))
+                }
+                Err(e) => {
+                    eprintln!("cannot repair: {e}");
+                    Ok(ExitCode::from(1))
+                }
+            }
+        }
+        Cmd::Schema(SchemaCmd::Compile {
+            file,
+            strict,
+            any_order,
+        }) => {
             let t0 = std::time::Instant::now();
-            let g = load_schema(&file, strict)?;
+            let g = load_schema(&file, strict, any_order)?;
             let cg = CompiledGrammar::new(&g, &limits)?;
             let st = cg.stats();
             println!("ok: {} IR rules; compiled to {} rules, {} positions, {} lexemes with {} DFA states ({} KiB); {:.1} ms",
                 g.rules.len(), st.rules, st.positions, st.lexemes, st.lexeme_states, st.dfa_bytes / 1024, t0.elapsed().as_secs_f64() * 1e3);
+            if !g.checks.is_empty() {
+                println!(
+                    "semantic checks ({}), run when the value completes:",
+                    g.checks.len()
+                );
+                for (_, c) in &g.checks {
+                    println!("  {}", c.0.describe());
+                }
+            }
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Schema(SchemaCmd::ToGbnf { file, strict }) => {
-            let g = load_schema(&file, strict)?;
+        Cmd::Schema(SchemaCmd::ToGbnf {
+            file,
+            strict,
+            any_order,
+        }) => {
+            let g = load_schema(&file, strict, any_order)?;
             print!("{}", g.to_gbnf().map_err(anyhow::Error::msg)?);
             Ok(ExitCode::SUCCESS)
         }

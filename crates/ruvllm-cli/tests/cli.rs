@@ -20,6 +20,31 @@ fn ruvllm(args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// Runs `ruvllm` with `input` on stdin.
+fn ruvllm_stdin(args: &[&str], input: &str) -> (i32, String, String) {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ruvllm"))
+        .args(args)
+        .current_dir(repo())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 const JSON: &str = "../shared/data/gbnf/llama.cpp/json.gbnf";
 
 #[test]
@@ -154,12 +179,90 @@ fn schema_compile_and_to_gbnf() {
         ]);
         assert_eq!((c1, c2), (want, want), "{text}");
     }
+    // A keyword no grammar expresses: compiled with a semantic check, which GBNF cannot
+    // carry.
+    let checked = dir.join("checked.json");
+    std::fs::write(
+        &checked,
+        r#"{"properties": {"a": {"not": {"enum": [1, 2]}}}}"#,
+    )
+    .unwrap();
+    let (code, out, err) = ruvllm(&["schema", "compile", checked.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("semantic checks (1)") && out.contains("#/properties/a"),
+        "{out}"
+    );
+    for (text, want) in [(r#"{"a": 3}"#, 0), (r#"{"a": 2}"#, 1)] {
+        let (c, _, _) = ruvllm(&[
+            "grammar",
+            "check",
+            "--schema",
+            checked.to_str().unwrap(),
+            "--text",
+            text,
+        ]);
+        assert_eq!(c, want, "{text}");
+    }
+    let (code, _, err) = ruvllm(&["schema", "to-gbnf", checked.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(err.contains("semantic check"), "{err}");
+    // What cannot be enforced at all is refused with the keyword and its pointer.
     let bad = dir.join("bad.json");
-    std::fs::write(&bad, r#"{"properties": {"a": {"not": {"enum": [1, 2]}}}}"#).unwrap();
+    std::fs::write(
+        &bad,
+        r#"{"properties": {"a": {"$ref": "https://example.com/a.json"}}}"#,
+    )
+    .unwrap();
     let (code, _, err) = ruvllm(&["schema", "compile", bad.to_str().unwrap()]);
     assert_eq!(code, 2);
     assert!(
-        err.contains("`not`") && err.contains("#/properties/a"),
+        err.contains("`$ref`") && err.contains("#/properties/a"),
         "{err}"
     );
+}
+
+#[test]
+fn validate_and_repair() {
+    let dir = std::env::temp_dir().join(format!("ruvllm-cli-vr-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let schema = dir.join("person.json");
+    std::fs::write(
+        &schema,
+        r#"{"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer", "minimum": 0}}, "required": ["name", "age"]}"#,
+    )
+    .unwrap();
+    let s = schema.to_str().unwrap();
+    let doc = dir.join("doc.json");
+    std::fs::write(&doc, r#"{"name": "Ada", "age": 36}"#).unwrap();
+    let (code, out, _) = ruvllm(&["validate", "--schema", s, doc.to_str().unwrap()]);
+    assert_eq!((code, out.trim()), (0, "valid"));
+    std::fs::write(&doc, r#"{"name": "Ada", "age": -2}"#).unwrap();
+    let (code, out, _) = ruvllm(&["validate", "--schema", s, doc.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(
+        out.contains("/age") && out.contains("/properties/age/minimum"),
+        "{out}"
+    );
+    // Repair from stdin.
+    let (code, out, err) = ruvllm_stdin(
+        &["repair", "--schema", s],
+        "Sure! ```json\n{name: 'Ada', age: 36,}\n```",
+    );
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v, serde_json::json!({"name": "Ada", "age": 36}));
+    assert!(
+        err.contains("CodeFence") && err.contains("UnquotedKey"),
+        "{err}"
+    );
+    // Repaired but invalid: refused.
+    let (code, _, err) = ruvllm_stdin(&["repair", "--schema", s], "{'name': 'Ada', 'age': -1}");
+    assert_eq!(code, 1);
+    assert!(err.contains("/age"), "{err}");
+    let (code, _, _) = ruvllm_stdin(&["repair"], "no JSON at all");
+    assert_eq!(code, 1);
+    // A missing schema file is an error (exit 2).
+    let (code, _, err) = ruvllm(&["validate", "--schema", "/nonexistent.json", "-"]);
+    assert_eq!(code, 2, "{err}");
 }

@@ -71,6 +71,9 @@ pub(crate) struct Parser {
     dedup_start: usize,
     dedup_len: usize,
     max_items: usize,
+    /// The bytes read (`bytes[k]` took set `k` to set `k + 1`), kept only when the grammar
+    /// has semantic checks, which look at the text a rule derived.
+    bytes: Vec<u8>,
 }
 
 impl Parser {
@@ -83,6 +86,7 @@ impl Parser {
             dedup_start: usize::MAX,
             dedup_len: 0,
             max_items,
+            bytes: Vec::new(),
         };
         p.sets.push(SetInfo {
             start: 0,
@@ -203,6 +207,16 @@ impl Parser {
                     }
                 }
                 Sym::End(r) => {
+                    if let Some(c) = &g.rule_check[r as usize] {
+                        let o = if it.origin == ROOT {
+                            0
+                        } else {
+                            it.origin as usize
+                        };
+                        if !c.0.accepts(&self.bytes[o..k as usize]) {
+                            continue;
+                        }
+                    }
                     if it.origin == ROOT {
                         if r == g.root {
                             accepting = true;
@@ -298,6 +312,9 @@ impl Parser {
             allowed: ByteSet::EMPTY,
             closed: false,
         });
+        if g.has_checks {
+            self.bytes.push(b);
+        }
         for i in s..e {
             let it = self.items[i];
             if let Sym::Lex(l) = g.syms[it.pos as usize] {
@@ -319,6 +336,19 @@ impl Parser {
             return Ok(false);
         }
         self.finish_core(g);
+        if g.has_checks && !self.top_info().closed {
+            // A byte that completes a value whose check fails must be refused now: close
+            // the set, and refuse the byte if nothing can follow and nothing is complete.
+            if let Err(err) = self.close(g) {
+                self.pop();
+                return Err(err);
+            }
+            let info = self.top_info();
+            if info.allowed.is_empty() && !info.accepting {
+                self.pop();
+                return Ok(false);
+            }
+        }
         Ok(true)
     }
 
@@ -327,6 +357,7 @@ impl Parser {
     pub fn pop(&mut self) {
         let s = self.sets.pop().unwrap();
         self.items.truncate(s.start as usize);
+        self.bytes.truncate(self.sets.len().saturating_sub(1));
         self.dedup_start = usize::MAX;
     }
 
@@ -336,6 +367,7 @@ impl Parser {
             let s = self.sets[k + 1].start as usize;
             self.sets.truncate(k + 1);
             self.items.truncate(s);
+            self.bytes.truncate(k);
             self.dedup_start = usize::MAX;
         }
     }

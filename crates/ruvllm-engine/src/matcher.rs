@@ -82,9 +82,18 @@ impl Matcher {
         let trie = vocab.trie();
         let k = self.parser.top();
         let mut seen: Vec<(u32, u32)> = Vec::new();
+        let mut finals: Vec<u32> = Vec::new();
         self.ranges.clear();
         for it in self.parser.set(k) {
             if let Sym::Lex(l) = g.syms[it.pos as usize] {
+                if g.has_checks && g.lex_check_sensitive[it.pos as usize] {
+                    let idx = g.lex_state_base[l as usize] as usize + it.state as usize;
+                    let t =
+                        self.c
+                            .tables
+                            .get(idx, &g.lexemes[l as usize], it.state, trie, vocab.len());
+                    finals.extend_from_slice(&t.finals);
+                }
                 if seen.contains(&(l, it.state)) {
                     continue;
                 }
@@ -110,12 +119,53 @@ impl Matcher {
             let c = self.c.clone();
             walk(&c, &mut self.parser, 0, &merged, mask)?;
         }
+        // Tokens that complete a value under a semantic check: the parser decides.
+        if !finals.is_empty() {
+            finals.sort_unstable();
+            finals.dedup();
+            let c = self.c.clone();
+            for t in finals {
+                let ok = self.token_viable(c.vocab.token_bytes(t))?;
+                let (w, bit) = ((t >> 5) as usize, 1u32 << (t & 31));
+                if ok {
+                    mask[w] |= bit;
+                } else {
+                    mask[w] &= !bit;
+                }
+            }
+        }
         if self.parser.top_info().accepting {
-            for &e in vocab.eos_tokens() {
+            for &e in self.c.vocab.eos_tokens() {
                 mask[(e >> 5) as usize] |= 1 << (e & 31);
             }
         }
         Ok(())
+    }
+
+    /// Whether the parser can read `bytes` now (the parser is left unchanged).
+    fn token_viable(&mut self, bytes: &[u8]) -> Result<bool, MatchError> {
+        let g = &self.c.grammar;
+        let mut pushed = 0;
+        let mut ok = true;
+        for &b in bytes {
+            match self.parser.push_byte(g, b) {
+                Ok(true) => pushed += 1,
+                Ok(false) => {
+                    ok = false;
+                    break;
+                }
+                Err(e) => {
+                    for _ in 0..pushed {
+                        self.parser.pop();
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        for _ in 0..pushed {
+            self.parser.pop();
+        }
+        Ok(ok && !bytes.is_empty())
     }
 
     /// Whether the output so far is a complete sentence (EOS is allowed now).

@@ -60,11 +60,15 @@ pub(crate) struct StateTokens {
     pub accept: TokenSet,
     /// Half-open ranges of trie nodes whose tokens need the parser; sorted, disjoint.
     pub uncertain: Vec<(u32, u32)>,
+    /// Tokens of `accept` that end where the lexeme is complete and cannot go on: their
+    /// commit completes the lexeme, which a semantic check may refuse (see
+    /// [`crate::grammar::ValueCheck`]), so grammars with checks re-verify them.
+    pub finals: Vec<u32>,
 }
 
 impl StateTokens {
     pub fn memory(&self) -> usize {
-        self.accept.memory() + self.uncertain.len() * 8 + 64
+        self.accept.memory() + self.uncertain.len() * 8 + self.finals.len() * 4 + 64
     }
 }
 
@@ -110,6 +114,7 @@ impl Tables {
 fn compute(dfa: &Dfa, s0: u32, trie: &TokenTrie, vocab_len: usize) -> StateTokens {
     let mut accept: Vec<u32> = Vec::new();
     let mut uncertain: Vec<(u32, u32)> = Vec::new();
+    let mut finals: Vec<u32> = Vec::new();
     // (node, state, exited): `exited` = the lexeme accepted at some proper prefix.
     let mut stack: Vec<(u32, u32, bool)> = vec![(0, s0, false)];
     while let Some((n, s, exited)) = stack.pop() {
@@ -122,6 +127,9 @@ fn compute(dfa: &Dfa, s0: u32, trie: &TokenTrie, vocab_len: usize) -> StateToken
             if allowed.contains(b) {
                 let s2 = dfa.next(s, b);
                 accept.extend_from_slice(trie.tokens_at(c));
+                if dfa.accepting(s2) && dfa.allowed(s2).is_empty() {
+                    finals.extend_from_slice(trie.tokens_at(c));
+                }
                 if ce > c + 1 {
                     stack.push((c, s2, exited || dfa.accepting(s2)));
                 }
@@ -142,5 +150,9 @@ fn compute(dfa: &Dfa, s0: u32, trie: &TokenTrie, vocab_len: usize) -> StateToken
         accept.sort_unstable();
         TokenSet::Sparse(accept)
     };
-    StateTokens { accept, uncertain }
+    StateTokens {
+        accept,
+        uncertain,
+        finals,
+    }
 }

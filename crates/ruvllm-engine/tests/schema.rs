@@ -125,6 +125,21 @@ fn schemas_accept_exactly_what_validates() {
             vec!["\"123e4567e89b12d3a456426614174000\""],
         ),
         (
+            json!({"type": "string", "format": "uri"}),
+            vec![
+                "\"file:///path/to/a.js\"",
+                "\"https://user@example.com:8080/a%20b?q=1#frag\"",
+                "\"mailto:joe@example.com\"",
+                "\"urn:isbn:0451450523\"",
+            ],
+            vec![
+                "\"not a uri\"",
+                "\"://x\"",
+                "\"http://exa mple.com\"",
+                "\"/relative\"",
+            ],
+        ),
+        (
             json!({"type": "string", "format": "email"}),
             vec!["\"joe@example.com\"", "\"a.b+c@mail.example.org\""],
             vec!["\"joe\"", "\"@x.com\"", "\"a..b@x.com\""],
@@ -261,46 +276,175 @@ fn schemas_accept_exactly_what_validates() {
     }
 }
 
+/// Keywords enforced by semantic checks: every verdict agrees with the oracle, and an
+/// invalid value is refused exactly at the byte that completes it (not earlier: the prefix
+/// could still have become valid; not later: the violation is complete).
 #[test]
-fn unsupported_keywords_are_refused_with_pointers() {
-    for (schema, keyword, pointer) in [
-        (json!({"not": {"enum": [1]}}), "not", "#"),
-        (json!({"not": {"type": "integer"}}), "not", "#"),
+fn semantic_checks_refuse_the_completing_byte() {
+    // (schema, valid texts, (invalid text, offset of the byte that must be refused)).
+    type Case = (Value, Vec<&'static str>, Vec<(&'static str, usize)>);
+    let cases: Vec<Case> = vec![
         (
-            json!({"properties": {"a": {"uniqueItems": true, "type": "array"}}}),
-            "uniqueItems",
-            "#/properties/a",
+            json!({"type": "array", "uniqueItems": true}),
+            vec![
+                "[]",
+                "[1, 2]",
+                "[1, \"1\"]",
+                "[{\"a\": 1}, {\"a\": 2}]",
+                "[1, 1.5]",
+            ],
+            vec![
+                ("[1, 1]", 5),
+                ("[{\"a\": 1}, {\"a\": 1}]", 19),
+                ("[1, 1.0]", 7),
+            ],
         ),
         (
-            json!({"type": "object", "patternProperties": {"^x": {}}}),
-            "patternProperties",
-            "#",
+            json!({"properties": {"tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": true}}}),
+            vec!["{\"tags\": [\"a\", \"b\"]}"],
+            vec![("{\"tags\": [\"a\", \"a\"], \"x\": 1}", 18)],
         ),
         (
-            json!({"items": {"if": {"type": "string"}, "then": {"minLength": 1}}}),
-            "if",
-            "#/items",
+            json!({"not": {"enum": [1, "x"]}}),
+            vec!["2", "\"y\"", "[1]", "null"],
+            vec![("1", 1), ("\"x\"", 2)],
         ),
         (
             json!({"oneOf": [{"type": "integer"}, {"minimum": 0}]}),
-            "oneOf",
-            "#/oneOf",
+            vec!["-1", "0.5", "\"s\""],
+            vec![("3", 1)],
+        ),
+        (
+            json!({"type": "object", "if": {"properties": {"k": {"const": "a"}}, "required": ["k"]}, "then": {"required": ["x"]}, "else": {"required": ["y"]}}),
+            vec![
+                "{\"k\": \"a\", \"x\": 1}",
+                "{\"k\": \"b\", \"y\": 1}",
+                "{\"y\": 0}",
+            ],
+            vec![("{\"k\": \"a\", \"y\": 1}", 17), ("{}", 1)],
+        ),
+        (
+            json!({"type": "array", "contains": {"type": "string"}, "maxContains": 2}),
+            vec!["[\"a\"]", "[1, \"a\", \"b\"]"],
+            vec![("[1, 2]", 5), ("[\"a\", \"b\", \"c\"]", 14)],
+        ),
+        (
+            json!({"type": "object", "patternProperties": {"^x-": {"type": "integer"}}, "additionalProperties": false}),
+            vec!["{}", "{\"x-a\": 1, \"x-b\": 2}"],
+            vec![("{\"x-a\": \"s\"}", 11), ("{\"y\": 1}", 7)],
+        ),
+        (
+            json!({"type": "object", "propertyNames": {"maxLength": 2}}),
+            vec!["{\"ab\": 1}"],
+            vec![("{\"abc\": 1}", 9)],
+        ),
+        (
+            json!({"type": "object", "dependentRequired": {"a": ["b"]}}),
+            vec!["{\"a\": 1, \"b\": 2}", "{\"b\": 2}", "{}"],
+            vec![("{\"a\": 1}", 7)],
+        ),
+        (
+            json!({"type": "object", "minProperties": 2}),
+            vec!["{\"a\": 1, \"b\": 2}"],
+            vec![("{\"a\": 1}", 7), ("{}", 1)],
         ),
         (
             json!({"type": "number", "multipleOf": 0.5}),
-            "multipleOf",
-            "#",
+            vec!["1.5", "2", "-0.5", "10"],
+            vec![("1.25", 4), ("3.1", 3)],
         ),
+        (
+            json!({"type": "string", "pattern": "^[a-z]+$", "minLength": 2}),
+            vec!["\"ab\""],
+            vec![("\"a\"", 2), ("\"aB\"", 2)],
+        ),
+    ];
+    for (schema, good, bad) in cases {
+        let c = compile(&schema);
+        let v = oracle(&schema);
+        for t in good {
+            let inst: Value = serde_json::from_str(t).unwrap();
+            assert!(v.is_valid(&inst), "oracle rejects {t} for {schema}");
+            assert!(accepts(&c, t), "{schema}: refused valid {t}");
+        }
+        for (t, at) in bad {
+            let inst: Value = serde_json::from_str(t).unwrap();
+            assert!(!v.is_valid(&inst), "oracle accepts {t} for {schema}");
+            let mut m = Matcher::new(&c).unwrap();
+            let r = m.check_bytes(t.as_bytes()).unwrap();
+            let mut m2 = Matcher::new(&c).unwrap();
+            let prefix_ok = m2.check_bytes(&t.as_bytes()[..at]).unwrap();
+            match (&r, at == t.len()) {
+                // The violation completes at the end: the text is simply not accepted.
+                (CheckResult::Incomplete { .. }, true) => {}
+                (CheckResult::Rejected { at: a, .. }, _) => assert_eq!(*a, at, "{schema}: {t}"),
+                _ => panic!("{schema}: {t} gave {r:?}"),
+            }
+            assert!(
+                matches!(prefix_ok, CheckResult::Incomplete { .. }),
+                "{schema}: the prefix of {t} before the completing byte must stay open"
+            );
+        }
+    }
+}
+
+/// `any_order`: properties in any order; required keys, duplicates and counts checked.
+#[test]
+fn any_order_properties() {
+    let s = json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}},
+                   "required": ["a"], "maxProperties": 2});
+    let g = schema_to_grammar(
+        &s,
+        &SchemaOptions {
+            any_order: true,
+            ..SchemaOptions::default()
+        },
+    )
+    .unwrap();
+    let c = Constraint::new(&g, dummy_vocab(), &Limits::default()).unwrap();
+    let v = oracle(&s);
+    for t in [
+        "{\"a\": 1}",
+        "{\"b\": \"x\", \"a\": 1}",
+        "{\"a\": 1, \"b\": \"x\"}",
+        "{\"c\": [], \"a\": 2}",
+    ] {
+        assert!(v.is_valid(&serde_json::from_str(t).unwrap()), "{t}");
+        assert!(accepts(&c, t), "refused {t}");
+    }
+    for t in [
+        "{}",
+        "{\"b\": \"x\"}",
+        "{\"a\": 1, \"a\": 2}",
+        "{\"a\": 1, \"b\": \"x\", \"c\": 0}",
+        "{\"b\": 1, \"a\": 1}",
+    ] {
+        assert!(!accepts(&c, t), "accepted {t}");
+    }
+    // Schema order (the default) refuses the swapped order.
+    assert!(!accepts(&compile(&s), "{\"b\": \"x\", \"a\": 1}"));
+    assert!(accepts(&compile(&s), "{\"a\": 1, \"b\": \"x\"}"));
+}
+
+#[test]
+fn unsupported_keywords_are_refused_with_pointers() {
+    for (schema, keyword, pointer) in [
         (json!({"$ref": "http://example.com/s.json"}), "$ref", "#"),
         (
-            json!({"type": "string", "format": "uri-template"}),
-            "format",
-            "#",
+            json!({"properties": {"a": {"$ref": "other.json#/x"}}}),
+            "$ref",
+            "#/properties/a",
         ),
         (
-            json!({"type": "string", "pattern": "(?=a)b"}),
-            "pattern",
-            "#/pattern",
+            json!({"$schema": "http://json-schema.org/draft-07/schema#",
+                   "properties": {"p": {"type": "string", "contentEncoding": "base64"}}}),
+            "contentEncoding",
+            "#/properties/p",
+        ),
+        (
+            json!({"$defs": {"n": {"$dynamicAnchor": "n"}}, "items": {"$dynamicRef": "#n"}}),
+            "$dynamicRef",
+            "#/items",
         ),
     ] {
         match schema_to_grammar(&schema, &SchemaOptions::default()) {
@@ -333,12 +477,13 @@ fn unsupported_keywords_are_refused_with_pointers() {
         schema_to_grammar(&cyc, &SchemaOptions::default()),
         Err(SchemaError::Unsatisfiable { .. })
     ));
-    // A huge property name next to additional properties: refused, not a stack overflow.
+    // A huge property name next to additional properties: no stack overflow; the key
+    // complement is too long for the grammar, so the object is checked semantically.
     let long = "k".repeat(200_000);
-    let wide = json!({"properties": {long: {"type": "integer"}}});
-    assert!(
-        matches!(schema_to_grammar(&wide, &SchemaOptions::default()), Err(SchemaError::Unsupported { keyword, .. }) if keyword == "additionalProperties")
-    );
+    let wide = json!({"properties": {long.clone(): {"type": "integer"}}});
+    let c = compile(&wide);
+    assert!(accepts(&c, &format!("{{\"{long}\": 1}}")));
+    assert!(!accepts(&c, &format!("{{\"{long}\": \"s\"}}")));
     // Deep nesting is bounded.
     let mut deep = json!({"type": "integer"});
     for _ in 0..2000 {
@@ -355,7 +500,7 @@ fn whitespace_policies() {
             &s,
             &SchemaOptions {
                 whitespace: ws,
-                strict: false,
+                ..SchemaOptions::default()
             },
         )
         .unwrap();
@@ -380,6 +525,7 @@ fn whitespace_policies() {
         &SchemaOptions {
             whitespace: Whitespace::Bounded,
             strict: true,
+            any_order: false,
         },
     )
     .unwrap();
@@ -406,6 +552,7 @@ fn random_walks_under_maskbench_schemas_validate() {
     let vocab = llama3();
     let mut mask = vec![0u32; vocab.mask_words()];
     let (mut schemas, mut completed, mut out_of_range) = (0, 0, 0);
+    let (mut checked_schemas, mut dead_ends) = (0, 0);
     let mut seed = 0x1234_5678_9abc_def1u64;
     let mut rnd = move || {
         seed ^= seed << 13;
@@ -413,8 +560,15 @@ fn random_walks_under_maskbench_schemas_validate() {
         seed ^= seed << 17;
         seed
     };
-    for f in files.iter().step_by(7) {
-        if schemas >= 200 {
+    // 200 schemas spread over the corpus, then 40 more among those that need semantic
+    // checks (a fifth of MaskBench, but rare at its start).
+    for f in files
+        .iter()
+        .step_by(7)
+        .chain(files.iter().skip(3).step_by(5))
+    {
+        let phase2 = schemas >= 200;
+        if phase2 && checked_schemas >= 40 {
             break;
         }
         let doc: Value = serde_json::from_str(&std::fs::read_to_string(f).unwrap()).unwrap();
@@ -422,6 +576,9 @@ fn random_walks_under_maskbench_schemas_validate() {
         let Ok(g) = schema_to_grammar(&schema, &SchemaOptions::default()) else {
             continue;
         };
+        if phase2 && g.checks.is_empty() {
+            continue;
+        }
         let Ok(v) = jsonschema::options()
             .should_validate_formats(true)
             .build(&schema)
@@ -433,6 +590,9 @@ fn random_walks_under_maskbench_schemas_validate() {
             Err(_) => continue,
         };
         schemas += 1;
+        if !g.checks.is_empty() {
+            checked_schemas += 1;
+        }
         for _walk in 0..2 {
             let mut m = Matcher::new(&c).unwrap();
             let mut out = Vec::new();
@@ -451,6 +611,13 @@ fn random_walks_under_maskbench_schemas_validate() {
                     .filter(|t| !vocab.eos_tokens().contains(t))
                     .collect();
                 if text.is_empty() {
+                    // With semantic checks a prefix can be a dead end (see schema::check);
+                    // without them never.
+                    if !m.is_accepting() {
+                        assert!(!g.checks.is_empty(), "{}: dead end", f.display());
+                        dead_ends += 1;
+                        break;
+                    }
                     done = true;
                     break;
                 }
@@ -492,7 +659,14 @@ fn random_walks_under_maskbench_schemas_validate() {
             completed += 1;
         }
     }
+    eprintln!(
+        "{schemas} schemas ({checked_schemas} with semantic checks), {completed} walks completed, {dead_ends} dead ends"
+    );
     assert!(schemas >= 200, "only {schemas} schemas compiled");
+    assert!(
+        checked_schemas >= 40,
+        "only {checked_schemas} schemas use checks"
+    );
     assert!(
         completed >= 100,
         "only {completed} walks completed ({out_of_range} had out-of-range numbers)"

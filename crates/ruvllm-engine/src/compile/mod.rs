@@ -28,7 +28,7 @@ use regex_syntax::hir::{self, Hir};
 
 pub use dfa::Dfa;
 
-use crate::grammar::{Expr, Grammar};
+use crate::grammar::{Check, Expr, Grammar};
 use crate::{GrammarError, Limits};
 
 /// A grammar symbol at a parser position.
@@ -61,6 +61,14 @@ pub struct CompiledGrammar {
     /// over-approximation through FIRST/FOLLOW sets). The parser closes a set only when the
     /// next byte is in here for some accepting item.
     pub(crate) lex_follow: Vec<crate::byteset::ByteSet>,
+    /// Semantic check per Earley rule (see [`crate::grammar::ValueCheck`]).
+    pub(crate) rule_check: Vec<Option<Check>>,
+    /// Whether any rule has a check (the parser then tracks the output bytes).
+    pub(crate) has_checks: bool,
+    /// Per lexeme position: completing the lexeme may complete a checked rule at once
+    /// (the rest of its alternative, and of each enclosing one up to a checked rule, is
+    /// nullable). Masks re-verify such tokens with the parser.
+    pub(crate) lex_check_sensitive: Vec<bool>,
 }
 
 /// Size figures of a compiled grammar.
@@ -119,6 +127,8 @@ struct Lowerer<'a> {
     // Output.
     rules: Vec<Vec<Vec<Sym>>>,
     rule_name: Vec<String>,
+    rule_check: Vec<Option<Check>>,
+    ir_check: Vec<Option<Check>>,
     lexemes: Vec<Dfa>,
     lex_name: Vec<String>,
     lex_map: HashMap<String, u32>,
@@ -214,7 +224,14 @@ impl<'a> Lowerer<'a> {
         let mut inlinable = vec![false; n];
         let mut weight = vec![usize::MAX / 4; n];
         let mut depth = vec![usize::MAX / 4; n];
+        let mut ir_check = vec![None; n];
+        for (r, c) in &g.checks {
+            ir_check[*r as usize] = Some(c.clone());
+        }
         for &r in &order {
+            if ir_check[r as usize].is_some() {
+                continue; // the parser must see every completion of a checked rule
+            }
             let body = &g.rules[r as usize].body;
             if deps[r as usize].iter().all(|&d| inlinable[d as usize]) {
                 let w = expr_weight(body, &weight);
@@ -236,6 +253,8 @@ impl<'a> Lowerer<'a> {
             queue: Vec::new(),
             rules: Vec::new(),
             rule_name: Vec::new(),
+            rule_check: Vec::new(),
+            ir_check,
             lexemes: Vec::new(),
             lex_name: Vec::new(),
             lex_map: HashMap::new(),
@@ -265,6 +284,7 @@ impl<'a> Lowerer<'a> {
             return Ok(er);
         }
         let er = self.new_rule(self.g.rules[ir as usize].name.clone())?;
+        self.rule_check[er as usize] = self.ir_check[ir as usize].clone();
         self.rule_map[ir as usize] = Some(er);
         self.queue.push((ir, er));
         Ok(er)
@@ -281,6 +301,7 @@ impl<'a> Lowerer<'a> {
         }
         self.rules.push(Vec::new());
         self.rule_name.push(name);
+        self.rule_check.push(None);
         Ok((self.rules.len() - 1) as u32)
     }
 
@@ -614,7 +635,9 @@ impl<'a> Lowerer<'a> {
         loop {
             let mut changed = false;
             for (r, alts) in self.rules.iter().enumerate() {
-                if nullable[r] {
+                // A checked rule is never nullable: the parser's nullable shortcut would
+                // skip its check (and no JSON value is empty).
+                if nullable[r] || self.rule_check[r].is_some() {
                     continue;
                 }
                 let n = alts.iter().any(|alt| {
@@ -634,6 +657,7 @@ impl<'a> Lowerer<'a> {
             }
         }
         let lex_follow = follow_bytes(&syms, &rule_alts, &nullable, &self.lexemes);
+        let lex_check_sensitive = check_sensitive(&syms, &rule_alts, &nullable, &self.rule_check);
         let mut base = Vec::with_capacity(self.lexemes.len());
         let mut total = 0usize;
         for d in &self.lexemes {
@@ -652,8 +676,78 @@ impl<'a> Lowerer<'a> {
             n_lex_states: total,
             pos_rule,
             lex_follow,
+            has_checks: self.rule_check.iter().any(|c| c.is_some()),
+            lex_check_sensitive,
+            rule_check: self.rule_check,
         })
     }
+}
+
+/// Positions whose completion may complete a checked rule in the same step: a rule is
+/// "hot" if it is checked or sits before a nullable suffix in a hot rule's alternative; a
+/// position is sensitive if a nullable suffix follows it in a hot rule. Cost: a fixpoint
+/// over the grammar.
+fn check_sensitive(
+    syms: &[Sym],
+    rule_alts: &[Vec<u32>],
+    nullable: &[bool],
+    checks: &[Option<Check>],
+) -> Vec<bool> {
+    let mut hot: Vec<bool> = checks.iter().map(|c| c.is_some()).collect();
+    if !hot.iter().any(|&h| h) {
+        return vec![false; syms.len()];
+    }
+    // Whether the suffix after position p (up to End) is nullable.
+    let tail_null = |p: usize| -> bool {
+        let mut i = p + 1;
+        loop {
+            match syms[i] {
+                Sym::End(_) => return true,
+                Sym::Lex(_) => return false,
+                Sym::Rule(r) if !nullable[r as usize] => return false,
+                Sym::Rule(_) => i += 1,
+            }
+        }
+    };
+    loop {
+        let mut changed = false;
+        for (r, alts) in rule_alts.iter().enumerate() {
+            if !hot[r] {
+                continue;
+            }
+            for &a in alts {
+                let mut i = a as usize;
+                while let Sym::Rule(_) | Sym::Lex(_) = syms[i] {
+                    if let Sym::Rule(x) = syms[i] {
+                        if !hot[x as usize] && tail_null(i) {
+                            hot[x as usize] = true;
+                            changed = true;
+                        }
+                    }
+                    i += 1;
+                }
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    let mut out = vec![false; syms.len()];
+    for (r, alts) in rule_alts.iter().enumerate() {
+        if !hot[r] {
+            continue;
+        }
+        for &a in alts {
+            let mut i = a as usize;
+            while let Sym::Rule(_) | Sym::Lex(_) = syms[i] {
+                if let Sym::Lex(_) = syms[i] {
+                    out[i] = tail_null(i);
+                }
+                i += 1;
+            }
+        }
+    }
+    out
 }
 
 /// FIRST/FOLLOW over bytes, then, for each lexeme position, the bytes that can follow the

@@ -91,7 +91,11 @@ pub(crate) fn parse(src: &str, limits: &Limits) -> Result<Grammar, GrammarError>
             }
         }
     }
-    let mut g = Grammar { rules, root };
+    let mut g = Grammar {
+        rules,
+        root,
+        checks: Vec::new(),
+    };
     g.prune_unproductive()?;
     Ok(g)
 }

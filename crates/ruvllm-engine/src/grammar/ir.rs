@@ -1,6 +1,39 @@
 //! The grammar IR and its analyses (productivity, nullability).
 
+use std::sync::Arc;
+
 use crate::GrammarError;
+
+/// A semantic predicate on the exact text a rule derived, for constraints that are not
+/// context-free (JSON Schema's `uniqueItems`, exclusive `oneOf`, `not`, ...).
+///
+/// The parser calls it each time it completes the checked rule over a span of the output,
+/// and drops that completion when it answers `false`: the token that would complete a
+/// violation is forbidden. Masks stay sound (nothing that fails the check is ever accepted),
+/// but a prefix may become a dead end when every completion of it fails the check; the
+/// grammar's own language should therefore be as tight as possible, with the check
+/// removing only what the grammar cannot express.
+pub trait ValueCheck: Send + Sync + std::fmt::Debug {
+    /// Whether `text` is acceptable. Cost: implementation-defined; called once per
+    /// candidate completion (including during mask computation), so keep it near-linear.
+    fn accepts(&self, text: &[u8]) -> bool;
+
+    /// What the check enforces, for diagnostics (`ruvllm schema compile` lists them).
+    fn describe(&self) -> String {
+        format!("{self:?}")
+    }
+}
+
+/// A shared [`ValueCheck`] attached to a rule. Equality is identity.
+#[derive(Clone, Debug)]
+pub struct Check(pub Arc<dyn ValueCheck>);
+
+impl PartialEq for Check {
+    fn eq(&self, o: &Check) -> bool {
+        Arc::ptr_eq(&self.0, &o.0)
+    }
+}
+impl Eq for Check {}
 
 /// Index of a rule in [`Grammar::rules`].
 pub type RuleId = u32;
@@ -50,6 +83,9 @@ pub struct Grammar {
     pub rules: Vec<Rule>,
     /// The start rule.
     pub root: RuleId,
+    /// Semantic checks on rules (see [`ValueCheck`]); a checked rule is never inlined into
+    /// a lexeme, so that the parser sees each of its completions.
+    pub checks: Vec<(RuleId, Check)>,
 }
 
 impl Grammar {
@@ -61,6 +97,7 @@ impl Grammar {
                 body,
             }],
             root: 0,
+            checks: Vec::new(),
         }
     }
 

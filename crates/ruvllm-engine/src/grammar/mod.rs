@@ -15,7 +15,7 @@ mod regex;
 
 pub use builtin::Builtin;
 pub(crate) use ir::visit_refs as visit_refs_pub;
-pub use ir::{Expr, Grammar, Rule, RuleId};
+pub use ir::{Check, Expr, Grammar, Rule, RuleId, ValueCheck};
 
 use crate::Limits;
 

@@ -7,8 +7,15 @@ use super::ir::{Expr, Grammar};
 impl Grammar {
     /// The grammar in GBNF, when GBNF can express it (raw byte classes cannot be written:
     /// GBNF terminals are code points). Rule names are sanitized and made unique; `root`
-    /// comes first. Parsing the output gives the same language.
+    /// comes first. Parsing the output gives the same language. Grammars with semantic checks
+    /// ([`super::ValueCheck`]) are refused.
     pub fn to_gbnf(&self) -> Result<String, String> {
+        if let Some((r, _)) = self.checks.first() {
+            return Err(format!(
+                "rule {:?} carries a semantic check (uniqueItems, exclusive oneOf, not, ...) that GBNF cannot express",
+                self.rules[*r as usize].name
+            ));
+        }
         let mut names: Vec<String> = Vec::with_capacity(self.rules.len());
         let mut used = std::collections::HashSet::new();
         for (i, r) in self.rules.iter().enumerate() {

@@ -29,6 +29,7 @@
 //! property list imply, `pattern` intersected with length bounds or another pattern,
 //! non-integer numeric bounds, remote references, and the formats without a rule here.
 
+mod check;
 mod num;
 
 use std::collections::HashMap;
@@ -37,7 +38,7 @@ use regex_syntax::hir::{Class, Hir, HirKind, Look};
 use serde_json::{Map, Value};
 use thiserror::Error;
 
-use crate::grammar::{Expr, Grammar, Rule, RuleId};
+use crate::grammar::{Check, Expr, Grammar, Rule, RuleId};
 use crate::GrammarError;
 
 /// Where whitespace may appear between JSON tokens.
@@ -60,6 +61,11 @@ pub struct SchemaOptions {
     pub whitespace: Whitespace,
     /// OpenAI-style strict mode: `additionalProperties: false` wherever it is not given.
     pub strict: bool,
+    /// Whether object properties must come in schema order (the default: fewer choices
+    /// for the model, one canonical output) or may come in any order (what a validator
+    /// accepts; required keys, duplicates and property counts are then enforced by a
+    /// semantic check on each object, see [`check`]).
+    pub any_order: bool,
 }
 
 /// Why a schema cannot be compiled.
@@ -164,6 +170,53 @@ const REFUSED: &[&str] = &[
     "$recursiveRef",
 ];
 
+/// Keywords that constrain instances (all others are annotations or unknown, and ignored).
+const ASSERTIONS: &[&str] = &[
+    "type",
+    "enum",
+    "const",
+    "multipleOf",
+    "maximum",
+    "exclusiveMaximum",
+    "minimum",
+    "exclusiveMinimum",
+    "maxLength",
+    "minLength",
+    "pattern",
+    "format",
+    "maxItems",
+    "minItems",
+    "uniqueItems",
+    "maxContains",
+    "minContains",
+    "contains",
+    "maxProperties",
+    "minProperties",
+    "required",
+    "dependentRequired",
+    "dependencies",
+    "properties",
+    "patternProperties",
+    "additionalProperties",
+    "propertyNames",
+    "dependentSchemas",
+    "items",
+    "prefixItems",
+    "additionalItems",
+    "unevaluatedItems",
+    "unevaluatedProperties",
+    "allOf",
+    "anyOf",
+    "oneOf",
+    "not",
+    "if",
+    "then",
+    "else",
+    "$ref",
+    "$dynamicRef",
+    "$recursiveRef",
+];
+
 const TYPES: [&str; 7] = [
     "null", "boolean", "object", "array", "number", "string", "integer",
 ];
@@ -178,6 +231,7 @@ pub fn schema_to_grammar(schema: &Value, opts: &SchemaOptions) -> Result<Grammar
     let mut g = Grammar {
         rules: c.rules,
         root,
+        checks: c.checks,
     };
     match g.prune_unproductive() {
         Err(GrammarError::EmptyLanguage { .. }) => Err(SchemaError::Unsatisfiable {
@@ -198,6 +252,71 @@ struct Compiler<'a> {
     queue: Vec<(String, RuleId)>,
     anchors: HashMap<String, String>,
     common: HashMap<&'static str, RuleId>,
+    /// Semantic checks attached to rules (see [`check`]).
+    checks: Vec<(RuleId, Check)>,
+    check_builder: Option<check::CheckBuilder>,
+}
+
+/// Most semantic checks in one schema.
+const MAX_CHECKS: usize = 512;
+
+/// Keywords no grammar here expresses: stripped from a sub-schema that needs a semantic
+/// check, and enforced by the check.
+const CHECK_ONLY: &[&str] = &[
+    "not",
+    "if",
+    "then",
+    "else",
+    "contains",
+    "minContains",
+    "maxContains",
+    "patternProperties",
+    "propertyNames",
+    "dependentRequired",
+    "dependentSchemas",
+    "dependencies",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+    "uniqueItems",
+    "multipleOf",
+    "minProperties",
+    "maxProperties",
+    "oneOf",
+];
+
+/// Whether an `Unsupported` error can be handled by a relaxed grammar plus a semantic check.
+/// Remote or dynamic references and draft-7 content assertions cannot.
+fn relaxable(keyword: &str, reason: &str) -> bool {
+    match keyword {
+        "$ref" => reason.contains("recursive"),
+        "$dynamicRef" | "$recursiveRef" | "contentEncoding" | "contentMediaType"
+        | "contentSchema" => false,
+        _ => true,
+    }
+}
+
+/// The keywords to strip for an `Unsupported` error on `keyword`.
+fn strip_for(keyword: &str, reason: &str) -> Vec<&'static str> {
+    match keyword {
+        "pattern" | "format" if reason.contains("minLength") => vec!["minLength", "maxLength"],
+        "pattern" if reason.contains("format") => vec!["format"],
+        "pattern" => vec!["pattern"],
+        "format" => vec!["format"],
+        "minimum" | "maximum" | "exclusiveMinimum" | "exclusiveMaximum" => {
+            vec!["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"]
+        }
+        "minLength" | "maxLength" => vec!["minLength", "maxLength"],
+        "minItems" | "maxItems" => vec!["minItems", "maxItems"],
+        "anyOf" => vec!["anyOf"],
+        "items" | "prefixItems" | "additionalItems" => {
+            vec!["items", "prefixItems", "additionalItems"]
+        }
+        "enum" | "const" => vec!["enum", "const"],
+        "additionalProperties" | "properties" | "required" => {
+            vec!["additionalProperties", "properties", "required"]
+        }
+        _ => vec![],
+    }
 }
 
 const MAX_DEPTH: usize = 64;
@@ -228,6 +347,8 @@ impl<'a> Compiler<'a> {
             queue: Vec::new(),
             anchors,
             common: HashMap::new(),
+            checks: Vec::new(),
+            check_builder: None,
         })
     }
 
@@ -316,7 +437,146 @@ impl<'a> Compiler<'a> {
 
     // ---- schemas ------------------------------------------------------------------------
 
+    /// Compiles a sub-schema: exactly when the grammar can express it, else as a relaxed
+    /// grammar plus a semantic check of the original (see [`check`]).
     fn compile(&mut self, s: &Value, ptr: &str, depth: usize) -> Result<Expr, SchemaError> {
+        match self.compile_exact(s, ptr, depth) {
+            Err(SchemaError::Unsupported {
+                keyword, reason, ..
+            }) if relaxable(&keyword, &reason) => {
+                self.compile_checked(s, ptr, depth, &keyword, &reason)
+            }
+            r => r,
+        }
+    }
+
+    fn compile_checked(
+        &mut self,
+        s: &Value,
+        ptr: &str,
+        depth: usize,
+        keyword: &str,
+        reason: &str,
+    ) -> Result<Expr, SchemaError> {
+        if self.checks.len() >= MAX_CHECKS {
+            return Err(unsupported(
+                keyword,
+                ptr,
+                format!("{reason} (and the schema needs more than {MAX_CHECKS} semantic checks)"),
+            ));
+        }
+        let mut strip: Vec<&str> = CHECK_ONLY.to_vec();
+        strip.extend(strip_for(keyword, reason));
+        let mut body = None;
+        for _ in 0..4 {
+            let relaxed = self.relax(s, &strip, 0);
+            match self.compile_exact(&relaxed, ptr, depth) {
+                Ok(b) => {
+                    body = Some(b);
+                    break;
+                }
+                Err(SchemaError::Unsupported {
+                    keyword, reason, ..
+                }) if relaxable(&keyword, &reason) => {
+                    let more = strip_for(&keyword, &reason);
+                    if more.iter().all(|k| strip.contains(k)) {
+                        break;
+                    }
+                    strip.extend(more);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let body = match body {
+            Some(b) => b,
+            // Last resort: any value of the declared types, everything else checked.
+            None => {
+                let loose = match s.get("type") {
+                    Some(t) => serde_json::json!({ "type": t }),
+                    None => Value::Bool(true),
+                };
+                self.compile_exact(&loose, ptr, depth)?
+            }
+        };
+        if self.check_builder.is_none() {
+            self.check_builder = Some(
+                check::CheckBuilder::new(self.root, self.draft)
+                    .map_err(|e| invalid("", format!("cannot register the schema: {e}")))?,
+            );
+        }
+        let c = self.check_builder.as_ref().unwrap().build(s, ptr)?;
+        Ok(self.checked_rule(&format!("checked{}", ptr.replace('/', "-")), body, c))
+    }
+
+    /// A copy of `s` without the keywords in `strip` (and `oneOf` read as `anyOf`), with
+    /// references inlined (up to a depth, then any value): a superset of `s` for the
+    /// grammar. Sub-schemas of properties and items are kept: they are compiled (and
+    /// checked if need be) on their own.
+    fn relax(&self, s: &Value, strip: &[&str], depth: usize) -> Value {
+        let m = match s {
+            Value::Object(m) => m,
+            other => return other.clone(),
+        };
+        if depth > 6 {
+            return Value::Bool(true);
+        }
+        let mut out = Map::new();
+        let mut all_of: Vec<Value> = Vec::new();
+        if let Some(Value::String(r)) = m.get("$ref") {
+            if let Some(t) = self.resolve(r, "").ok().and_then(|p| self.lookup(&p)) {
+                let t = self.relax(t, strip, depth + 1);
+                if self.draft <= 7 {
+                    return t; // siblings of $ref are ignored before 2019-09
+                }
+                all_of.push(t);
+            } else {
+                out.insert("$ref".into(), Value::String(r.clone()));
+            }
+        }
+        for (k, v) in m {
+            let k = k.as_str();
+            if k == "$ref" {
+                continue;
+            }
+            if k == "oneOf" && strip.contains(&"oneOf") {
+                let branches: Vec<Value> = v
+                    .as_array()
+                    .map(|a| a.iter().map(|b| self.relax(b, strip, depth + 1)).collect())
+                    .unwrap_or_default();
+                all_of.push(serde_json::json!({ "anyOf": branches }));
+                continue;
+            }
+            if strip.contains(&k) {
+                continue;
+            }
+            match k {
+                "allOf" | "anyOf" => {
+                    let branches: Vec<Value> = v
+                        .as_array()
+                        .map(|a| a.iter().map(|b| self.relax(b, strip, depth + 1)).collect())
+                        .unwrap_or_default();
+                    if k == "allOf" {
+                        all_of.extend(branches);
+                    } else {
+                        out.insert(k.into(), Value::Array(branches));
+                    }
+                }
+                // Keys a stripped patternProperties would have allowed.
+                "additionalProperties"
+                    if strip.contains(&"patternProperties")
+                        && m.contains_key("patternProperties") => {}
+                _ => {
+                    out.insert(k.into(), v.clone());
+                }
+            }
+        }
+        if !all_of.is_empty() {
+            out.insert("allOf".into(), Value::Array(all_of));
+        }
+        Value::Object(out)
+    }
+
+    fn compile_exact(&mut self, s: &Value, ptr: &str, depth: usize) -> Result<Expr, SchemaError> {
         if depth > MAX_DEPTH {
             return Err(SchemaError::Grammar(GrammarError::Limit {
                 what: "schema nesting depth",
@@ -1331,6 +1591,16 @@ impl<'a> Compiler<'a> {
         let max_p = get_uint(m, "maxProperties", ptr)?;
         let n_req = props.iter().filter(|(k, _)| required.contains(k)).count();
         let addl_allowed = additional != Value::Bool(false);
+        if self.opts.any_order {
+            return self.object_any_order(
+                &props,
+                &required,
+                &additional,
+                (min_p, max_p),
+                ptr,
+                depth,
+            );
+        }
         if min_p.is_some_and(|x| x > n_req) {
             return Err(unsupported(
                 "minProperties",
@@ -1418,6 +1688,70 @@ impl<'a> Compiler<'a> {
             ]));
         }
         Ok(Expr::Alt(alts))
+    }
+
+    /// Properties in any order: a repetition of "one of the declared key/value pairs, or an
+    /// additional one", with a check that keys are unique, required ones present and the
+    /// count within bounds.
+    fn object_any_order(
+        &mut self,
+        props: &[(String, Value)],
+        required: &[String],
+        additional: &Value,
+        (min_p, max_p): (Option<usize>, Option<usize>),
+        ptr: &str,
+        depth: usize,
+    ) -> Result<Expr, SchemaError> {
+        let ws = self.ws();
+        let colon = Expr::Seq(vec![ws.clone(), lit(":"), ws.clone()]);
+        let sep = Expr::Seq(vec![ws.clone(), lit(","), ws.clone()]);
+        let mut kvs = Vec::new();
+        for (k, v) in props {
+            let vp = join(&join(ptr, "properties"), k);
+            let val = self.compile(v, &vp, depth + 1)?;
+            kvs.push(Expr::Seq(vec![
+                self.literal_value(&Value::String(k.clone())),
+                colon.clone(),
+                val,
+            ]));
+        }
+        if additional != &Value::Bool(false) {
+            let keys: Vec<&str> = props.iter().map(|(k, _)| k.as_str()).collect();
+            let key = self.key_not_in(&keys, ptr)?;
+            let val = self.compile(additional, &join(ptr, "additionalProperties"), depth + 1)?;
+            kvs.push(Expr::Seq(vec![key, colon.clone(), val]));
+        }
+        let required: Vec<String> = required
+            .iter()
+            .filter(|r| props.iter().any(|(k, _)| k == *r))
+            .cloned()
+            .collect();
+        let min = min_p.unwrap_or(0).max(required.len());
+        let max = max_p.unwrap_or(usize::MAX);
+        if min > max || (kvs.is_empty() && min > 0) {
+            return Ok(Expr::Alt(vec![]));
+        }
+        let body = if kvs.is_empty() {
+            Expr::Seq(vec![lit("{"), ws.clone(), lit("}")])
+        } else {
+            let kv = self.rule("kv", Expr::Alt(kvs));
+            let list = Expr::Seq(vec![kv.clone(), rep(Expr::Seq(vec![sep, kv]), 0, None)]);
+            let inner = if min > 0 {
+                list
+            } else {
+                rep(Expr::Seq(vec![list, ws.clone()]), 0, Some(1))
+            };
+            Expr::Seq(vec![lit("{"), ws.clone(), inner, ws.clone(), lit("}")])
+        };
+        let c = check::object_keys(required, min, max);
+        Ok(self.checked_rule(&format!("object{}", ptr.replace('/', "-")), body, c))
+    }
+
+    fn checked_rule(&mut self, name: &str, body: Expr, c: Check) -> Expr {
+        let r = self.reserve(name);
+        self.set(r, body);
+        self.checks.push((r, c));
+        Expr::Ref(r)
     }
 
     // ---- shared pieces --------------------------------------------------------------------
@@ -2203,6 +2537,7 @@ fn merge(
                 // Handled together below.
                 continue;
             }
+            _ if !ASSERTIONS.contains(&k.as_str()) => continue, // an annotation
             _ => {
                 return Err(unsupported(
                     k,
@@ -2598,15 +2933,19 @@ fn format_regex(f: &str) -> Option<String> {
         // RFC 3986 URIs, restricted to unreserved/sub-delim characters (no percent-escapes,
         // no IP literals): a subset of what validators accept. IRIs are a superset of URIs.
         "uri" | "iri" => {
-            let pchar = r"[A-Za-z0-9._~!$&'()*+,;=:@-]";
-            let auth = r"//[A-Za-z0-9._~-]+(?::[0-9]{1,5})?";
-            // "//" authority path-abempty, or path-absolute (first segment non-empty), or empty.
-            let hier = format!(r"(?:{auth}(?:/{pchar}*)*|/{pchar}+(?:/{pchar}*)*|)");
+            let pchar = r"(?:[A-Za-z0-9._~!$&'()*+,;=:@-]|%[0-9A-Fa-f]{2})";
+            // Optional userinfo, a possibly empty reg-name (`file:///x`), an optional port.
+            let auth = r"//(?:(?:[A-Za-z0-9._~!$&'()*+,;=:-]|%[0-9A-Fa-f]{2})*@)?(?:[A-Za-z0-9._~!$&'()*+,;=-]|%[0-9A-Fa-f]{2})*(?::[0-9]{1,5})?";
+            // "//" authority path-abempty, path-absolute (first segment non-empty),
+            // path-rootless (`mailto:a@b`), or empty.
+            let hier = format!(
+                r"(?:{auth}(?:/{pchar}*)*|/{pchar}+(?:/{pchar}*)*|{pchar}+(?:/{pchar}*)*|)"
+            );
             format!(r"[A-Za-z][A-Za-z0-9+.-]*:{hier}(?:\?(?:{pchar}|[/?])*)?(?:#(?:{pchar}|[/?])*)?")
         }
         "uri-reference" | "iri-reference" => {
-            let pchar = r"[A-Za-z0-9._~!$&'()*+,;=:@-]";
-            let auth = r"//[A-Za-z0-9._~-]+(?::[0-9]{1,5})?";
+            let pchar = r"(?:[A-Za-z0-9._~!$&'()*+,;=:@-]|%[0-9A-Fa-f]{2})";
+            let auth = r"//(?:(?:[A-Za-z0-9._~!$&'()*+,;=:-]|%[0-9A-Fa-f]{2})*@)?(?:[A-Za-z0-9._~!$&'()*+,;=-]|%[0-9A-Fa-f]{2})*(?::[0-9]{1,5})?";
             let tail = format!(r"(?:\?(?:{pchar}|[/?])*)?(?:#(?:{pchar}|[/?])*)?");
             let uri = format_regex("uri").unwrap();
             // relative-ref: "//" authority path-abempty | path-absolute | path-noscheme (no

@@ -1,0 +1,224 @@
+//! Semantic checks: the part of a schema that a grammar cannot express.
+//!
+//! Some keywords are not context-free as written: `uniqueItems`, an exclusive `oneOf` whose
+//! branches overlap, a general `not`, `if`/`then`/`else`, `contains`, `dependentRequired`,
+//! `minProperties` over optional keys, `multipleOf`, or a `pattern` the translator cannot
+//! turn into a regular language. For a sub-schema that uses one, the compiler builds the
+//! grammar of a **relaxed** copy (those keywords removed, `oneOf` read as `anyOf`: a
+//! superset of the valid instances) and attaches a [`SchemaCheck`] of the **original**
+//! sub-schema to the rule. The parser runs the check each time the rule's value completes,
+//! and drops the completion when it fails: the token that would complete an invalid value
+//! is never allowed.
+//!
+//! Trade-offs: the masks stay sound (an invalid value is never completed) and every valid
+//! value is still accepted, but a prefix can become a dead end when all its completions
+//! fail the check (e.g. `[1,1` under `uniqueItems` with items `{"enum":[1,2]}`, where only
+//! `,2]` would do after `[1,2`). Checks therefore cover only what the grammar cannot, and
+//! each check parses and validates the value's text (linear in the value; the validator is
+//! compiled once per schema node).
+//!
+//! The validator is the `jsonschema` crate, with the whole root document registered so that
+//! `$ref`s inside the checked sub-schema resolve as they do in the original.
+
+use std::sync::Arc;
+
+use jsonschema::{Draft, Registry, Validator};
+use serde_json::Value;
+
+use crate::grammar::{Check, ValueCheck};
+
+use super::SchemaError;
+
+/// The URI under which the root document is registered for the checks' `$ref`s.
+const ROOT_URI: &str = "file:///ruvllm/root.json";
+
+/// Validates a value's text against one sub-schema.
+pub(crate) struct SchemaCheck {
+    validator: Validator,
+    pointer: String,
+}
+
+impl std::fmt::Debug for SchemaCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SchemaCheck(#{})", self.pointer)
+    }
+}
+
+impl ValueCheck for SchemaCheck {
+    fn accepts(&self, text: &[u8]) -> bool {
+        match serde_json::from_slice::<Value>(text) {
+            Ok(v) => self.validator.is_valid(&v),
+            Err(_) => false,
+        }
+    }
+
+    fn describe(&self) -> String {
+        format!("the sub-schema at #{} (validator)", self.pointer)
+    }
+}
+
+/// Builds checks for sub-schemas of one root document (the registry is prepared once).
+pub(crate) struct CheckBuilder {
+    registry: Registry<'static>,
+    draft: Draft,
+}
+
+fn draft_of(d: u32) -> Draft {
+    match d {
+        4 => Draft::Draft4,
+        6 => Draft::Draft6,
+        7 => Draft::Draft7,
+        2019 => Draft::Draft201909,
+        _ => Draft::Draft202012,
+    }
+}
+
+impl CheckBuilder {
+    /// Registers `root` (cost: one pass over the document).
+    pub(crate) fn new(root: &Value, draft: u32) -> Result<CheckBuilder, String> {
+        let draft = draft_of(draft);
+        let registry = Registry::new()
+            .add(ROOT_URI, draft.create_resource(root.clone()))
+            .map_err(|e| e.to_string())?
+            .prepare()
+            .map_err(|e| e.to_string())?;
+        Ok(CheckBuilder { registry, draft })
+    }
+
+    /// A check that `schema` (located at `pointer`, its `$ref`s relative to the root)
+    /// accepts the value.
+    pub(crate) fn build(&self, schema: &Value, pointer: &str) -> Result<Check, SchemaError> {
+        let mut s = schema.clone();
+        rebase_refs(&mut s, 0);
+        let validator = jsonschema::options()
+            .with_draft(self.draft)
+            .should_validate_formats(true)
+            .with_registry(&self.registry)
+            .build(&s)
+            .map_err(|e| super::invalid(pointer, format!("cannot build its validator: {e}")))?;
+        Ok(Check(Arc::new(SchemaCheck {
+            validator,
+            pointer: pointer.to_string(),
+        })))
+    }
+}
+
+/// Points in-document references (`#...`) at the registered root.
+fn rebase_refs(v: &mut Value, depth: usize) {
+    if depth > 256 {
+        return;
+    }
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m.iter_mut() {
+                match k.as_str() {
+                    "$ref" => {
+                        if let Value::String(r) = x {
+                            if r.starts_with('#') {
+                                *r = format!("{ROOT_URI}{r}");
+                            }
+                        }
+                    }
+                    // Instance data, not schemas.
+                    "enum" | "const" | "default" | "examples" => {}
+                    // Maps from names to schemas: the names are not keywords.
+                    "properties" | "patternProperties" | "$defs" | "definitions"
+                    | "dependentSchemas" | "dependencies" => {
+                        if let Value::Object(named) = x {
+                            named.values_mut().for_each(|s| rebase_refs(s, depth + 1));
+                        }
+                    }
+                    _ => rebase_refs(x, depth + 1),
+                }
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(|x| rebase_refs(x, depth + 1)),
+        _ => {}
+    }
+}
+
+/// Object key rules for properties in any order: unique keys, required ones present, count
+/// within `[min, max]`.
+#[derive(Debug)]
+struct ObjectKeys {
+    required: Vec<String>,
+    min: usize,
+    max: usize,
+}
+
+/// A check of an object's keys (see [`super::SchemaOptions::any_order`]).
+pub(crate) fn object_keys(required: Vec<String>, min: usize, max: usize) -> Check {
+    Check(Arc::new(ObjectKeys { required, min, max }))
+}
+
+impl ValueCheck for ObjectKeys {
+    fn accepts(&self, text: &[u8]) -> bool {
+        let Some(keys) = top_level_keys(text) else {
+            return false;
+        };
+        if keys.len() < self.min || keys.len() > self.max {
+            return false;
+        }
+        let mut sorted: Vec<&String> = keys.iter().collect();
+        sorted.sort_unstable();
+        if sorted.windows(2).any(|w| w[0] == w[1]) {
+            return false;
+        }
+        self.required
+            .iter()
+            .all(|r| sorted.binary_search(&r).is_ok())
+    }
+
+    fn describe(&self) -> String {
+        let max = if self.max == usize::MAX {
+            "any".to_string()
+        } else {
+            self.max.to_string()
+        };
+        format!(
+            "object keys in any order: unique, required {:?}, {}..{max} properties",
+            self.required, self.min
+        )
+    }
+}
+
+/// The decoded keys of a JSON object text, in order (duplicates kept). Cost: one pass.
+fn top_level_keys(text: &[u8]) -> Option<Vec<String>> {
+    let mut keys = Vec::new();
+    let mut depth = 0usize;
+    // Whether the next string at depth 1 is a key.
+    let mut expect_key = false;
+    let mut i = 0;
+    while i < text.len() {
+        match text[i] {
+            b'{' => {
+                depth += 1;
+                expect_key = depth == 1;
+            }
+            b'[' => depth += 1,
+            b'}' | b']' => depth = depth.checked_sub(1)?,
+            b',' if depth == 1 => expect_key = true,
+            b'"' => {
+                let start = i;
+                i += 1;
+                while i < text.len() && text[i] != b'"' {
+                    if text[i] == b'\\' {
+                        i += 1;
+                    }
+                    i += 1;
+                }
+                if i >= text.len() {
+                    return None;
+                }
+                if depth == 1 && expect_key {
+                    let k: String = serde_json::from_slice(&text[start..=i]).ok()?;
+                    keys.push(k);
+                    expect_key = false;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    Some(keys)
+}

@@ -1,0 +1,318 @@
+//! JSON schemas, validation and repair (the design record's phase 1).
+//!
+//! # Design
+//!
+//! Validation uses the `jsonschema` crate (drafts 4 to 2020-12, formats asserted), the same
+//! oracle the engine's tests use, so "valid" means one thing across constrained and
+//! post-validated output. Every violation is reported with the instance's JSON pointer (where
+//! the value is wrong) and the schema's (which keyword said so).
+//!
+//! Repair ([`repair_json`]) is a tolerant parser, not a chain of string substitutions: it
+//! reads what language models actually emit around and inside JSON (code fences, prose,
+//! trailing commas, single quotes, unquoted keys, Python literals, comments, raw newlines in
+//! strings, output cut off mid-string or mid-object) and rebuilds a JSON value, logging each
+//! fix. [`JsonValidator`] in repair mode only returns a repaired value when it validates:
+//! repair never turns invalid output into an "OK".
+//!
+//! Limits: repair does not guess at content (a literal cut off as `tr` is dropped with its
+//! key, not completed), does not coerce types to fit the schema, and refuses inputs nested
+//! deeper than 256 levels or larger than 16 MiB.
+
+mod repair;
+
+use std::str::FromStr;
+use std::sync::Arc;
+
+use serde_json::Value;
+use thiserror::Error;
+
+pub use repair::{repair_json, Repair, RepairError};
+
+/// A compiled JSON Schema: the schema document and its validator. Cheap to clone (shared).
+#[derive(Clone)]
+pub struct JsonSchema {
+    schema: Arc<Value>,
+    validator: Arc<jsonschema::Validator>,
+}
+
+impl std::fmt::Debug for JsonSchema {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JsonSchema")
+            .field("schema", &self.schema)
+            .finish()
+    }
+}
+
+/// Why a schema could not be loaded.
+#[derive(Debug, Clone, Error, PartialEq, Eq)]
+pub enum JsonSchemaError {
+    /// The text is not JSON.
+    #[error("the schema is not JSON: {msg} at line {line}, column {column}")]
+    NotJson {
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// The parser's message.
+        msg: String,
+    },
+    /// The JSON is not a valid schema (checked against its meta-schema), or references
+    /// something that cannot be resolved.
+    #[error("invalid schema at {pointer}: {msg}")]
+    Invalid {
+        /// JSON pointer into the schema.
+        pointer: String,
+        /// What is wrong.
+        msg: String,
+    },
+}
+
+/// One reason a value does not validate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// JSON pointer of the offending part of the instance (`""` is the whole value).
+    pub instance_pointer: String,
+    /// JSON pointer of the schema keyword that failed (e.g. `/properties/age/minimum`).
+    pub schema_pointer: String,
+    /// A human-readable message.
+    pub message: String,
+}
+
+/// A value failed validation: every violation found.
+#[derive(Debug, Clone, Error, PartialEq, Eq)]
+#[error("{}", describe(.violations))]
+pub struct SchemaViolation {
+    /// The violations, in the validator's order (at least one).
+    pub violations: Vec<Violation>,
+}
+
+fn describe(v: &[Violation]) -> String {
+    let mut s = String::from("schema validation failed: ");
+    for (i, x) in v.iter().enumerate() {
+        if i > 0 {
+            s.push_str("; ");
+        }
+        let at = if x.instance_pointer.is_empty() {
+            "the value"
+        } else {
+            x.instance_pointer.as_str()
+        };
+        s.push_str(&format!(
+            "at {at}: {} (schema {})",
+            x.message, x.schema_pointer
+        ));
+    }
+    s
+}
+
+impl JsonSchema {
+    /// Parses and compiles a schema from JSON text. Cost: parsing plus validator
+    /// compilation (linear in the schema).
+    #[allow(clippy::should_implement_trait)]
+    pub fn from_str(text: &str) -> Result<JsonSchema, JsonSchemaError> {
+        let v: Value = serde_json::from_str(text).map_err(|e| JsonSchemaError::NotJson {
+            line: e.line(),
+            column: e.column(),
+            msg: e.to_string(),
+        })?;
+        JsonSchema::from_value(v)
+    }
+
+    /// Compiles a schema given as a JSON value. References must be inside the document
+    /// (nothing is fetched).
+    pub fn from_value(schema: Value) -> Result<JsonSchema, JsonSchemaError> {
+        if let Err(e) = jsonschema::meta::validate(&schema) {
+            return Err(JsonSchemaError::Invalid {
+                pointer: pointer_or_root(e.instance_path().as_str()),
+                msg: e.to_string(),
+            });
+        }
+        let validator = jsonschema::options()
+            .should_validate_formats(true)
+            .build(&schema)
+            .map_err(|e| JsonSchemaError::Invalid {
+                pointer: pointer_or_root(e.instance_path().as_str()),
+                msg: e.to_string(),
+            })?;
+        Ok(JsonSchema {
+            schema: Arc::new(schema),
+            validator: Arc::new(validator),
+        })
+    }
+
+    /// The schema of a Rust type, as `schemars` derives it (the Pydantic way).
+    pub fn from_type<T: schemars::JsonSchema>() -> JsonSchema {
+        let schema = schemars::schema_for!(T).to_value();
+        // schemars emits draft 2020-12 documents that the validator always accepts.
+        JsonSchema::from_value(schema).expect("schemars produced a schema the validator refuses")
+    }
+
+    /// The schema document.
+    pub fn as_value(&self) -> &Value {
+        &self.schema
+    }
+
+    /// Whether `value` validates. Cost: one validation pass, no allocation on success.
+    pub fn is_valid(&self, value: &Value) -> bool {
+        self.validator.is_valid(value)
+    }
+
+    /// Validates `value`, listing every violation with its instance and schema pointers.
+    pub fn validate(&self, value: &Value) -> Result<(), SchemaViolation> {
+        let violations: Vec<Violation> = self
+            .validator
+            .iter_errors(value)
+            .map(|e| Violation {
+                instance_pointer: e.instance_path().as_str().to_string(),
+                schema_pointer: e.schema_path().as_str().to_string(),
+                message: e.to_string(),
+            })
+            .collect();
+        if violations.is_empty() {
+            Ok(())
+        } else {
+            Err(SchemaViolation { violations })
+        }
+    }
+}
+
+impl FromStr for JsonSchema {
+    type Err = JsonSchemaError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        JsonSchema::from_str(s)
+    }
+}
+
+fn pointer_or_root(p: &str) -> String {
+    if p.is_empty() {
+        "#".into()
+    } else {
+        format!("#{p}")
+    }
+}
+
+/// How a [`ValidatedJson`] came to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValidationStatus {
+    /// The output was valid JSON (and valid under the schema, if any) as it was.
+    Valid,
+    /// The output needed repairs; the repaired value validates.
+    Repaired,
+    /// Lenient mode (neither strict nor repair): the output is returned unchecked because
+    /// it did not parse or validate. Callers must treat it as untrusted.
+    Unchecked,
+}
+
+/// The result of [`JsonValidator::validate`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValidatedJson {
+    /// The value (`None` only for [`ValidationStatus::Unchecked`] output that is not JSON).
+    pub value: Option<Value>,
+    /// The JSON text: the output itself when valid, the re-serialized value when repaired.
+    pub text: String,
+    /// How it was obtained.
+    pub status: ValidationStatus,
+    /// The fixes applied (empty unless repaired).
+    pub repairs: Vec<Repair>,
+}
+
+/// Why output was refused.
+#[derive(Debug, Clone, Error, PartialEq)]
+pub enum JsonError {
+    /// Not JSON, and repair was off or could not fix it.
+    #[error("invalid JSON: {msg} at line {line}, column {column}")]
+    Syntax {
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// The parser's message.
+        msg: String,
+    },
+    /// JSON that does not satisfy the schema (after repair, if repair was on).
+    #[error(transparent)]
+    Schema(#[from] SchemaViolation),
+    /// Repair was attempted and failed.
+    #[error("repair failed: {0}")]
+    Repair(#[from] RepairError),
+}
+
+/// Post-generation validation with the design record's strict and repair modes.
+///
+/// * `strict` (the default): output must parse as JSON as-is and validate.
+/// * `repair`: output that does not parse, or parses but does not validate, is repaired
+///   with [`repair_json`]; the repaired value is returned only if it validates.
+/// * neither: output that fails is returned as [`ValidationStatus::Unchecked`].
+#[derive(Debug, Clone)]
+pub struct JsonValidator {
+    schema: Option<JsonSchema>,
+    strict: bool,
+    repair: bool,
+}
+
+impl JsonValidator {
+    /// A validator; `repair` takes precedence over `strict` when both are set (a repaired
+    /// value is still validated strictly).
+    pub fn new(schema: Option<JsonSchema>, strict: bool, repair: bool) -> JsonValidator {
+        JsonValidator {
+            schema,
+            strict,
+            repair,
+        }
+    }
+
+    /// The schema, if any.
+    pub fn schema(&self) -> Option<&JsonSchema> {
+        self.schema.as_ref()
+    }
+
+    /// Validates (and in repair mode repairs) model output. Cost: one parse and one
+    /// validation; repair adds one tolerant parse.
+    pub fn validate(&self, output: &str) -> Result<ValidatedJson, JsonError> {
+        let first = match serde_json::from_str::<Value>(output) {
+            Ok(v) => match self.check(&v) {
+                Ok(()) => {
+                    return Ok(ValidatedJson {
+                        value: Some(v),
+                        text: output.to_string(),
+                        status: ValidationStatus::Valid,
+                        repairs: Vec::new(),
+                    })
+                }
+                Err(e) => JsonError::Schema(e),
+            },
+            Err(e) => JsonError::Syntax {
+                line: e.line(),
+                column: e.column(),
+                msg: e.to_string(),
+            },
+        };
+        if self.repair {
+            let (v, repairs) = repair_json(output)?;
+            self.check(&v)?;
+            let text = serde_json::to_string(&v).unwrap_or_default();
+            return Ok(ValidatedJson {
+                value: Some(v),
+                text,
+                status: ValidationStatus::Repaired,
+                repairs,
+            });
+        }
+        if self.strict {
+            return Err(first);
+        }
+        Ok(ValidatedJson {
+            value: serde_json::from_str(output).ok(),
+            text: output.to_string(),
+            status: ValidationStatus::Unchecked,
+            repairs: Vec::new(),
+        })
+    }
+
+    fn check(&self, v: &Value) -> Result<(), SchemaViolation> {
+        match &self.schema {
+            Some(s) => s.validate(v),
+            None => Ok(()),
+        }
+    }
+}
