@@ -64,6 +64,9 @@ enum Cmd {
         /// Print up to this many compile errors and false accepts.
         #[arg(long, default_value_t = 20)]
         show: usize,
+        /// Also write the Markdown report (docs/BENCHMARKS.md is generated this way).
+        #[arg(long)]
+        markdown: Option<PathBuf>,
         /// MaskBench files or folders.
         paths: Vec<PathBuf>,
     },
@@ -157,17 +160,21 @@ fn main() -> Result<()> {
             every,
             json,
             show,
+            markdown,
             paths,
         } => {
+            let t_run = std::time::Instant::now();
             for e in &engines {
                 if e != "ruvllm" && e != "llguidance" {
                     anyhow::bail!("unknown engine {e:?} (ruvllm, llguidance)");
                 }
             }
+            let t_vocab = std::time::Instant::now();
             let vocab = Arc::new(
                 Vocabulary::from_file(&tokenizer)
                     .with_context(|| format!("loading {}", tokenizer.display()))?,
             );
+            let vocab_ms = t_vocab.elapsed().as_secs_f64() * 1e3;
             let files = ruvllm_bench::maskbench::collect(&paths)?;
             let files: Vec<_> = files.into_iter().step_by(every.max(1)).collect();
             let t_llg = std::time::Instant::now();
@@ -176,11 +183,11 @@ fn main() -> Result<()> {
             } else {
                 None
             };
-            if factory.is_some() {
-                eprintln!(
-                    "llguidance vocabulary tables: {:.1} ms",
-                    t_llg.elapsed().as_secs_f64() * 1e3
-                );
+            let llg_vocab_ms = factory
+                .as_ref()
+                .map(|_| t_llg.elapsed().as_secs_f64() * 1e3);
+            if let Some(ms) = llg_vocab_ms {
+                eprintln!("llguidance vocabulary tables: {ms:.1} ms");
             }
             let mut stats: Vec<(String, ruvllm_bench::maskbench::EngineStats)> = engines
                 .iter()
@@ -228,7 +235,9 @@ fn main() -> Result<()> {
             );
             let mut out = serde_json::Map::new();
             let mut details = Vec::new();
+            let mut report = Vec::new();
             for (name, st) in stats.iter_mut() {
+                let caches = ruvllm_bench::maskbench::cache_summary(st);
                 let errors = std::mem::take(&mut st.errors);
                 let fa = std::mem::take(&mut st.false_accepts);
                 let fr = std::mem::take(&mut st.false_rejects);
@@ -240,6 +249,7 @@ fn main() -> Result<()> {
                     f("tbm_us", "mean"), f("tbm_us", "p50"), f("tbm_us", "p99"), f("tbm_us", "p999"), f("tbm_us", "max"),
                     f("ttfm_us", "mean"), f("ttfm_us", "p99")
                 );
+                report.push((name.clone(), v.clone(), caches));
                 out.insert(name.clone(), v);
                 details.push((name.clone(), errors, fa, fr));
             }
@@ -260,6 +270,22 @@ fn main() -> Result<()> {
             if let Some(path) = json {
                 let doc = serde_json::json!({"files": files.len(), "engines": out});
                 std::fs::write(&path, serde_json::to_string_pretty(&doc)?)?;
+            }
+            if let Some(path) = markdown {
+                let info = ruvllm_bench::maskbench::RunInfo {
+                    command: std::env::args()
+                        .map(|a| if a.contains(' ') { format!("'{a}'") } else { a })
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                    files: files.len(),
+                    tokenizer: tokenizer.display().to_string(),
+                    vocab_ms,
+                    vocab_bytes: vocab.memory(),
+                    llg_vocab_ms,
+                    wall_s: t_run.elapsed().as_secs_f64(),
+                    peak_rss_kib: ruvllm_bench::maskbench::peak_rss_kib(),
+                };
+                std::fs::write(&path, ruvllm_bench::maskbench::markdown(&info, &report))?;
             }
             Ok(())
         }

@@ -107,6 +107,14 @@ pub fn run(
                     _ => crate::llg::run(factory.context("llguidance factory")?, &case, &mut st)?,
                 }
                 let n = case.tests.len();
+                if std::env::var_os("RUVLLM_BENCH_TRACE").is_some() {
+                    for (f, msg) in &st.errors {
+                        eprintln!("{e}: compile error {f}: {msg}");
+                    }
+                    for (f, text) in &st.false_rejects {
+                        eprintln!("{e}: valid rejected {f}: {text}");
+                    }
+                }
                 let t = &mut totals[i];
                 t.tests += n;
                 if st.compile_errors > 0 {

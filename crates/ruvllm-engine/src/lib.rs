@@ -130,7 +130,9 @@ impl Default for Limits {
 pub struct Constraint {
     grammar: Arc<CompiledGrammar>,
     vocab: Arc<Vocabulary>,
-    tables: tables::Tables,
+    /// Token tables per lexeme (shared with other constraints on the same lexeme and
+    /// vocabulary).
+    tables: Vec<Arc<tables::Tables>>,
     limits: Limits,
 }
 
@@ -161,7 +163,11 @@ impl Constraint {
         vocab: Arc<Vocabulary>,
         limits: &Limits,
     ) -> Arc<Constraint> {
-        let tables = tables::Tables::new(grammar.n_lex_states);
+        let tables = grammar
+            .lexemes
+            .iter()
+            .map(|l| l.tables_for(vocab.id()))
+            .collect();
         Arc::new(Constraint {
             grammar,
             vocab,
@@ -189,8 +195,20 @@ impl Constraint {
         &self.grammar
     }
 
-    /// Token tables built so far and their approximate heap bytes.
+    /// Token tables built so far and their approximate heap bytes (tables shared with
+    /// other constraints included).
     pub fn table_usage(&self) -> (usize, usize) {
-        self.tables.usage()
+        let mut seen: Vec<*const tables::Tables> = Vec::new();
+        let (mut n, mut b) = (0, 0);
+        for t in &self.tables {
+            let p = Arc::as_ptr(t);
+            if !seen.contains(&p) {
+                seen.push(p);
+                let (x, y) = t.usage();
+                n += x;
+                b += y;
+            }
+        }
+        (n, b)
     }
 }

@@ -87,22 +87,26 @@ impl Matcher {
         for it in self.parser.set(k) {
             if let Sym::Lex(l) = g.syms[it.pos as usize] {
                 if g.has_checks && g.lex_check_sensitive[it.pos as usize] {
-                    let idx = g.lex_state_base[l as usize] as usize + it.state as usize;
-                    let t =
-                        self.c
-                            .tables
-                            .get(idx, &g.lexemes[l as usize], it.state, trie, vocab.len());
+                    let t = self.c.tables[l as usize].get(
+                        it.state as usize,
+                        &g.lexemes[l as usize],
+                        it.state,
+                        trie,
+                        vocab.len(),
+                    );
                     finals.extend_from_slice(&t.finals);
                 }
                 if seen.contains(&(l, it.state)) {
                     continue;
                 }
                 seen.push((l, it.state));
-                let idx = g.lex_state_base[l as usize] as usize + it.state as usize;
-                let t = self
-                    .c
-                    .tables
-                    .get(idx, &g.lexemes[l as usize], it.state, trie, vocab.len());
+                let t = self.c.tables[l as usize].get(
+                    it.state as usize,
+                    &g.lexemes[l as usize],
+                    it.state,
+                    trie,
+                    vocab.len(),
+                );
                 t.accept.or_into(mask);
                 self.ranges.extend_from_slice(&t.uncertain);
             }

@@ -72,9 +72,15 @@ impl StateTokens {
     }
 }
 
-/// Lazily filled tables, one slot per (lexeme, state).
+/// Lazily filled tables, one slot per state of one lexeme (for one vocabulary).
 pub(crate) struct Tables {
     slots: Vec<OnceLock<StateTokens>>,
+}
+
+impl std::fmt::Debug for Tables {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tables({} states)", self.slots.len())
+    }
 }
 
 impl Tables {

@@ -11,6 +11,7 @@ fn corpus() -> Vec<(&'static str, Value, Option<Repair>)> {
         // Code fences and prose.
         ("```json\n{\"a\": 1}\n```", json!({"a": 1}), Some(CodeFence)),
         ("```\n[1, 2]\n```", json!([1, 2]), Some(CodeFence)),
+        ("Sure! ```json {\"age\": 41} ```", json!({"age": 41}), Some(CodeFence)),
         ("Here is the JSON:\n```json\n{\"name\": \"Ada\"}\n```\nLet me know!", json!({"name": "Ada"}), Some(CodeFence)),
         ("```json\n{\"a\": [1, 2\n", json!({"a": [1, 2]}), Some(UnclosedContainer)),
         ("Sure! {\"ok\": true} Hope this helps.", json!({"ok": true}), Some(SurroundingText)),

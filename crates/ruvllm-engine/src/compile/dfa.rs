@@ -17,7 +17,11 @@ use regex_automata::util::start;
 use regex_automata::{Anchored, MatchKind};
 use regex_syntax::hir::Hir;
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
 use crate::byteset::ByteSet;
+use crate::tables::Tables;
 
 /// Why a lexeme could not be built.
 #[derive(Debug)]
@@ -200,4 +204,82 @@ impl Dfa {
     pub fn memory(&self) -> usize {
         self.trans.len() * 4 + self.accepting.len() + self.allowed.len() * 32 + 256
     }
+}
+
+/// A lexeme DFA shared by every grammar that uses the same regular expression, with the
+/// token tables of its states per vocabulary (filled lazily, see [`crate::tables`]).
+///
+/// Schemas repeat the same lexemes endlessly (a JSON string, an integer, whitespace, a
+/// `"key": ` prefix), so determinizing each once per process and computing each state's
+/// token table once per vocabulary turns most of compile time and first-mask time into a
+/// lookup. The cache is keyed by the exact regex and the size limits it was built under,
+/// so a hit is the very DFA a fresh build would give; it is bounded (cleared when it holds
+/// more than [`MAX_CACHED`] lexemes; grammars keep their own `Arc`s).
+#[derive(Debug)]
+pub struct Lexeme {
+    dfa: Dfa,
+    tables: Mutex<Vec<(u64, Arc<Tables>)>>,
+}
+
+impl std::ops::Deref for Lexeme {
+    type Target = Dfa;
+    fn deref(&self) -> &Dfa {
+        &self.dfa
+    }
+}
+
+/// Vocabularies whose tables a lexeme keeps (oldest dropped first).
+const TABLES_PER_LEXEME: usize = 4;
+/// Lexemes kept in the process-wide cache.
+const MAX_CACHED: usize = 8192;
+
+impl Lexeme {
+    /// The token tables of this lexeme's states for vocabulary `vocab_id`. Cost: a lock
+    /// and a short scan.
+    pub(crate) fn tables_for(&self, vocab_id: u64) -> Arc<Tables> {
+        let mut t = self.tables.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, x)) = t.iter().find(|(v, _)| *v == vocab_id) {
+            return x.clone();
+        }
+        if t.len() >= TABLES_PER_LEXEME {
+            t.remove(0);
+        }
+        let x = Arc::new(Tables::new(self.dfa.num_states()));
+        t.push((vocab_id, x.clone()));
+        x
+    }
+}
+
+type Cache = Mutex<HashMap<String, Option<Arc<Lexeme>>>>;
+
+/// Builds (or fetches) the lexeme of `hir` under the given limits; `Err` when it is too
+/// big (also cached, so a hopeless build is attempted once).
+pub(crate) fn cached(
+    key: &str,
+    hir: &Hir,
+    max_states: usize,
+    max_bytes: usize,
+) -> Result<Arc<Lexeme>, DfaError> {
+    static CACHE: OnceLock<Cache> = OnceLock::new();
+    let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
+    let full_key = format!("{max_states}/{max_bytes}/{key}");
+    if let Some(hit) = cache
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&full_key)
+    {
+        return hit.clone().ok_or(DfaError::TooBig);
+    }
+    let built = Dfa::build(hir, max_states, max_bytes).map(|dfa| {
+        Arc::new(Lexeme {
+            dfa,
+            tables: Mutex::new(Vec::new()),
+        })
+    });
+    let mut c = cache.lock().unwrap_or_else(|e| e.into_inner());
+    if c.len() >= MAX_CACHED {
+        c.clear();
+    }
+    c.insert(full_key, built.as_ref().ok().cloned());
+    built
 }

@@ -26,7 +26,7 @@ use std::collections::HashMap;
 
 use regex_syntax::hir::{self, Hir};
 
-pub use dfa::Dfa;
+pub use dfa::{Dfa, Lexeme};
 
 use crate::grammar::{Check, Expr, Grammar};
 use crate::{GrammarError, Limits};
@@ -51,9 +51,8 @@ pub struct CompiledGrammar {
     pub(crate) rule_nullable: Vec<bool>,
     pub(crate) rule_name: Vec<String>,
     pub(crate) root: u32,
-    pub(crate) lexemes: Vec<Dfa>,
+    pub(crate) lexemes: Vec<std::sync::Arc<Lexeme>>,
     pub(crate) lex_name: Vec<String>,
-    pub(crate) lex_state_base: Vec<u32>,
     pub(crate) n_lex_states: usize,
     /// For each position, the rule it belongs to.
     pub(crate) pos_rule: Vec<u32>,
@@ -129,7 +128,7 @@ struct Lowerer<'a> {
     rule_name: Vec<String>,
     rule_check: Vec<Option<Check>>,
     ir_check: Vec<Option<Check>>,
-    lexemes: Vec<Dfa>,
+    lexemes: Vec<std::sync::Arc<Lexeme>>,
     lex_name: Vec<String>,
     lex_map: HashMap<String, u32>,
     total_syms: usize,
@@ -564,7 +563,8 @@ impl<'a> Lowerer<'a> {
                 "Limits::max_total_dfa_states",
             ));
         }
-        match Dfa::build(
+        match dfa::cached(
+            &key,
             &hir,
             self.limits.max_lexeme_states,
             self.limits.max_dfa_bytes,
@@ -658,12 +658,7 @@ impl<'a> Lowerer<'a> {
         }
         let lex_follow = follow_bytes(&syms, &rule_alts, &nullable, &self.lexemes);
         let lex_check_sensitive = check_sensitive(&syms, &rule_alts, &nullable, &self.rule_check);
-        let mut base = Vec::with_capacity(self.lexemes.len());
-        let mut total = 0usize;
-        for d in &self.lexemes {
-            base.push(total as u32);
-            total += d.num_states();
-        }
+        let total: usize = self.lexemes.iter().map(|d| d.num_states()).sum();
         Ok(CompiledGrammar {
             syms,
             rule_alts,
@@ -672,7 +667,6 @@ impl<'a> Lowerer<'a> {
             root,
             lexemes: self.lexemes,
             lex_name: self.lex_name,
-            lex_state_base: base,
             n_lex_states: total,
             pos_rule,
             lex_follow,
@@ -757,7 +751,7 @@ fn follow_bytes(
     syms: &[Sym],
     rule_alts: &[Vec<u32>],
     nullable: &[bool],
-    lexemes: &[Dfa],
+    lexemes: &[std::sync::Arc<Lexeme>],
 ) -> Vec<crate::byteset::ByteSet> {
     use crate::byteset::ByteSet;
     let n = rule_alts.len();

@@ -21,13 +21,21 @@
 //! * Numbers: integer ranges are exact decimal-digit automata; `integer` also accepts
 //!   `1.0` and `1e3` (integral values); bounded `number`s accept plain decimal notation.
 //!
-//! Whitespace between tokens follows [`Whitespace`]; properties come in schema order.
+//! * What no grammar expresses (a general `not`, `oneOf` with overlapping branches,
+//!   `if`/`then`/`else`, `uniqueItems`, `contains`, `patternProperties`, `propertyNames`,
+//!   `dependentRequired`/`dependentSchemas`/`dependencies`, `min/maxProperties` over
+//!   optional keys, `multipleOf`, `unevaluated*`, non-integer bounds, `pattern` combined
+//!   with lengths or another pattern, regexes the translator cannot read) is handled by a
+//!   **semantic check** (see [`check`]): the sub-schema's grammar is relaxed to a superset
+//!   and the original sub-schema is validated each time its value completes, so the token
+//!   that would complete an invalid value is refused.
 //!
-//! Not yet supported (refused with an error): `not`, `if`/`then`/`else`, `uniqueItems`,
-//! `contains`, `patternProperties`, `propertyNames`, `dependentRequired`,
-//! `dependentSchemas`, `multipleOf`, `min/maxProperties` beyond what `required` and the
-//! property list imply, `pattern` intersected with length bounds or another pattern,
-//! non-integer numeric bounds, remote references, and the formats without a rule here.
+//! Whitespace between tokens follows [`Whitespace`]; properties come in schema order, or in
+//! any order with [`SchemaOptions::any_order`].
+//!
+//! Refused (with the keyword and its JSON pointer): references outside the document,
+//! `$dynamicRef`/`$recursiveRef`, draft-7 content assertions, and anything past the limits
+//! (nesting depth, grammar size, number of checks).
 
 mod check;
 mod num;

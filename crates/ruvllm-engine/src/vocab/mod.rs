@@ -54,6 +54,8 @@ pub struct Vocabulary {
     trie: TokenTrie,
     encoder: Option<Arc<dyn TokenEncoder>>,
     name: String,
+    /// Process-unique id: keys the token tables shared across grammars.
+    id: u64,
 }
 
 impl std::fmt::Debug for Vocabulary {
@@ -67,6 +69,14 @@ impl std::fmt::Debug for Vocabulary {
 }
 
 impl Vocabulary {
+    /// Approximate heap bytes of the token bytes and the trie (the encoder's own tables,
+    /// owned by the `tokenizers` crate, are not counted). Cost: O(V).
+    pub fn memory(&self) -> usize {
+        self.tokens.iter().map(|t| t.len() + 24).sum::<usize>()
+            + self.special.len()
+            + self.trie.memory()
+    }
+
     /// Builds a vocabulary from decoded token bytes. `tokens[i]` are the bytes of token `i`;
     /// `special[i]` marks control tokens; `eos` lists the ids that end a generation.
     /// Cost: O(total bytes · log V) for the trie.
@@ -97,7 +107,16 @@ impl Vocabulary {
             trie,
             encoder: None,
             name: name.into(),
+            id: {
+                static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+                NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            },
         })
+    }
+
+    /// A process-unique id of this vocabulary (token tables are cached per id).
+    pub(crate) fn id(&self) -> u64 {
+        self.id
     }
 
     /// Loads `tokenizer.json` (Hugging Face format). EOS ids come from a `tokenizer_config.json`
@@ -238,6 +257,13 @@ pub struct TokenTrie {
 }
 
 impl TokenTrie {
+    /// Approximate heap bytes.
+    pub fn memory(&self) -> usize {
+        self.byte.len()
+            + (self.end.len() + self.tok_start.len() + self.toks.len()) * 4
+            + self.depth.len() * 2
+    }
+
     /// Builds the trie over the non-special, non-empty tokens. Cost: sort + O(total bytes).
     pub fn build(tokens: &[Vec<u8>], special: &[bool]) -> Self {
         let mut ids: Vec<u32> = (0..tokens.len() as u32)

@@ -156,9 +156,11 @@ pub fn repair_json(text: &str) -> Result<(Value, Vec<Repair>), RepairError> {
 fn strip_fence(text: &str) -> Option<&str> {
     let open = text.find("```")?;
     let after = &text[open + 3..];
-    // The info string (e.g. `json`) runs to the end of the line.
-    let body_start = after.find('\n').map(|n| n + 1).unwrap_or(after.len());
-    let body = &after[body_start..];
+    // The info string: a language tag such as `json` (the body may follow on the same line).
+    let tag = after
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '+'))
+        .unwrap_or(after.len());
+    let body = &after[tag..];
     Some(match body.find("```") {
         Some(close) => &body[..close],
         None => body,

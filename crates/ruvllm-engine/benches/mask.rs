@@ -1,0 +1,67 @@
+//! Hot paths: schema compile (time to first mask), a mask inside a string, a mask at a
+//! key boundary, and a commit. Needs `scripts/fetch-assets.sh` (the Llama 3.1 tokenizer).
+//!
+//! `cargo bench -p ruvllm-engine --bench mask`; CI only compiles it (`clippy --all-targets`).
+
+use std::sync::Arc;
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use ruvllm_engine::schema::{schema_to_grammar, SchemaOptions};
+use ruvllm_engine::{Constraint, Limits, Matcher, Vocabulary};
+
+fn vocab() -> Arc<Vocabulary> {
+    let p = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../assets/tokenizers/llama3_1/tokenizer.json"
+    );
+    Arc::new(Vocabulary::from_file(p).expect("run scripts/fetch-assets.sh first"))
+}
+
+const SCHEMA: &str = r#"{"type": "object", "properties": {
+    "name": {"type": "string", "maxLength": 40},
+    "age": {"type": "integer", "minimum": 0, "maximum": 150},
+    "email": {"type": "string", "format": "email"},
+    "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 8}},
+  "required": ["name", "age"], "additionalProperties": false}"#;
+
+fn benches(c: &mut Criterion) {
+    let vocab = vocab();
+    let schema: serde_json::Value = serde_json::from_str(SCHEMA).unwrap();
+    let opts = SchemaOptions::default();
+    let limits = Limits::default();
+    c.bench_function("compile person schema", |b| {
+        b.iter(|| {
+            let g = schema_to_grammar(&schema, &opts).unwrap();
+            Constraint::new(&g, vocab.clone(), &limits).unwrap()
+        })
+    });
+    let g = schema_to_grammar(&schema, &opts).unwrap();
+    let con = Constraint::new(&g, vocab.clone(), &limits).unwrap();
+    let enc = vocab.encoder().unwrap().clone();
+    let mut mask = vec![0u32; vocab.mask_words()];
+    let at = |prefix: &str| {
+        let mut m = Matcher::new(&con).unwrap();
+        for t in enc.encode(prefix).unwrap() {
+            m.commit_token(t).unwrap();
+        }
+        m
+    };
+    let mut in_string = at(r#"{"name": "Ada Love"#);
+    c.bench_function("mask inside a string", |b| {
+        b.iter(|| in_string.compute_mask(&mut mask).unwrap())
+    });
+    let mut at_key = at(r#"{"name": "Ada", "age": 36"#);
+    c.bench_function("mask at a key boundary", |b| {
+        b.iter(|| at_key.compute_mask(&mut mask).unwrap())
+    });
+    let tok = enc.encode(" Lovelace").unwrap()[0];
+    c.bench_function("commit and roll back a token", |b| {
+        b.iter(|| {
+            in_string.commit_token(tok).unwrap();
+            in_string.rollback(1).unwrap();
+        })
+    });
+}
+
+criterion_group!(name = g; config = Criterion::default().sample_size(20); targets = benches);
+criterion_main!(g);
