@@ -18,9 +18,10 @@
 //! lookup per node), and kept for the life of the [`crate::Constraint`], shared by every
 //! matcher and thread.
 
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 
-use crate::compile::Dfa;
+use crate::compile::{Dfa, Lexeme};
 use crate::vocab::TokenTrie;
 
 /// A set of token ids: sorted ids when few, a bitmap when many.
@@ -73,8 +74,17 @@ impl StateTokens {
 }
 
 /// Lazily filled tables, one slot per state of one lexeme (for one vocabulary).
+///
+/// A state's table depends only on which byte strings no longer than the vocabulary's
+/// longest token keep the lexeme alive and which of them complete it. Expensive tables
+/// (those allowing a large part of the vocabulary, such as the inside of a JSON string) are
+/// registered per vocabulary; a state about to compute its table first checks whether it
+/// is equivalent, up to that depth, to a registered state of any lexeme of any grammar (an
+/// exact bounded bisimulation over the two DFAs, which fails fast when they differ), and
+/// shares its table if so. The string content of every schema then costs one trie walk.
 pub(crate) struct Tables {
-    slots: Vec<OnceLock<StateTokens>>,
+    slots: Vec<OnceLock<Arc<StateTokens>>>,
+    vocab_id: u64,
 }
 
 impl std::fmt::Debug for Tables {
@@ -83,26 +93,86 @@ impl std::fmt::Debug for Tables {
     }
 }
 
+/// A registered expensive table: the lexeme, the state, its table.
+struct Hot {
+    lexeme: Arc<Lexeme>,
+    state: u32,
+    table: Arc<StateTokens>,
+}
+
+/// Registered states per vocabulary (most recent first).
+const MAX_HOT: usize = 12;
+/// Most state pairs one equivalence check visits before giving up (then: not shared).
+const MAX_PAIRS: usize = 2048;
+
+type Registry = Mutex<HashMap<u64, Vec<Arc<Hot>>>>;
+
+fn registry() -> &'static Registry {
+    static R: OnceLock<Registry> = OnceLock::new();
+    R.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
 impl Tables {
-    pub fn new(n: usize) -> Tables {
+    pub fn new(n: usize, vocab_id: u64) -> Tables {
         Tables {
             slots: (0..n).map(|_| OnceLock::new()).collect(),
+            vocab_id,
         }
     }
 
+    /// The table of `state` of `lexeme`. Cost: a slot load when known; on first use, a few
+    /// equivalence checks against registered states, else one pruned trie walk.
     #[inline]
     pub fn get(
         &self,
         idx: usize,
-        dfa: &Dfa,
+        lexeme: &Arc<Lexeme>,
         state: u32,
         trie: &TokenTrie,
         vocab_len: usize,
     ) -> &StateTokens {
-        self.slots[idx].get_or_init(|| compute(dfa, state, trie, vocab_len))
+        self.slots[idx].get_or_init(|| self.first_use(lexeme, state, trie, vocab_len))
     }
 
-    /// Number of computed slots and their heap bytes.
+    fn first_use(
+        &self,
+        lexeme: &Arc<Lexeme>,
+        state: u32,
+        trie: &TokenTrie,
+        vocab_len: usize,
+    ) -> Arc<StateTokens> {
+        // Tokens are at most `max_depth` bytes; the table also needs the allowed bytes after
+        // the last one (for `finals`), which a check at depth `max_depth` covers.
+        let depth = trie.max_depth();
+        let hot: Vec<Arc<Hot>> = registry()
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&self.vocab_id)
+            .cloned()
+            .unwrap_or_default();
+        for h in &hot {
+            if equivalent(lexeme, state, &h.lexeme, h.state, depth) {
+                return h.table.clone();
+            }
+        }
+        let t = Arc::new(compute(lexeme, state, trie, vocab_len));
+        if matches!(t.accept, TokenSet::Dense(_)) {
+            let mut r = registry().lock().unwrap_or_else(|e| e.into_inner());
+            let list = r.entry(self.vocab_id).or_default();
+            list.insert(
+                0,
+                Arc::new(Hot {
+                    lexeme: lexeme.clone(),
+                    state,
+                    table: t.clone(),
+                }),
+            );
+            list.truncate(MAX_HOT);
+        }
+        t
+    }
+
+    /// Number of computed slots and their heap bytes (shared tables counted in full).
     pub fn usage(&self) -> (usize, usize) {
         let mut n = 0;
         let mut bytes = 0;
@@ -114,6 +184,52 @@ impl Tables {
         }
         (n, bytes)
     }
+}
+
+/// Whether state `s` of `a` and state `t` of `b` agree on every byte string of length at
+/// most `depth`: same acceptance, and the same next bytes keep each alive (so aliveness
+/// agrees up to length `depth + 1`). Breadth-first over
+/// state pairs, each visited once at its smallest depth (where the remaining budget is
+/// largest, so that visit decides). Exact; gives up (false) past [`MAX_PAIRS`] pairs.
+fn equivalent(a: &Dfa, s: u32, b: &Dfa, t: u32, depth: usize) -> bool {
+    if a.accepting(s) != b.accepting(t) || a.allowed(s) != b.allowed(t) {
+        return false;
+    }
+    // One byte per cell of the two DFAs' joint byte partition.
+    let mut reps: Vec<u8> = Vec::new();
+    let mut cells: Vec<(u8, u8)> = Vec::new();
+    for byte in 0..=255u8 {
+        let cell = (a.class_of(byte), b.class_of(byte));
+        if !cells.contains(&cell) {
+            cells.push(cell);
+            reps.push(byte);
+        }
+    }
+    let mut seen: std::collections::HashSet<(u32, u32)> = std::collections::HashSet::new();
+    let mut queue = std::collections::VecDeque::new();
+    seen.insert((s, t));
+    queue.push_back((s, t, 0usize));
+    while let Some((x, y, d)) = queue.pop_front() {
+        if a.accepting(x) != b.accepting(y) || a.allowed(x) != b.allowed(y) {
+            return false;
+        }
+        if d + 1 > depth {
+            continue;
+        }
+        for &byte in &reps {
+            if !a.allowed(x).contains(byte) {
+                continue;
+            }
+            let (nx, ny) = (a.next(x, byte), b.next(y, byte));
+            if seen.insert((nx, ny)) {
+                if seen.len() > MAX_PAIRS {
+                    return false;
+                }
+                queue.push_back((nx, ny, d + 1));
+            }
+        }
+    }
+    true
 }
 
 /// One pruned walk of the trie from DFA state `s0`.
@@ -160,5 +276,45 @@ fn compute(dfa: &Dfa, s0: u32, trie: &TokenTrie, vocab_len: usize) -> StateToken
         accept,
         uncertain,
         finals,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dfa(re: &str) -> Dfa {
+        let hir = regex_syntax::ParserBuilder::new()
+            .unicode(false)
+            .utf8(false)
+            .build()
+            .parse(re)
+            .unwrap();
+        Dfa::build(&hir, 10_000, 1 << 22).unwrap()
+    }
+
+    /// The state reached from the start by `input`.
+    fn walk(d: &Dfa, input: &[u8]) -> u32 {
+        input.iter().fold(d.start(), |s, &b| d.next(s, b))
+    }
+
+    #[test]
+    fn bounded_equivalence_is_exact() {
+        // The inside of a string, in two different lexemes: equivalent at any depth.
+        let a = dfa(r#""name": "[a-z]*""#);
+        let b = dfa(r#""[a-z]*""#);
+        let (sa, sb) = (walk(&a, b"\"name\": \"ab"), walk(&b, b"\"x"));
+        assert!(equivalent(&a, sa, &b, sb, 64));
+        // A bound of 10 more characters: strings of up to 10 bytes behave alike (depth 9
+        // also compares which 10th bytes are allowed), the 11th differs.
+        let c = dfa(r#""[a-z]{0,12}""#);
+        let sc = walk(&c, b"\"ab");
+        assert!(equivalent(&b, sb, &c, sc, 9));
+        assert!(!equivalent(&b, sb, &c, sc, 10));
+        // Different content or continuation: never.
+        let d = dfa(r#""[a-y]*""#);
+        assert!(!equivalent(&b, sb, &d, walk(&d, b"\"x"), 64));
+        let e = dfa(r#""[a-z]*",?"#);
+        assert!(!equivalent(&b, sb, &e, walk(&e, b"\"x"), 64));
     }
 }

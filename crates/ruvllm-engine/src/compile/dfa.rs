@@ -171,6 +171,12 @@ impl Dfa {
         })
     }
 
+    /// The byte class of `b` (bytes of one class behave alike in every state).
+    #[inline(always)]
+    pub(crate) fn class_of(&self, b: u8) -> u8 {
+        self.classes[b as usize]
+    }
+
     /// The state after reading `b` in state `s` (0 = dead).
     #[inline(always)]
     pub fn next(&self, s: u32, b: u8) -> u32 {
@@ -244,7 +250,7 @@ impl Lexeme {
         if t.len() >= TABLES_PER_LEXEME {
             t.remove(0);
         }
-        let x = Arc::new(Tables::new(self.dfa.num_states()));
+        let x = Arc::new(Tables::new(self.dfa.num_states(), vocab_id));
         t.push((vocab_id, x.clone()));
         x
     }

@@ -467,11 +467,12 @@ impl<'a> Compiler<'a> {
         reason: &str,
     ) -> Result<Expr, SchemaError> {
         if self.checks.len() >= MAX_CHECKS {
-            return Err(unsupported(
-                keyword,
-                ptr,
-                format!("{reason} (and the schema needs more than {MAX_CHECKS} semantic checks)"),
-            ));
+            let why = if reason.contains("semantic checks") {
+                reason.to_string()
+            } else {
+                format!("{reason} (and the schema needs more than {MAX_CHECKS} semantic checks)")
+            };
+            return Err(unsupported(keyword, ptr, why));
         }
         let mut strip: Vec<&str> = CHECK_ONLY.to_vec();
         strip.extend(strip_for(keyword, reason));

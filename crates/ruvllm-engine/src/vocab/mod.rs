@@ -254,6 +254,8 @@ pub struct TokenTrie {
     tok_start: Vec<u32>,
     toks: Vec<u32>,
     depth: Vec<u16>,
+    /// The longest token in bytes.
+    max_depth: usize,
 }
 
 impl TokenTrie {
@@ -276,6 +278,7 @@ impl TokenTrie {
             tok_start: vec![0],
             toks: Vec::with_capacity(ids.len()),
             depth: vec![0],
+            max_depth: 0,
         };
         // Stack of open nodes: path[d] is the node at depth d (path[0] = root).
         let mut path: Vec<u32> = vec![0];
@@ -303,7 +306,13 @@ impl TokenTrie {
             t.end[n as usize] = t.byte.len() as u32;
         }
         t.tok_start.push(t.toks.len() as u32);
+        t.max_depth = t.depth.iter().copied().max().unwrap_or(0) as usize;
         t
+    }
+
+    /// The longest token, in bytes (the trie's depth).
+    pub fn max_depth(&self) -> usize {
+        self.max_depth
     }
 
     /// Number of nodes, the root included.
