@@ -1,6 +1,7 @@
 //! Benchmark and conformance runners behind `ruvllm-bench`. Kept as a library so that the
 //! test suite runs exactly the code the command runs.
 
+pub mod batch;
 pub mod grammar_cases;
 pub mod llg;
 pub mod maskbench;

@@ -19,6 +19,23 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Mask throughput for a batch of sequences stepped together over several threads.
+    Batch {
+        /// tokenizer.json to use.
+        #[arg(long)]
+        tokenizer: PathBuf,
+        /// Sequences decoded together per schema.
+        #[arg(long, default_value_t = 64)]
+        batch: usize,
+        /// Worker threads computing the masks of one step.
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+        /// Only every N-th file.
+        #[arg(long, default_value_t = 50)]
+        every: usize,
+        /// MaskBench files or folders.
+        paths: Vec<PathBuf>,
+    },
     /// Run GBNF accept/reject case files token by token through a real tokenizer.
     GrammarCases {
         /// tokenizer.json of the vocabulary to use.
@@ -75,6 +92,42 @@ enum Cmd {
 fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.cmd {
+        Cmd::Batch {
+            tokenizer,
+            batch,
+            threads,
+            every,
+            paths,
+        } => {
+            let vocab = Arc::new(
+                Vocabulary::from_file(&tokenizer)
+                    .with_context(|| format!("loading {}", tokenizer.display()))?,
+            );
+            let files = ruvllm_bench::maskbench::collect(&paths)?;
+            let mut st = ruvllm_bench::batch::BatchStats::default();
+            for f in files.iter().step_by(every.max(1)) {
+                let case = ruvllm_bench::maskbench::load(&vocab, f)?;
+                ruvllm_bench::batch::run_file(&vocab, &case, batch, threads, &mut st)?;
+            }
+            st.steps_us.sort_by(|a, b| a.total_cmp(b));
+            let q = |p: f64| {
+                st.steps_us
+                    .get(((st.steps_us.len() as f64 - 1.0) * p).round() as usize)
+                    .copied()
+                    .unwrap_or(0.0)
+            };
+            println!(
+                "{} files, batch {batch}, {threads} threads: {} masks in {:.2} s = {:.0} masks/s; batch step p50 {:.0} us, p99 {:.0} us, max {:.0} us",
+                st.files,
+                st.masks,
+                st.seconds,
+                st.masks as f64 / st.seconds.max(1e-9),
+                q(0.5),
+                q(0.99),
+                q(1.0)
+            );
+            Ok(())
+        }
         Cmd::GrammarCases {
             tokenizer,
             json,
@@ -273,8 +326,15 @@ fn main() -> Result<()> {
             }
             if let Some(path) = markdown {
                 let info = ruvllm_bench::maskbench::RunInfo {
-                    command: std::env::args()
-                        .map(|a| if a.contains(' ') { format!("'{a}'") } else { a })
+                    // The reproducible form of this very invocation.
+                    command: std::iter::once("cargo run --release -p ruvllm-bench --".to_string())
+                        .chain(std::env::args().skip(1).map(|a| {
+                            if a.contains(' ') {
+                                format!("'{a}'")
+                            } else {
+                                a
+                            }
+                        }))
                         .collect::<Vec<_>>()
                         .join(" "),
                     files: files.len(),
