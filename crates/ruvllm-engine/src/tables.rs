@@ -107,6 +107,23 @@ const MAX_PAIRS: usize = 2048;
 
 type Registry = Mutex<HashMap<u64, Vec<Arc<Hot>>>>;
 
+/// Bytes of token tables built since the process-wide caches were last cleared.
+static TABLE_BYTES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Bytes of token tables built since the caches were last cleared (see
+/// [`crate::compile::Lexeme`]).
+pub(crate) fn table_bytes() -> usize {
+    TABLE_BYTES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Drops the registry of shareable tables and resets the byte count; called when the
+/// lexeme cache is cleared. Tables still used by live constraints stay alive through their
+/// `Arc`s and are freed with them.
+pub(crate) fn clear_shared() {
+    registry().lock().unwrap_or_else(|e| e.into_inner()).clear();
+    TABLE_BYTES.store(0, std::sync::atomic::Ordering::Relaxed);
+}
+
 fn registry() -> &'static Registry {
     static R: OnceLock<Registry> = OnceLock::new();
     R.get_or_init(|| Mutex::new(HashMap::new()))
@@ -156,6 +173,7 @@ impl Tables {
             }
         }
         let t = Arc::new(compute(lexeme, state, trie, vocab_len));
+        TABLE_BYTES.fetch_add(t.memory(), std::sync::atomic::Ordering::Relaxed);
         if matches!(t.accept, TokenSet::Dense(_)) {
             let mut r = registry().lock().unwrap_or_else(|e| e.into_inner());
             let list = r.entry(self.vocab_id).or_default();

@@ -220,7 +220,8 @@ impl Dfa {
 /// token table once per vocabulary turns most of compile time and first-mask time into a
 /// lookup. The cache is keyed by the exact regex and the size limits it was built under,
 /// so a hit is the very DFA a fresh build would give; it is bounded (cleared when it holds
-/// more than [`MAX_CACHED`] lexemes; grammars keep their own `Arc`s).
+/// more than [`MAX_CACHED`] lexemes or its lexemes' token tables exceed
+/// [`MAX_CACHED_TABLE_BYTES`]; grammars keep their own `Arc`s).
 #[derive(Debug)]
 pub struct Lexeme {
     dfa: Dfa,
@@ -238,6 +239,8 @@ impl std::ops::Deref for Lexeme {
 const TABLES_PER_LEXEME: usize = 4;
 /// Lexemes kept in the process-wide cache.
 const MAX_CACHED: usize = 8192;
+/// Token-table bytes the cached lexemes may hold before the caches are cleared.
+const MAX_CACHED_TABLE_BYTES: usize = 256 << 20;
 
 impl Lexeme {
     /// The token tables of this lexeme's states for vocabulary `vocab_id`. Cost: a lock
@@ -283,8 +286,9 @@ pub(crate) fn cached(
         })
     });
     let mut c = cache.lock().unwrap_or_else(|e| e.into_inner());
-    if c.len() >= MAX_CACHED {
+    if c.len() >= MAX_CACHED || crate::tables::table_bytes() > MAX_CACHED_TABLE_BYTES {
         c.clear();
+        crate::tables::clear_shared();
     }
     c.insert(full_key, built.as_ref().ok().cloned());
     built
