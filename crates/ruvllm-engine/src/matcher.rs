@@ -86,20 +86,11 @@ impl Matcher {
         self.ranges.clear();
         for it in self.parser.set(k) {
             if let Sym::Lex(l) = g.syms[it.pos as usize] {
-                if g.has_checks && g.lex_check_sensitive[it.pos as usize] {
-                    let t = self.c.tables[l as usize].get(
-                        it.state as usize,
-                        &g.lexemes[l as usize],
-                        it.state,
-                        trie,
-                        vocab.len(),
-                    );
-                    finals.extend_from_slice(&t.finals);
-                }
-                if seen.contains(&(l, it.state)) {
+                let sensitive = g.has_checks && g.lex_check_sensitive[it.pos as usize];
+                let repeat = seen.contains(&(l, it.state));
+                if repeat && !sensitive {
                     continue;
                 }
-                seen.push((l, it.state));
                 let t = self.c.tables[l as usize].get(
                     it.state as usize,
                     &g.lexemes[l as usize],
@@ -107,6 +98,13 @@ impl Matcher {
                     trie,
                     vocab.len(),
                 );
+                if sensitive {
+                    finals.extend_from_slice(&t.finals);
+                }
+                if repeat {
+                    continue;
+                }
+                seen.push((l, it.state));
                 t.accept.or_into(mask);
                 self.ranges.extend_from_slice(&t.uncertain);
             }
