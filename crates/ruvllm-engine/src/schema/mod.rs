@@ -268,23 +268,9 @@ struct Compiler<'a> {
 /// Most semantic checks in one schema.
 const MAX_CHECKS: usize = 512;
 
-/// Keywords no grammar here expresses: stripped from a sub-schema that needs a semantic
-/// check, and enforced by the check.
-const CHECK_ONLY: &[&str] = &[
-    "not",
-    "if",
-    "then",
-    "else",
-    "contains",
-    "minContains",
-    "maxContains",
-    "patternProperties",
-    "propertyNames",
-    "dependentRequired",
-    "dependentSchemas",
-    "dependencies",
-    "unevaluatedProperties",
-    "unevaluatedItems",
+/// Keywords no grammar here expresses, besides the [`REFUSED`] ones that a check can
+/// enforce: stripped from a sub-schema that needs a semantic check, and enforced by it.
+const CHECK_ONLY_EXTRA: &[&str] = &[
     "uniqueItems",
     "multipleOf",
     "minProperties",
@@ -474,7 +460,12 @@ impl<'a> Compiler<'a> {
             };
             return Err(unsupported(keyword, ptr, why));
         }
-        let mut strip: Vec<&str> = CHECK_ONLY.to_vec();
+        let mut strip: Vec<&str> = REFUSED
+            .iter()
+            .chain(CHECK_ONLY_EXTRA)
+            .copied()
+            .filter(|k| relaxable(k, ""))
+            .collect();
         strip.extend(strip_for(keyword, reason));
         let mut body = None;
         for _ in 0..4 {
