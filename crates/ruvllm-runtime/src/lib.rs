@@ -1,20 +1,42 @@
-//! The ruvllm runtime: what sits between the constraint engine and a model.
+//! The ruvllm runtime: a language model decoding under the constraint engine, and the
+//! design record's API around it.
 //!
-//! * [`json`]: JSON mode as the design record defines it: [`JsonSchema`] (from text, a
-//!   `serde_json::Value` or a Rust type via `schemars`), validation with messages that name
-//!   the failing JSON pointer, and [`JsonValidator`] with strict and repair modes for
-//!   output that was not produced under a constraint (a backend without logit access, or a
-//!   model asked politely).
+//! * [`api`]: [`LlmBackend`] (`generate`, `generate_json`, `generate_stream` via
+//!   [`StreamingBackend`]), [`GenerateParams`], [`JsonModeConfig`], [`OutputConstraint`],
+//!   [`Generation`].
+//! * [`local`]: [`CandleBackend`], a GGUF model on the CPU with constrained sampling and
+//!   jump-forward.
+//! * [`model`]: the transformer itself (Llama, Qwen2, Phi-3 layouts) with a per-sequence
+//!   KV cache that can be rolled back.
+//! * [`sampler`]: mask -> temperature -> top-k -> top-p -> min-p -> seeded draw.
+//! * [`chat`]: chat templates from the model file, rendered with `minijinja`.
+//! * [`json`]: JSON mode after the fact: [`JsonSchema`], validation with JSON pointers,
+//!   [`JsonValidator`] with strict and repair modes.
 //!
 //! The constraint engine (`ruvllm-engine`) makes constrained output valid by construction;
-//! this crate checks and repairs output after the fact, with the `jsonschema` crate as the
+//! this crate also checks output after the fact, with the `jsonschema` crate as the
 //! validator, so that both paths answer to the same definition of "valid".
 
 #![warn(missing_docs)]
 
+pub mod api;
+pub mod chat;
+pub mod error;
 pub mod json;
+pub mod local;
+pub mod model;
+pub mod sampler;
 
+pub use api::{
+    FinishReason, GenerateParams, Generation, JsonModeConfig, LlmBackend, OutputConstraint, Prompt,
+    ResultPath, StreamingBackend, TextStream, Usage,
+};
+pub use chat::{ChatTemplate, Message};
+pub use error::{Result, RuntimeError};
 pub use json::{
     repair_json, JsonError, JsonSchema, JsonSchemaError, JsonValidator, Repair, RepairError,
     SchemaViolation, ValidatedJson, ValidationStatus, Violation,
 };
+pub use local::{BackendOptions, CandleBackend};
+pub use model::{KvCache, LoadOptions, Model, ModelConfig};
+pub use sampler::{Sampler, SamplerConfig};

@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use std::io::{BufReader, Read};
 use std::path::Path;
+use std::sync::Arc;
 
 use super::{byte_level_chars, decode_byte_level, decode_sentencepiece, Vocabulary};
 use crate::error::VocabError;
@@ -199,8 +200,128 @@ impl GgufVocab {
         self.get("tokenizer.chat_template")?.as_str()
     }
 
+    /// The ids that end a generation: `tokenizer.ggml.eos_token_id` plus the `eot`/`eom`
+    /// ids when present, each checked against the vocabulary size `n`.
+    pub fn eos_ids(&self, n: usize) -> Vec<u32> {
+        let mut eos = Vec::new();
+        for key in [
+            "tokenizer.ggml.eos_token_id",
+            "tokenizer.ggml.eot_token_id",
+            "tokenizer.ggml.eom_token_id",
+        ] {
+            if let Some(id) = self.get(key).and_then(|v| v.as_int()) {
+                if id >= 0 && (id as usize) < n {
+                    eos.push(id as u32);
+                }
+            }
+        }
+        eos.sort_unstable();
+        eos.dedup();
+        eos
+    }
+
+    /// A Hugging Face `tokenizer.json` equivalent to the GGUF tokenizer, so that prompts
+    /// are encoded by the `tokenizers` crate exactly as llama.cpp encodes them.
+    ///
+    /// Byte-level BPE (`tokenizer.ggml.model = gpt2`) only: the vocabulary and merges are
+    /// copied, control tokens become special added tokens, and the pre-tokenizer is chosen
+    /// by `tokenizer.ggml.pre` (`gpt2`/`default`, `smollm`/`starcoder`, `llama-bpe`/`llama3`,
+    /// `qwen2`, `deepseek-llm`-like ones are not guessed). Anything else is an error naming
+    /// the key, never a tokenizer that silently splits text differently from the model's.
+    /// Cost: O(vocabulary + merges).
+    pub fn to_tokenizer_json(&self) -> Result<serde_json::Value, VocabError> {
+        use serde_json::{json, Map, Value};
+        let gerr = |m: String| VocabError::Gguf { offset: 0, msg: m };
+        let model = self.tokenizer_model().unwrap_or("(missing)");
+        if model != "gpt2" {
+            return Err(gerr(format!(
+                "tokenizer.ggml.model = {model:?}: only byte-level BPE (\"gpt2\") GGUF \
+                 tokenizers are rebuilt; pass the model's tokenizer.json instead"
+            )));
+        }
+        let toks = self
+            .tokens()
+            .ok_or_else(|| gerr("no tokenizer.ggml.tokens".into()))?;
+        let merges = self.merges().unwrap_or_default();
+        let types: Vec<i128> = match self.get("tokenizer.ggml.token_type") {
+            Some(GgufValue::Array(a)) => a.iter().map(|v| v.as_int().unwrap_or(1)).collect(),
+            _ => vec![1; toks.len()],
+        };
+        let pre = self
+            .get("tokenizer.ggml.pre")
+            .and_then(|v| v.as_str())
+            .unwrap_or("default");
+        let byte_level = |regex: bool| {
+            json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true,
+                   "use_regex": regex})
+        };
+        let split = |pattern: &str| {
+            json!({"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated",
+                   "invert": false})
+        };
+        const LLAMA3: &str = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+        const QWEN2: &str = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+        let pre_tokenizer = match pre {
+            "default" | "gpt2" | "gpt-2" => byte_level(true),
+            "smollm" | "starcoder" | "refact" => json!({"type": "Sequence", "pretokenizers": [
+                {"type": "Digits", "individual_digits": true}, byte_level(true)]}),
+            "llama-bpe" | "llama3" | "llama-v3" => {
+                json!({"type": "Sequence", "pretokenizers": [split(LLAMA3), byte_level(false)]})
+            }
+            "qwen2" => {
+                json!({"type": "Sequence", "pretokenizers": [split(QWEN2), byte_level(false)]})
+            }
+            other => {
+                return Err(gerr(format!(
+                    "tokenizer.ggml.pre = {other:?} is not a pre-tokenizer ruvllm knows; \
+                     pass the model's tokenizer.json instead"
+                )))
+            }
+        };
+        let mut vocab = Map::new();
+        let mut added = Vec::new();
+        for (i, t) in toks.iter().enumerate() {
+            vocab.insert(t.clone(), Value::from(i));
+            let ty = types.get(i).copied().unwrap_or(1);
+            if matches!(ty, 3 | 4) {
+                added.push(
+                    json!({"id": i, "content": t, "single_word": false, "lstrip": false,
+                    "rstrip": false, "normalized": ty == 4, "special": ty == 3}),
+                );
+            }
+        }
+        Ok(json!({
+            "version": "1.0",
+            "truncation": null,
+            "padding": null,
+            "added_tokens": added,
+            "normalizer": null,
+            "pre_tokenizer": pre_tokenizer,
+            "post_processor": null,
+            "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true,
+                        "use_regex": true},
+            "model": {"type": "BPE", "dropout": null, "unk_token": null,
+                      "continuing_subword_prefix": null, "end_of_word_suffix": null,
+                      "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
+                      "vocab": vocab, "merges": merges}
+        }))
+    }
+
+    /// The GGUF tokenizer as a `tokenizers::Tokenizer` (see [`Self::to_tokenizer_json`]).
+    pub fn to_tokenizer(&self) -> Result<tokenizers::Tokenizer, VocabError> {
+        let j = self.to_tokenizer_json()?;
+        j.to_string()
+            .parse::<tokenizers::Tokenizer>()
+            .map_err(|e| VocabError::Gguf {
+                offset: 0,
+                msg: format!("rebuilt tokenizer does not load: {e}"),
+            })
+    }
+
     /// Decodes the tokenizer into a [`Vocabulary`]: control tokens are special; EOS is
-    /// `tokenizer.ggml.eos_token_id` plus `eot`/`eom` ids when present.
+    /// `tokenizer.ggml.eos_token_id` plus `eot`/`eom` ids when present. Byte-level BPE
+    /// vocabularies get an encoder (for forced tokens) rebuilt with
+    /// [`Self::to_tokenizer`].
     pub fn to_vocabulary(&self) -> Result<Vocabulary, VocabError> {
         let gerr = |m: &str| VocabError::Gguf {
             offset: 0,
@@ -235,25 +356,16 @@ impl GgufVocab {
             tokens.push(bytes);
             special.push(is_special);
         }
-        let mut eos = Vec::new();
-        for key in [
-            "tokenizer.ggml.eos_token_id",
-            "tokenizer.ggml.eot_token_id",
-            "tokenizer.ggml.eom_token_id",
-        ] {
-            if let Some(id) = self.get(key).and_then(|v| v.as_int()) {
-                if id >= 0 && (id as usize) < tokens.len() {
-                    eos.push(id as u32);
-                }
-            }
-        }
-        eos.sort_unstable();
-        eos.dedup();
+        let eos = self.eos_ids(tokens.len());
         let name = self
             .get("general.name")
             .and_then(|v| v.as_str())
             .unwrap_or("gguf")
             .to_string();
-        Vocabulary::new(name, tokens, special, eos)
+        let v = Vocabulary::new(name, tokens, special, eos)?;
+        Ok(match self.to_tokenizer() {
+            Ok(t) => v.with_encoder(Arc::new(t)),
+            Err(_) => v,
+        })
     }
 }

@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use crate::error::VocabError;
 
-pub use gguf::GgufVocab;
+pub use gguf::{GgufValue, GgufVocab};
 
 /// Something that turns text into token ids the way the model's tokenizer does.
 /// Needed only for forced tokens (jump-forward); masks never encode.

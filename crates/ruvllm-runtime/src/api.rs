@@ -1,0 +1,448 @@
+//! The design record's API: [`LlmBackend`], [`GenerateParams`], [`JsonModeConfig`], and
+//! what a generation returns.
+//!
+//! Every backend implements one method, [`LlmBackend::complete`], which runs a
+//! [`Prompt`] under [`GenerateParams`] and reports text as it is produced; the record's
+//! `generate`, `generate_json` and `generate_stream` are built on it. A generation is
+//! constrained by at most one thing: `json_mode` (the record's JSON mode: a schema, a GBNF
+//! grammar, or any JSON) or `constraint` (a GBNF grammar, a regex, a choice list, a
+//! schema). With `json_mode`, the output is also validated afterwards according to
+//! `strict` and `repair`, so backends without logit access answer to the same contract.
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use futures::channel::mpsc;
+use futures::Stream;
+use ruvllm_engine::schema::{SchemaOptions, Whitespace};
+use serde_json::Value;
+
+use crate::chat::Message;
+use crate::error::{Result, RuntimeError};
+use crate::json::{JsonSchema, JsonValidator, ValidatedJson};
+use crate::sampler::SamplerConfig;
+
+/// JSON mode, as the design record defines it.
+#[derive(Debug, Clone)]
+pub struct JsonModeConfig {
+    /// Optional JSON Schema the output must satisfy.
+    pub schema: Option<JsonSchema>,
+    /// Strict mode: invalid output is an error (default `true`).
+    pub strict: bool,
+    /// Repair mode: malformed output is repaired when possible (default `false`).
+    pub repair: bool,
+    /// A GBNF grammar for custom structured formats (used instead of the schema's).
+    pub grammar: Option<String>,
+    /// Constrain decoding token by token (default `true`); `false` = post-validation only.
+    pub constrained_decoding: bool,
+    /// Whitespace the grammar allows between JSON tokens. Default [`Whitespace::Compact`]:
+    /// no whitespace, so keys and punctuation are forced text (jump-forward) and output
+    /// can never run away in whitespace.
+    pub whitespace: Whitespace,
+    /// Object properties in any order rather than schema order (default `false`).
+    pub any_order: bool,
+}
+
+impl Default for JsonModeConfig {
+    fn default() -> Self {
+        JsonModeConfig {
+            schema: None,
+            strict: true,
+            repair: false,
+            grammar: None,
+            constrained_decoding: true,
+            whitespace: Whitespace::Compact,
+            any_order: false,
+        }
+    }
+}
+
+impl JsonModeConfig {
+    /// The validator that checks output afterwards.
+    pub fn validator(&self) -> JsonValidator {
+        JsonValidator::new(self.schema.clone(), self.strict, self.repair)
+    }
+
+    /// The constraint that enforces this mode while decoding (`None` when decoding is not
+    /// constrained).
+    pub fn constraint(&self) -> Option<OutputConstraint> {
+        if !self.constrained_decoding {
+            return None;
+        }
+        Some(match (&self.grammar, &self.schema) {
+            (Some(g), _) => OutputConstraint::Gbnf(g.clone()),
+            (None, Some(s)) => OutputConstraint::JsonSchema {
+                schema: s.clone(),
+                options: SchemaOptions {
+                    whitespace: self.whitespace,
+                    strict: false,
+                    any_order: self.any_order,
+                },
+            },
+            (None, None) => OutputConstraint::Json {
+                whitespace: self.whitespace,
+            },
+        })
+    }
+}
+
+/// What can constrain a generation.
+#[derive(Debug, Clone)]
+pub enum OutputConstraint {
+    /// Any JSON value (an object when used for chat JSON mode is the caller's choice).
+    Json {
+        /// Whitespace policy.
+        whitespace: Whitespace,
+    },
+    /// A JSON object (OpenAI's `json_object`).
+    JsonObject {
+        /// Whitespace policy.
+        whitespace: Whitespace,
+    },
+    /// JSON satisfying a schema.
+    JsonSchema {
+        /// The schema.
+        schema: JsonSchema,
+        /// Compilation options.
+        options: SchemaOptions,
+    },
+    /// A GBNF grammar (llama.cpp's format).
+    Gbnf(String),
+    /// A regular expression the whole output must match.
+    Regex(String),
+    /// Exactly one of these strings.
+    Choice(Vec<String>),
+}
+
+impl OutputConstraint {
+    /// A stable text key for caching compiled constraints.
+    pub fn cache_key(&self) -> String {
+        match self {
+            OutputConstraint::Json { whitespace } => format!("json/{whitespace:?}"),
+            OutputConstraint::JsonObject { whitespace } => format!("json_object/{whitespace:?}"),
+            OutputConstraint::JsonSchema { schema, options } => format!(
+                "schema/{:?}/{}/{}/{}",
+                options.whitespace,
+                options.strict,
+                options.any_order,
+                schema.as_value()
+            ),
+            OutputConstraint::Gbnf(g) => format!("gbnf/{g}"),
+            OutputConstraint::Regex(r) => format!("regex/{r}"),
+            OutputConstraint::Choice(c) => format!("choice/{}", Value::from(c.clone())),
+        }
+    }
+}
+
+/// Generation parameters: the record's fields plus the usual sampling controls.
+#[derive(Debug, Clone)]
+pub struct GenerateParams {
+    /// Most tokens to generate (default 256).
+    pub max_tokens: usize,
+    /// Sampling temperature; 0 = greedy (default 0.7).
+    pub temperature: f32,
+    /// Nucleus sampling mass (default 1.0 = off).
+    pub top_p: f32,
+    /// Top-k (default 0 = off).
+    pub top_k: usize,
+    /// Min-p (default 0.0 = off).
+    pub min_p: f32,
+    /// Seed of the draw; `None` picks one (reported in [`Generation::seed`]).
+    pub seed: Option<u64>,
+    /// Generation stops before any of these strings (not part of the output).
+    pub stop: Vec<String>,
+    /// JSON mode.
+    pub json_mode: Option<JsonModeConfig>,
+    /// A grammar, regex, choice list or schema constraint (not with `json_mode`).
+    pub constraint: Option<OutputConstraint>,
+    /// Append forced text without sampling it (default `true`).
+    pub jump_forward: bool,
+}
+
+impl Default for GenerateParams {
+    fn default() -> Self {
+        GenerateParams {
+            max_tokens: 256,
+            temperature: 0.7,
+            top_p: 1.0,
+            top_k: 0,
+            min_p: 0.0,
+            seed: None,
+            stop: Vec::new(),
+            json_mode: None,
+            constraint: None,
+            jump_forward: true,
+        }
+    }
+}
+
+impl GenerateParams {
+    /// The sampler settings.
+    pub fn sampler(&self) -> SamplerConfig {
+        SamplerConfig {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+        }
+    }
+
+    /// The constraint to decode under: `constraint`, or the one `json_mode` implies.
+    /// Errors when both are given.
+    pub fn effective_constraint(&self) -> Result<Option<OutputConstraint>> {
+        match (&self.json_mode, &self.constraint) {
+            (Some(_), Some(_)) => Err(RuntimeError::Params {
+                param: "constraint",
+                msg: "give either json_mode or constraint, not both".into(),
+            }),
+            (Some(j), None) => Ok(j.constraint()),
+            (None, c) => Ok(c.clone()),
+        }
+    }
+
+    /// Checks every range. Cost: O(1).
+    pub fn validate(&self) -> Result<()> {
+        self.sampler().validate()?;
+        if self.max_tokens == 0 {
+            return Err(RuntimeError::Params {
+                param: "max_tokens",
+                msg: "must be at least 1".into(),
+            });
+        }
+        if self.stop.iter().any(|s| s.is_empty()) {
+            return Err(RuntimeError::Params {
+                param: "stop",
+                msg: "stop sequences must not be empty".into(),
+            });
+        }
+        self.effective_constraint()?;
+        Ok(())
+    }
+}
+
+/// What to generate from.
+#[derive(Debug, Clone)]
+pub enum Prompt {
+    /// A user message, rendered with the model's chat template.
+    User(String),
+    /// A conversation (and optional OpenAI tool definitions) for the chat template.
+    Chat {
+        /// The messages.
+        messages: Vec<Message>,
+        /// Tool definitions passed to the template as `tools`.
+        tools: Option<Value>,
+    },
+    /// Text given to the model as is (no template).
+    Raw(String),
+}
+
+/// Why a generation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishReason {
+    /// The model (or the grammar) ended the output, or a stop sequence was met.
+    Stop,
+    /// `max_tokens` was reached first.
+    Length,
+}
+
+impl FinishReason {
+    /// `stop` or `length`, as the OpenAI API spells them.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+        }
+    }
+}
+
+/// Counters and timings of one generation.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Usage {
+    /// Prompt tokens.
+    pub prompt_tokens: usize,
+    /// Output tokens (sampled plus forced).
+    pub completion_tokens: usize,
+    /// Output tokens appended by jump-forward, not sampled.
+    pub forced_tokens: usize,
+    /// Model forward passes after the prompt.
+    pub forward_passes: usize,
+    /// Seconds spent on the prompt (prefill).
+    pub prompt_secs: f64,
+    /// Seconds from the start to the first output token.
+    pub first_token_secs: f64,
+    /// Seconds in total.
+    pub total_secs: f64,
+    /// Seconds spent computing grammar masks.
+    pub mask_secs: f64,
+}
+
+impl Usage {
+    /// Output tokens per second after the first one.
+    pub fn decode_tokens_per_sec(&self) -> f64 {
+        let t = self.total_secs - self.first_token_secs;
+        if self.completion_tokens > 1 && t > 0.0 {
+            (self.completion_tokens - 1) as f64 / t
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Which path produced a result (meaningful for backends that validate after the fact).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResultPath {
+    /// Constrained decoding: valid by construction.
+    Constrained,
+    /// Unconstrained output that validated as it was.
+    Valid,
+    /// Output repaired into a valid value.
+    Repaired,
+    /// Valid (or repaired) only after this many retries.
+    Retried(usize),
+    /// Not checked (no JSON mode).
+    Unchecked,
+}
+
+/// A finished generation.
+#[derive(Debug, Clone)]
+pub struct Generation {
+    /// The output text (after JSON repair, when repair changed it).
+    pub text: String,
+    /// Why it ended.
+    pub finish: FinishReason,
+    /// Counters and timings.
+    pub usage: Usage,
+    /// The seed of the draw.
+    pub seed: u64,
+    /// The JSON mode validation result, when JSON mode was on.
+    pub json: Option<ValidatedJson>,
+    /// Which path produced it.
+    pub path: ResultPath,
+}
+
+/// A language model backend (the design record's trait).
+///
+/// Implement [`LlmBackend::complete`]; everything else has a default built on it.
+pub trait LlmBackend {
+    /// Runs one generation. `on_text` receives output text as it is produced (whole UTF-8
+    /// characters, stop sequences withheld); returning `false` cancels the generation
+    /// ([`RuntimeError::Cancelled`]).
+    fn complete(
+        &self,
+        prompt: &Prompt,
+        params: &GenerateParams,
+        on_text: &mut dyn FnMut(&str) -> bool,
+    ) -> Result<Generation>;
+
+    /// Text generation: `prompt` is a user message rendered with the chat template.
+    fn generate(&self, prompt: &str, params: GenerateParams) -> Result<String> {
+        Ok(self
+            .complete(&Prompt::User(prompt.to_string()), &params, &mut |_| true)?
+            .text)
+    }
+
+    /// JSON generation: decodes under `schema` (or any JSON), and returns the value, which
+    /// validates against the schema.
+    fn generate_json(
+        &self,
+        prompt: &str,
+        schema: Option<JsonSchema>,
+        params: GenerateParams,
+    ) -> Result<Value> {
+        let mut p = params;
+        let base = p.json_mode.take().unwrap_or_default();
+        p.constraint = None;
+        p.json_mode = Some(JsonModeConfig { schema, ..base });
+        let g = self.complete(&Prompt::User(prompt.to_string()), &p, &mut |_| true)?;
+        match g.json.and_then(|j| j.value) {
+            Some(v) => Ok(v),
+            None => Ok(serde_json::from_str(&g.text).map_err(|e| {
+                RuntimeError::Json(crate::json::JsonError::Syntax {
+                    line: e.line(),
+                    column: e.column(),
+                    msg: e.to_string(),
+                })
+            })?),
+        }
+    }
+}
+
+/// Streaming generation (the record's `generate_stream`) for any backend that can be
+/// cloned onto a thread: the returned [`TextStream`] yields text chunks, constrained
+/// exactly as [`LlmBackend::generate`] would be.
+pub trait StreamingBackend: LlmBackend + Clone + Send + 'static {
+    /// Starts generating `prompt` (a user message) on a new thread.
+    fn generate_stream(&self, prompt: &str, params: GenerateParams) -> TextStream {
+        self.stream(Prompt::User(prompt.to_string()), params)
+    }
+
+    /// Starts generating any [`Prompt`] on a new thread.
+    fn stream(&self, prompt: Prompt, params: GenerateParams) -> TextStream {
+        let me = self.clone();
+        TextStream::spawn(move |cb| me.complete(&prompt, &params, cb))
+    }
+}
+
+impl<T: LlmBackend + Clone + Send + 'static> StreamingBackend for T {}
+
+/// The shared end of a [`TextStream`]: the final [`Generation`] once it is known.
+type Outcome = Arc<Mutex<Option<Result<Generation>>>>;
+
+/// A stream of text chunks from a generation running on its own thread
+/// ([`futures::Stream`] for async code, [`Iterator`] for blocking code). Dropping it
+/// cancels the generation at its next token. After the last chunk,
+/// [`TextStream::outcome`] gives the finish reason and usage.
+pub struct TextStream {
+    rx: mpsc::UnboundedReceiver<Result<String>>,
+    outcome: Outcome,
+}
+
+impl TextStream {
+    /// Runs `f` (a generation that reports chunks through its callback) on a new thread.
+    pub fn spawn<F>(f: F) -> TextStream
+    where
+        F: FnOnce(&mut dyn FnMut(&str) -> bool) -> Result<Generation> + Send + 'static,
+    {
+        let (tx, rx) = mpsc::unbounded();
+        let outcome: Outcome = Arc::new(Mutex::new(None));
+        let out = outcome.clone();
+        std::thread::spawn(move || {
+            let txc = tx.clone();
+            let mut send = |s: &str| txc.unbounded_send(Ok(s.to_string())).is_ok();
+            let r = f(&mut send);
+            let err = match &r {
+                Err(e) if !matches!(e, RuntimeError::Cancelled) => Some(e.to_string()),
+                _ => None,
+            };
+            *out.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+            if let Some(msg) = err {
+                let _ = tx.unbounded_send(Err(RuntimeError::Model(msg)));
+            }
+        });
+        TextStream { rx, outcome }
+    }
+
+    /// The finished generation (after the stream has ended; `None` before).
+    pub fn outcome(&self) -> Option<Result<Generation>> {
+        let g = self.outcome.lock().unwrap_or_else(|e| e.into_inner());
+        g.as_ref().map(|r| match r {
+            Ok(g) => Ok(g.clone()),
+            Err(e) => Err(RuntimeError::Model(e.to_string())),
+        })
+    }
+}
+
+impl Stream for TextStream {
+    type Item = Result<String>;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        Pin::new(&mut self.rx).poll_next(cx)
+    }
+}
+
+impl Iterator for TextStream {
+    type Item = Result<String>;
+    fn next(&mut self) -> Option<Self::Item> {
+        futures::executor::block_on(futures::StreamExt::next(&mut self.rx))
+    }
+}

@@ -1,0 +1,169 @@
+//! Chat templates: the Jinja template a GGUF file carries (`tokenizer.chat_template`),
+//! rendered with `minijinja` the way Hugging Face `transformers` renders it.
+//!
+//! Hugging Face renders with `trim_blocks` and `lstrip_blocks`, Python string methods
+//! (`.strip()`, `.startswith()`...) and a `raise_exception` function; we set up the same
+//! environment (`minijinja-contrib`'s Python compatibility layer), so templates written for
+//! `transformers` render identically. A file without a template gets ChatML, as llama.cpp
+//! does.
+
+use minijinja::{Environment, ErrorKind};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::RuntimeError;
+
+/// ChatML, used when the model file has no template.
+pub const CHATML: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+/// One chat message. `content` may be empty for assistant messages that only call tools.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Message {
+    /// `system`, `user`, `assistant` or `tool`.
+    pub role: String,
+    /// The text.
+    #[serde(default)]
+    pub content: String,
+    /// Tool calls made by an assistant message (OpenAI shape), passed to the template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Value>,
+    /// For `tool` messages: the call this answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// Optional author name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+impl Message {
+    /// A message with a role and text.
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Message {
+        Message {
+            role: role.into(),
+            content: content.into(),
+            tool_calls: None,
+            tool_call_id: None,
+            name: None,
+        }
+    }
+
+    /// A user message.
+    pub fn user(content: impl Into<String>) -> Message {
+        Message::new("user", content)
+    }
+
+    /// A system message.
+    pub fn system(content: impl Into<String>) -> Message {
+        Message::new("system", content)
+    }
+}
+
+/// A compiled chat template plus the special-token strings it may use.
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    bos: String,
+    eos: String,
+}
+
+impl std::fmt::Debug for ChatTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatTemplate").finish_non_exhaustive()
+    }
+}
+
+fn today() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = (secs / 86_400) as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    format!("{d:02} {} {y}", MONTHS[(m - 1) as usize])
+}
+
+impl ChatTemplate {
+    /// Compiles `source`. `bos`/`eos` are the texts of the model's BOS and EOS tokens.
+    pub fn new(source: &str, bos: &str, eos: &str) -> Result<ChatTemplate, RuntimeError> {
+        let mut env = Environment::new();
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function(
+            "raise_exception",
+            |msg: String| -> Result<String, minijinja::Error> {
+                Err(minijinja::Error::new(ErrorKind::InvalidOperation, msg))
+            },
+        );
+        env.add_function("strftime_now", |_fmt: String| today());
+        env.add_template_owned("chat", source.to_string())
+            .map_err(|e| RuntimeError::Template(e.to_string()))?;
+        Ok(ChatTemplate {
+            env,
+            bos: bos.to_string(),
+            eos: eos.to_string(),
+        })
+    }
+
+    /// Renders `messages` (and `tools`, OpenAI function definitions, when given), ending
+    /// with the assistant prefix when `add_generation_prompt`. Cost: proportional to the
+    /// text.
+    pub fn render(
+        &self,
+        messages: &[Message],
+        tools: Option<&Value>,
+        add_generation_prompt: bool,
+    ) -> Result<String, RuntimeError> {
+        let t = self
+            .env
+            .get_template("chat")
+            .map_err(|e| RuntimeError::Template(e.to_string()))?;
+        t.render(minijinja::context! {
+            messages => minijinja::Value::from_serialize(messages),
+            tools => tools.map(minijinja::Value::from_serialize),
+            add_generation_prompt => add_generation_prompt,
+            bos_token => self.bos.as_str(),
+            eos_token => self.eos.as_str(),
+        })
+        .map_err(|e| RuntimeError::Template(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chatml_renders_with_generation_prompt() {
+        let t = ChatTemplate::new(CHATML, "", "<|im_end|>").unwrap();
+        let s = t.render(&[Message::user("hi")], None, true).unwrap();
+        assert_eq!(s, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+    }
+
+    #[test]
+    fn python_methods_and_raise_exception() {
+        let src = "{% if messages[0]['role'] != 'user' %}{{ raise_exception('first must be user') }}{% endif %}{{ messages[0]['content'].strip() }}";
+        let t = ChatTemplate::new(src, "", "").unwrap();
+        assert_eq!(
+            t.render(&[Message::user("  x ")], None, false).unwrap(),
+            "x"
+        );
+        let e = t.render(&[Message::system("s")], None, false).unwrap_err();
+        assert!(e.to_string().contains("first must be user"), "{e}");
+    }
+
+    #[test]
+    fn malformed_template_is_an_error() {
+        assert!(ChatTemplate::new("{% for %}", "", "").is_err());
+    }
+}

@@ -1,0 +1,513 @@
+//! [`CandleBackend`]: a GGUF model on the CPU, decoding under the constraint engine.
+//!
+//! # One decoding step
+//!
+//! ```text
+//! forced text? ──yes──► commit its canonical tokens, one forward pass for all of them
+//!      │no
+//! mask (engine) ─► logits ─► sampler (mask, temperature, top-k, top-p, min-p, seed)
+//!      ─► commit token ─► stop sequence? ─► forward pass for the token
+//! ```
+//!
+//! * **Jump-forward.** When the grammar leaves exactly one way to continue (a key of a
+//!   fixed-schema object, `":`, a closing bracket), the engine's `forced_tokens` gives the
+//!   canonical tokens of that text minus any tail a longer token could extend; they are
+//!   committed without sampling and the model reads them in one batched forward pass.
+//! * **Early end.** When the output is complete and the grammar allows nothing more, the
+//!   generation ends without asking the model for EOS.
+//! * **Stop sequences** are matched on output bytes; text that could be the start of a stop
+//!   sequence is held back from the stream until it is known not to be one.
+//! * Compiled constraints are cached per backend (by schema, grammar, regex or choice
+//!   text), so repeated request shapes skip compilation.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use ruvllm_engine::schema::{schema_to_grammar, SchemaOptions};
+use ruvllm_engine::vocab::GgufVocab;
+use ruvllm_engine::{Constraint, Grammar, Limits, Matcher, Vocabulary};
+use serde_json::json;
+
+use crate::api::{
+    FinishReason, GenerateParams, Generation, LlmBackend, OutputConstraint, Prompt, ResultPath,
+    Usage,
+};
+use crate::chat::{ChatTemplate, Message, CHATML};
+use crate::error::{Result, RuntimeError};
+use crate::json::ValidationStatus;
+use crate::model::{LoadOptions, Model};
+use crate::sampler::Sampler;
+
+/// How to load a [`CandleBackend`].
+#[derive(Debug, Clone, Default)]
+pub struct BackendOptions {
+    /// Weight loading options.
+    pub load: LoadOptions,
+    /// A `tokenizer.json` to use instead of the tokenizer rebuilt from the GGUF metadata.
+    pub tokenizer: Option<PathBuf>,
+    /// Engine limits for the constraints this backend compiles.
+    pub limits: Option<Limits>,
+}
+
+struct Inner {
+    model: Model,
+    tokenizer: tokenizers::Tokenizer,
+    vocab: Arc<Vocabulary>,
+    template: ChatTemplate,
+    bos: Option<u32>,
+    add_bos: bool,
+    eos: Vec<u32>,
+    name: String,
+    limits: Limits,
+    constraints: Mutex<HashMap<String, Arc<Constraint>>>,
+}
+
+/// A local GGUF model with constrained decoding. Cheap to clone (shared weights); each
+/// generation has its own KV cache, so clones may generate concurrently.
+#[derive(Clone)]
+pub struct CandleBackend {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for CandleBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CandleBackend")
+            .field("name", &self.inner.name)
+            .field("model", &self.inner.model)
+            .finish()
+    }
+}
+
+const MAX_CACHED_CONSTRAINTS: usize = 64;
+
+impl CandleBackend {
+    /// Loads a GGUF model: weights, tokenizer, chat template and EOS ids from its metadata.
+    /// Cost: reading the file plus re-quantization (about a second for the default model).
+    pub fn load(path: &Path, opts: &BackendOptions) -> Result<CandleBackend> {
+        let gv = GgufVocab::read_file(path)?;
+        let (tokenizer, mut vocab) = match &opts.tokenizer {
+            Some(tp) => {
+                let text = std::fs::read_to_string(tp).map_err(|e| RuntimeError::Io {
+                    path: tp.display().to_string(),
+                    source: e,
+                })?;
+                let t: tokenizers::Tokenizer = text
+                    .parse()
+                    .map_err(|e| RuntimeError::Tokenizer(format!("{}: {e}", tp.display())))?;
+                (t, Vocabulary::from_tokenizer_json(&text, None)?)
+            }
+            None => (gv.to_tokenizer()?, gv.to_vocabulary()?),
+        };
+        let eos = gv.eos_ids(vocab.len());
+        if !eos.is_empty() {
+            vocab.set_eos_tokens(eos.clone())?;
+        }
+        let eos = vocab.eos_tokens().to_vec();
+        let token_text = |id: Option<u32>| -> String {
+            id.and_then(|i| tokenizer.id_to_token(i))
+                .unwrap_or_default()
+        };
+        let int = |k: &str| gv.get(k).and_then(|v| v.as_int());
+        let bos = int("tokenizer.ggml.bos_token_id").map(|x| x as u32);
+        let add_bos = matches!(
+            gv.get("tokenizer.ggml.add_bos_token"),
+            Some(ruvllm_engine::vocab::GgufValue::Bool(true))
+        );
+        let template_src = gv.chat_template().unwrap_or(CHATML).to_string();
+        let template = ChatTemplate::new(
+            &template_src,
+            &token_text(bos),
+            &token_text(eos.first().copied()),
+        )?;
+        let model = Model::load(path, &opts.load)?;
+        let name = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "model".into());
+        Ok(CandleBackend {
+            inner: Arc::new(Inner {
+                model,
+                tokenizer,
+                vocab: Arc::new(vocab),
+                template,
+                bos,
+                add_bos,
+                eos,
+                name,
+                limits: opts.limits.clone().unwrap_or_default(),
+                constraints: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    /// The model's name (its file stem).
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The vocabulary the constraints are compiled against.
+    pub fn vocab(&self) -> &Arc<Vocabulary> {
+        &self.inner.vocab
+    }
+
+    /// The weights.
+    pub fn model(&self) -> &Model {
+        &self.inner.model
+    }
+
+    /// The prompt as text: the chat template applied (except for [`Prompt::Raw`]).
+    pub fn render(&self, prompt: &Prompt) -> Result<String> {
+        match prompt {
+            Prompt::Raw(t) => Ok(t.clone()),
+            Prompt::User(t) => self
+                .inner
+                .template
+                .render(&[Message::user(t.clone())], None, true),
+            Prompt::Chat { messages, tools } => {
+                self.inner.template.render(messages, tools.as_ref(), true)
+            }
+        }
+    }
+
+    /// Encodes prompt text to ids (special-token markers in the text become their ids; BOS
+    /// is prepended when the model wants it).
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        let enc = self
+            .inner
+            .tokenizer
+            .encode(text, false)
+            .map_err(|e| RuntimeError::Tokenizer(e.to_string()))?;
+        let mut ids = enc.get_ids().to_vec();
+        if let (true, Some(b)) = (self.inner.add_bos, self.inner.bos) {
+            if ids.first() != Some(&b) {
+                ids.insert(0, b);
+            }
+        }
+        Ok(ids)
+    }
+
+    /// Compiles (or fetches from the cache) the engine constraint for `c`.
+    pub fn constraint(&self, c: &OutputConstraint) -> Result<Arc<Constraint>> {
+        let key = c.cache_key();
+        if let Some(hit) = self
+            .inner
+            .constraints
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+        {
+            return Ok(hit.clone());
+        }
+        let limits = &self.inner.limits;
+        let g = match c {
+            OutputConstraint::Json { whitespace } => schema_to_grammar(
+                &json!({}),
+                &SchemaOptions {
+                    whitespace: *whitespace,
+                    ..Default::default()
+                },
+            )?,
+            OutputConstraint::JsonObject { whitespace } => schema_to_grammar(
+                &json!({"type": "object"}),
+                &SchemaOptions {
+                    whitespace: *whitespace,
+                    ..Default::default()
+                },
+            )?,
+            OutputConstraint::JsonSchema { schema, options } => {
+                schema_to_grammar(schema.as_value(), options)?
+            }
+            OutputConstraint::Gbnf(text) => Grammar::from_gbnf(text, limits)?,
+            OutputConstraint::Regex(re) => Grammar::from_regex(re, limits)?,
+            OutputConstraint::Choice(list) => Grammar::from_choices(list)?,
+        };
+        let cons = Constraint::new(&g, self.inner.vocab.clone(), limits)?;
+        let mut cache = self
+            .inner
+            .constraints
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if cache.len() >= MAX_CACHED_CONSTRAINTS {
+            cache.clear();
+        }
+        cache.insert(key, cons.clone());
+        Ok(cons)
+    }
+}
+
+/// Output bytes and how much of them has been handed to the caller.
+struct Emitter<'a> {
+    out: Vec<u8>,
+    sent: usize,
+    stop: &'a [String],
+    max_stop: usize,
+}
+
+impl Emitter<'_> {
+    /// Appends bytes; sends what is safe to send. Returns `Ok(true)` when a stop sequence
+    /// was completed (the output is cut before it), `Err(Cancelled)` when the consumer
+    /// went away.
+    fn push(&mut self, bytes: &[u8], on_text: &mut dyn FnMut(&str) -> bool) -> Result<bool> {
+        self.out.extend_from_slice(bytes);
+        let from = self.sent.saturating_sub(self.max_stop);
+        let mut cut = None;
+        for s in self.stop {
+            if let Some(i) = find(&self.out[from..], s.as_bytes()) {
+                let at = from + i;
+                cut = Some(cut.map_or(at, |c: usize| c.min(at)));
+            }
+        }
+        if let Some(at) = cut {
+            self.out.truncate(at);
+            self.flush(self.out.len(), on_text)?;
+            return Ok(true);
+        }
+        // Hold back a tail that may begin a stop sequence.
+        let mut hold = 0;
+        for s in self.stop {
+            let s = s.as_bytes();
+            for k in (1..s.len()).rev() {
+                if k > hold && self.out.ends_with(&s[..k]) {
+                    hold = k;
+                    break;
+                }
+            }
+        }
+        self.flush(self.out.len() - hold, on_text)?;
+        Ok(false)
+    }
+
+    /// Sends whole UTF-8 characters up to `end`.
+    fn flush(&mut self, end: usize, on_text: &mut dyn FnMut(&str) -> bool) -> Result<()> {
+        if end <= self.sent {
+            return Ok(());
+        }
+        let chunk = &self.out[self.sent..end];
+        let valid = match std::str::from_utf8(chunk) {
+            Ok(s) => s,
+            Err(e) => {
+                // An incomplete character at the end waits; an invalid one is replaced.
+                if e.error_len().is_none() {
+                    std::str::from_utf8(&chunk[..e.valid_up_to()]).unwrap_or("")
+                } else {
+                    let s = String::from_utf8_lossy(chunk).into_owned();
+                    self.sent = end;
+                    return if on_text(&s) {
+                        Ok(())
+                    } else {
+                        Err(RuntimeError::Cancelled)
+                    };
+                }
+            }
+        };
+        if valid.is_empty() {
+            return Ok(());
+        }
+        self.sent += valid.len();
+        if on_text(valid) {
+            Ok(())
+        } else {
+            Err(RuntimeError::Cancelled)
+        }
+    }
+
+    /// Sends everything left (at the end of the generation).
+    fn finish(&mut self, on_text: &mut dyn FnMut(&str) -> bool) -> Result<()> {
+        if self.sent < self.out.len() {
+            let s = String::from_utf8_lossy(&self.out[self.sent..]).into_owned();
+            self.sent = self.out.len();
+            if !on_text(&s) {
+                return Err(RuntimeError::Cancelled);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    if needle.is_empty() || hay.len() < needle.len() {
+        return None;
+    }
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+impl LlmBackend for CandleBackend {
+    fn complete(
+        &self,
+        prompt: &Prompt,
+        params: &GenerateParams,
+        on_text: &mut dyn FnMut(&str) -> bool,
+    ) -> Result<Generation> {
+        params.validate()?;
+        let t0 = Instant::now();
+        let inner = &self.inner;
+        let model = &inner.model;
+        let vocab = &inner.vocab;
+        let ctx = model.config().context_length;
+        let ids = self.encode(&self.render(prompt)?)?;
+        if ids.is_empty() {
+            return Err(RuntimeError::Params {
+                param: "prompt",
+                msg: "the prompt encodes to no tokens".into(),
+            });
+        }
+        if ids.len() >= ctx {
+            return Err(RuntimeError::ContextFull {
+                needed: ids.len() + 1,
+                limit: ctx,
+            });
+        }
+        let max_tokens = params.max_tokens.min(ctx - ids.len());
+        let constraint = params
+            .effective_constraint()?
+            .map(|c| self.constraint(&c))
+            .transpose()?;
+        let mut matcher = match &constraint {
+            Some(c) => Some(Matcher::new(c)?),
+            None => None,
+        };
+        let seed = params.seed.unwrap_or_else(rand::random);
+        let mut sampler = Sampler::new(params.sampler(), seed);
+        let mut usage = Usage {
+            prompt_tokens: ids.len(),
+            ..Default::default()
+        };
+        let mut cache = model.new_cache();
+        let mut logits = model.forward(&ids, &mut cache)?;
+        usage.prompt_secs = t0.elapsed().as_secs_f64();
+        let n_vocab = vocab.len().min(logits.len());
+        let mut mask = vec![0u32; vocab.mask_words()];
+        let max_stop = params.stop.iter().map(|s| s.len()).max().unwrap_or(0);
+        let mut em = Emitter {
+            out: Vec::new(),
+            sent: 0,
+            stop: &params.stop,
+            max_stop,
+        };
+        let mut finish = FinishReason::Length;
+        let mut n_out = 0usize;
+        let first = |usage: &mut Usage| {
+            if usage.first_token_secs == 0.0 {
+                usage.first_token_secs = t0.elapsed().as_secs_f64();
+            }
+        };
+        while n_out < max_tokens {
+            if let Some(m) = matcher.as_mut() {
+                let tm = Instant::now();
+                if m.is_accepting() && m.next_bytes()?.is_empty() {
+                    finish = FinishReason::Stop;
+                    break;
+                }
+                let forced = if params.jump_forward {
+                    m.forced_tokens()?
+                } else {
+                    Vec::new()
+                };
+                if !forced.is_empty() {
+                    let take = forced.len().min(max_tokens - n_out);
+                    let forced = &forced[..take];
+                    for &t in forced {
+                        m.commit_token(t)?;
+                    }
+                    usage.mask_secs += tm.elapsed().as_secs_f64();
+                    let bytes: Vec<u8> = forced
+                        .iter()
+                        .flat_map(|&t| vocab.token_bytes(t).iter().copied())
+                        .collect();
+                    n_out += take;
+                    usage.forced_tokens += take;
+                    first(&mut usage);
+                    if em.push(&bytes, on_text)? {
+                        finish = FinishReason::Stop;
+                        break;
+                    }
+                    if n_out >= max_tokens {
+                        break;
+                    }
+                    logits = model.forward(forced, &mut cache)?;
+                    usage.forward_passes += 1;
+                    continue;
+                }
+                m.compute_mask(&mut mask)?;
+                usage.mask_secs += tm.elapsed().as_secs_f64();
+            }
+            let allowed = matcher.is_some().then_some(&mask[..]);
+            let t = match sampler.sample(&logits[..n_vocab], allowed) {
+                Some(t) => t,
+                None if matcher.is_some() => {
+                    return Err(RuntimeError::Model(
+                        "the grammar allows no token here (a semantic check closed every \
+                         continuation); the output so far cannot be completed"
+                            .into(),
+                    ))
+                }
+                None => {
+                    return Err(RuntimeError::Model(
+                        "the model produced no finite logit".into(),
+                    ))
+                }
+            };
+            if inner.eos.contains(&t) || (matcher.is_none() && vocab.is_special(t)) {
+                if let Some(m) = matcher.as_mut() {
+                    m.commit_token(t)?;
+                }
+                finish = FinishReason::Stop;
+                break;
+            }
+            if let Some(m) = matcher.as_mut() {
+                m.commit_token(t)?;
+            }
+            n_out += 1;
+            first(&mut usage);
+            if em.push(vocab.token_bytes(t), on_text)? {
+                finish = FinishReason::Stop;
+                break;
+            }
+            if n_out >= max_tokens {
+                break;
+            }
+            logits = model.forward(&[t], &mut cache)?;
+            usage.forward_passes += 1;
+        }
+        em.finish(on_text)?;
+        usage.completion_tokens = n_out;
+        usage.total_secs = t0.elapsed().as_secs_f64();
+        if usage.first_token_secs == 0.0 {
+            usage.first_token_secs = usage.total_secs;
+        }
+        let mut text = String::from_utf8_lossy(&em.out).into_owned();
+        let mut json = None;
+        let mut path = if constraint.is_some() {
+            ResultPath::Constrained
+        } else {
+            ResultPath::Unchecked
+        };
+        // Output cut by max_tokens is reported as such, not validated (it cannot be
+        // complete); callers see `finish == Length`.
+        let cut = finish == FinishReason::Length && constraint.is_some();
+        if let (Some(j), false) = (&params.json_mode, cut) {
+            let v = j.validator().validate(&text)?;
+            if constraint.is_none() {
+                path = match v.status {
+                    ValidationStatus::Valid => ResultPath::Valid,
+                    ValidationStatus::Repaired => ResultPath::Repaired,
+                    ValidationStatus::Unchecked => ResultPath::Unchecked,
+                };
+            }
+            if v.status == ValidationStatus::Repaired {
+                text = v.text.clone();
+            }
+            json = Some(v);
+        }
+        Ok(Generation {
+            text,
+            finish,
+            usage,
+            seed,
+            json,
+            path,
+        })
+    }
+}

@@ -1,0 +1,638 @@
+//! Quantized decoder-only transformers on the CPU, written on candle's tensor and
+//! quantized-matmul primitives.
+//!
+//! # Why our own model code
+//!
+//! candle-transformers ships quantized Llama, Qwen2 and Phi-3, but its models keep one KV
+//! cache inside the weights, grow it by concatenation (quadratic in length), and cannot
+//! truncate it. Constrained decoding needs more: jump-forward appends several forced tokens
+//! in one pass and may have to roll back, and a server runs many sequences over one set of
+//! weights. So the weights ([`Model`]) are immutable and shared behind an `Arc`, and each
+//! sequence owns a [`KvCache`]: preallocated per layer, written in place with `slice_set`,
+//! grown by doubling, and truncated in O(1) ([`KvCache::truncate`]).
+//!
+//! # Architectures
+//!
+//! One forward pass covers the Llama family as GGUF files lay it out:
+//!
+//! | `general.architecture` | attention | rotary embedding | MLP |
+//! |---|---|---|---|
+//! | `llama` | separate q/k/v | interleaved pairs (GGUF permutes q/k) | gate, up, down |
+//! | `qwen2` | separate q/k/v with biases | halves (NeoX) | gate, up, down |
+//! | `phi3` | fused `attn_qkv` | halves (NeoX) | fused gate+up, down |
+//!
+//! Grouped-query attention is computed without copying keys: the query heads that share a
+//! key/value head are stacked as extra rows of one matmul.
+//!
+//! # Weights format
+//!
+//! candle 0.11 has fast x86 kernels for Q8_0 (and the k-quants) but only a generic one for
+//! Q4_0/Q4_1/Q5_0/Q5_1, about 3x slower on these machines. [`LoadOptions::requantize`]
+//! (on by default) converts those matrices to Q8_0 at load: a few hundred ms, twice the
+//! memory of Q4, no change in the greedy answers of the default model. Q4_0 as a target is
+//! refused because it changes answers.
+
+use std::collections::HashMap;
+use std::io::{Read, Seek};
+use std::path::Path;
+
+use candle_core::quantized::{gguf_file, GgmlDType, QMatMul, QTensor};
+use candle_core::{DType, Device, Module, Tensor, D};
+
+use crate::error::RuntimeError;
+
+fn me(e: candle_core::Error) -> RuntimeError {
+    RuntimeError::Model(e.to_string())
+}
+
+/// The architectures [`Model`] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arch {
+    /// Llama 1/2/3, SmolLM, Mistral and others with the `llama` GGUF layout.
+    Llama,
+    /// Qwen2 / Qwen2.5.
+    Qwen2,
+    /// Phi-3 (fused projections).
+    Phi3,
+}
+
+impl Arch {
+    fn from_name(name: &str) -> Result<Arch, RuntimeError> {
+        Ok(match name {
+            "llama" => Arch::Llama,
+            "qwen2" => Arch::Qwen2,
+            "phi3" => Arch::Phi3,
+            other => {
+                return Err(RuntimeError::Model(format!(
+                    "general.architecture = {other:?} is not supported (llama, qwen2, phi3)"
+                )))
+            }
+        })
+    }
+}
+
+/// Hyper-parameters read from the GGUF metadata.
+#[derive(Debug, Clone)]
+pub struct ModelConfig {
+    /// Architecture.
+    pub arch: Arch,
+    /// Transformer blocks.
+    pub n_layer: usize,
+    /// Hidden size.
+    pub n_embd: usize,
+    /// Query heads.
+    pub n_head: usize,
+    /// Key/value heads.
+    pub n_kv_head: usize,
+    /// Size of one head.
+    pub head_dim: usize,
+    /// RoPE base frequency.
+    pub rope_base: f32,
+    /// RMS norm epsilon.
+    pub rms_eps: f64,
+    /// Context length the model was trained for (positions beyond it are refused).
+    pub context_length: usize,
+    /// Vocabulary size (rows of the output projection).
+    pub vocab_size: usize,
+}
+
+/// How to load the weights.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    /// Convert matrices whose format has no fast CPU kernel (Q4_0, Q4_1, Q5_0, Q5_1) to
+    /// this format at load. Default `Some(Q8_0)`; `None` keeps the file's format.
+    pub requantize: Option<GgmlDType>,
+    /// Longest context to prepare rotary tables for (capped by the model's own).
+    pub max_context: usize,
+    /// Show a progress bar on stderr while loading.
+    pub progress: bool,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            requantize: Some(GgmlDType::Q8_0),
+            max_context: 8192,
+            progress: false,
+        }
+    }
+}
+
+enum Attn {
+    Separate {
+        q: QMatMul,
+        k: QMatMul,
+        v: QMatMul,
+        bias: Option<(Tensor, Tensor, Tensor)>,
+    },
+    Fused(QMatMul),
+}
+
+enum Mlp {
+    Separate { gate: QMatMul, up: QMatMul },
+    Fused(QMatMul),
+}
+
+struct Layer {
+    attn_norm: Tensor,
+    attn: Attn,
+    o: QMatMul,
+    ffn_norm: Tensor,
+    mlp: Mlp,
+    down: QMatMul,
+}
+
+/// The immutable weights of a model. Share with `Arc`; each sequence brings its own
+/// [`KvCache`].
+pub struct Model {
+    cfg: ModelConfig,
+    embed: QTensor,
+    layers: Vec<Layer>,
+    norm: Tensor,
+    output: QMatMul,
+    cos: Tensor,
+    sin: Tensor,
+    device: Device,
+}
+
+impl std::fmt::Debug for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Model").field("cfg", &self.cfg).finish()
+    }
+}
+
+/// Keys and values of one sequence, per layer: `[1, n_kv_head, capacity, head_dim]`
+/// tensors written in place. Cost of [`KvCache::truncate`]: O(1).
+pub struct KvCache {
+    k: Vec<Tensor>,
+    v: Vec<Tensor>,
+    len: usize,
+    cap: usize,
+}
+
+impl KvCache {
+    /// Positions held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no position is held.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Forgets every position from `len` on (rollback). O(1).
+    pub fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+
+    /// Bytes held by the preallocated tensors.
+    pub fn memory(&self) -> usize {
+        self.k
+            .iter()
+            .chain(&self.v)
+            .map(|t| t.elem_count() * 4)
+            .sum()
+    }
+}
+
+struct Gguf<'a, R> {
+    content: &'a gguf_file::Content,
+    reader: &'a mut R,
+    device: &'a Device,
+}
+
+impl<R: Read + Seek> Gguf<'_, R> {
+    fn has(&self, name: &str) -> bool {
+        self.content.tensor_infos.contains_key(name)
+    }
+
+    fn qtensor(&mut self, name: &str) -> Result<QTensor, RuntimeError> {
+        self.content
+            .tensor(self.reader, name, self.device)
+            .map_err(|e| RuntimeError::Model(format!("tensor {name}: {e}")))
+    }
+
+    fn tensor(&mut self, name: &str) -> Result<Tensor, RuntimeError> {
+        self.qtensor(name)?
+            .dequantize(self.device)
+            .map_err(|e| RuntimeError::Model(format!("tensor {name}: {e}")))
+    }
+
+    fn matmul(&mut self, name: &str, to: Option<GgmlDType>) -> Result<QMatMul, RuntimeError> {
+        let q = self.qtensor(name)?;
+        let q = match (q.dtype(), to) {
+            (GgmlDType::Q4_0 | GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q5_1, Some(t))
+                if t != q.dtype() && q.shape().dims().last().copied().unwrap_or(0) % 32 == 0 =>
+            {
+                let f = q.dequantize(self.device).map_err(me)?;
+                QTensor::quantize(&f, t).map_err(me)?
+            }
+            _ => q,
+        };
+        QMatMul::from_qtensor(q).map_err(me)
+    }
+}
+
+fn meta_usize(c: &gguf_file::Content, key: &str) -> Result<usize, RuntimeError> {
+    let v = c
+        .metadata
+        .get(key)
+        .ok_or_else(|| RuntimeError::Model(format!("GGUF metadata {key} is missing")))?;
+    let n = v
+        .to_u64()
+        .or_else(|_| v.to_u32().map(u64::from))
+        .or_else(|_| v.to_i32().map(|x| x.max(0) as u64))
+        .map_err(|_| RuntimeError::Model(format!("GGUF metadata {key} is not an integer")))?;
+    Ok(n as usize)
+}
+
+fn meta_f32(c: &gguf_file::Content, key: &str) -> Option<f32> {
+    let v = c.metadata.get(key)?;
+    v.to_f32()
+        .ok()
+        .or_else(|| v.to_f64().ok().map(|x| x as f32))
+}
+
+impl Model {
+    /// Loads a GGUF file. Cost: reading the file, plus re-quantization (see the module
+    /// docs).
+    pub fn load(path: &Path, opts: &LoadOptions) -> Result<Model, RuntimeError> {
+        let mut f = std::fs::File::open(path).map_err(|e| RuntimeError::Io {
+            path: path.display().to_string(),
+            source: e,
+        })?;
+        let content = gguf_file::Content::read(&mut f)
+            .map_err(|e| RuntimeError::Model(format!("{}: {e}", path.display())))?;
+        Self::from_content(&content, &mut f, opts)
+    }
+
+    /// Loads from parsed GGUF content and its reader.
+    pub fn from_content<R: Read + Seek>(
+        content: &gguf_file::Content,
+        reader: &mut R,
+        opts: &LoadOptions,
+    ) -> Result<Model, RuntimeError> {
+        let device = Device::Cpu;
+        let arch_name = content
+            .metadata
+            .get("general.architecture")
+            .and_then(|v| v.to_string().ok())
+            .cloned()
+            .unwrap_or_else(|| "llama".into());
+        let arch = Arch::from_name(&arch_name)?;
+        let a = arch_name.as_str();
+        let n_layer = meta_usize(content, &format!("{a}.block_count"))?;
+        let n_embd = meta_usize(content, &format!("{a}.embedding_length"))?;
+        let n_head = meta_usize(content, &format!("{a}.attention.head_count"))?;
+        let n_kv_head =
+            meta_usize(content, &format!("{a}.attention.head_count_kv")).unwrap_or(n_head);
+        if n_head == 0 || n_kv_head == 0 || n_head % n_kv_head != 0 || n_embd % n_head != 0 {
+            return Err(RuntimeError::Model(format!(
+                "inconsistent head counts: {n_head} heads, {n_kv_head} key/value heads, \
+                 hidden size {n_embd}"
+            )));
+        }
+        let head_dim = n_embd / n_head;
+        let rope_dim =
+            meta_usize(content, &format!("{a}.rope.dimension_count")).unwrap_or(head_dim);
+        if rope_dim != head_dim {
+            return Err(RuntimeError::Model(format!(
+                "partial rotary embeddings ({a}.rope.dimension_count = {rope_dim}, head size \
+                 {head_dim}) are not supported"
+            )));
+        }
+        let rope_base = meta_f32(content, &format!("{a}.rope.freq_base")).unwrap_or(10_000.0);
+        let rms_eps = meta_f32(content, &format!("{a}.attention.layer_norm_rms_epsilon"))
+            .unwrap_or(1e-5) as f64;
+        let context_length = meta_usize(content, &format!("{a}.context_length"))
+            .unwrap_or(4096)
+            .min(opts.max_context)
+            .max(1);
+
+        let total = n_layer as u64 + 2;
+        let bar = if opts.progress {
+            let b = indicatif::ProgressBar::new(total);
+            b.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "loading {msg} [{bar:30}] {pos}/{len} {elapsed}",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            b.set_message(arch_name.clone());
+            b
+        } else {
+            indicatif::ProgressBar::hidden()
+        };
+
+        let mut g = Gguf {
+            content,
+            reader,
+            device: &device,
+        };
+        let rq = opts.requantize;
+        if rq == Some(GgmlDType::Q4_0) {
+            return Err(RuntimeError::Model(
+                "re-quantizing to Q4_0 changes the model's answers; use Q8_0 or none".into(),
+            ));
+        }
+        let embed = g.qtensor("token_embd.weight")?;
+        let vocab_size = embed.shape().dims2().map_err(me)?.0;
+        let mut layers = Vec::with_capacity(n_layer);
+        bar.inc(1);
+        for i in 0..n_layer {
+            let p = format!("blk.{i}");
+            let attn = if arch == Arch::Phi3 {
+                Attn::Fused(g.matmul(&format!("{p}.attn_qkv.weight"), rq)?)
+            } else {
+                let bias = if g.has(&format!("{p}.attn_q.bias")) {
+                    Some((
+                        g.tensor(&format!("{p}.attn_q.bias"))?,
+                        g.tensor(&format!("{p}.attn_k.bias"))?,
+                        g.tensor(&format!("{p}.attn_v.bias"))?,
+                    ))
+                } else {
+                    None
+                };
+                Attn::Separate {
+                    q: g.matmul(&format!("{p}.attn_q.weight"), rq)?,
+                    k: g.matmul(&format!("{p}.attn_k.weight"), rq)?,
+                    v: g.matmul(&format!("{p}.attn_v.weight"), rq)?,
+                    bias,
+                }
+            };
+            let mlp = if arch == Arch::Phi3 {
+                Mlp::Fused(g.matmul(&format!("{p}.ffn_up.weight"), rq)?)
+            } else {
+                Mlp::Separate {
+                    gate: g.matmul(&format!("{p}.ffn_gate.weight"), rq)?,
+                    up: g.matmul(&format!("{p}.ffn_up.weight"), rq)?,
+                }
+            };
+            layers.push(Layer {
+                attn_norm: g.tensor(&format!("{p}.attn_norm.weight"))?,
+                attn,
+                o: g.matmul(&format!("{p}.attn_output.weight"), rq)?,
+                ffn_norm: g.tensor(&format!("{p}.ffn_norm.weight"))?,
+                mlp,
+                down: g.matmul(&format!("{p}.ffn_down.weight"), rq)?,
+            });
+            bar.inc(1);
+        }
+        let norm = g.tensor("output_norm.weight")?;
+        let output = if g.has("output.weight") {
+            g.matmul("output.weight", rq)?
+        } else {
+            g.matmul("token_embd.weight", rq)?
+        };
+        let freq_factors = if g.has("rope_freqs.weight") {
+            Some(
+                g.tensor("rope_freqs.weight")?
+                    .to_vec1::<f32>()
+                    .map_err(me)?,
+            )
+        } else {
+            None
+        };
+        bar.inc(1);
+        bar.finish_and_clear();
+
+        let half = head_dim / 2;
+        let inv: Vec<f32> = (0..half)
+            .map(|i| {
+                let f = 1.0 / rope_base.powf(2.0 * i as f32 / head_dim as f32);
+                match &freq_factors {
+                    Some(ff) => f / ff.get(i).copied().unwrap_or(1.0),
+                    None => f,
+                }
+            })
+            .collect();
+        let mut cos = Vec::with_capacity(context_length * half);
+        let mut sin = Vec::with_capacity(context_length * half);
+        for pos in 0..context_length {
+            for &f in &inv {
+                let a = pos as f32 * f;
+                cos.push(a.cos());
+                sin.push(a.sin());
+            }
+        }
+        let cos = Tensor::from_vec(cos, (context_length, half), &device).map_err(me)?;
+        let sin = Tensor::from_vec(sin, (context_length, half), &device).map_err(me)?;
+        Ok(Model {
+            cfg: ModelConfig {
+                arch,
+                n_layer,
+                n_embd,
+                n_head,
+                n_kv_head,
+                head_dim,
+                rope_base,
+                rms_eps,
+                context_length,
+                vocab_size,
+            },
+            embed,
+            layers,
+            norm,
+            output,
+            cos,
+            sin,
+            device,
+        })
+    }
+
+    /// The hyper-parameters.
+    pub fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+
+    /// An empty cache for one sequence (allocates on first use).
+    pub fn new_cache(&self) -> KvCache {
+        KvCache {
+            k: Vec::new(),
+            v: Vec::new(),
+            len: 0,
+            cap: 0,
+        }
+    }
+
+    fn reserve(&self, cache: &mut KvCache, need: usize) -> Result<(), RuntimeError> {
+        if need <= cache.cap {
+            return Ok(());
+        }
+        let mut cap = cache.cap.max(256);
+        while cap < need {
+            cap *= 2;
+        }
+        let cap = cap.min(self.cfg.context_length);
+        let shape = (1, self.cfg.n_kv_head, cap, self.cfg.head_dim);
+        let mut k = Vec::with_capacity(self.cfg.n_layer);
+        let mut v = Vec::with_capacity(self.cfg.n_layer);
+        for l in 0..self.cfg.n_layer {
+            let nk = Tensor::zeros(shape, DType::F32, &self.device).map_err(me)?;
+            let nv = Tensor::zeros(shape, DType::F32, &self.device).map_err(me)?;
+            if cache.len > 0 {
+                let ok = cache.k[l].narrow(2, 0, cache.len).map_err(me)?.contiguous();
+                let ov = cache.v[l].narrow(2, 0, cache.len).map_err(me)?.contiguous();
+                nk.slice_set(&ok.map_err(me)?, 2, 0).map_err(me)?;
+                nv.slice_set(&ov.map_err(me)?, 2, 0).map_err(me)?;
+            }
+            k.push(nk);
+            v.push(nv);
+        }
+        cache.k = k;
+        cache.v = v;
+        cache.cap = cap;
+        Ok(())
+    }
+
+    /// Runs `tokens` after the cache's positions and returns the logits of the last one
+    /// (`vocab_size` floats). Long inputs are processed in chunks of 512 positions.
+    /// Cost: one forward pass per chunk.
+    pub fn forward(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Vec<f32>, RuntimeError> {
+        if tokens.is_empty() {
+            return Err(RuntimeError::Model("forward with no tokens".into()));
+        }
+        let end = cache.len + tokens.len();
+        if end > self.cfg.context_length {
+            return Err(RuntimeError::ContextFull {
+                needed: end,
+                limit: self.cfg.context_length,
+            });
+        }
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= self.cfg.vocab_size) {
+            return Err(RuntimeError::Model(format!(
+                "token id {bad} is outside the vocabulary ({})",
+                self.cfg.vocab_size
+            )));
+        }
+        self.reserve(cache, end)?;
+        let mut last = None;
+        for chunk in tokens.chunks(512) {
+            last = Some(self.forward_chunk(chunk, cache).map_err(me)?);
+        }
+        let logits = last.expect("at least one chunk");
+        logits.to_vec1::<f32>().map_err(me)
+    }
+
+    fn forward_chunk(&self, tokens: &[u32], cache: &mut KvCache) -> candle_core::Result<Tensor> {
+        let c = &self.cfg;
+        let s = tokens.len();
+        let p = cache.len;
+        let ids = Tensor::new(tokens, &self.device)?;
+        let mut x = self.embed.embedding(&ids)?.reshape((1, s, c.n_embd))?;
+        let cos = self.cos.narrow(0, p, s)?;
+        let sin = self.sin.narrow(0, p, s)?;
+        let n_rep = c.n_head / c.n_kv_head;
+        let kv_len = p + s;
+        let mask = if s > 1 {
+            let mut m = vec![0f32; n_rep * s * kv_len];
+            for r in 0..n_rep {
+                for i in 0..s {
+                    let row = (r * s + i) * kv_len;
+                    for j in (p + i + 1)..kv_len {
+                        m[row + j] = f32::NEG_INFINITY;
+                    }
+                }
+            }
+            Some(Tensor::from_vec(m, (n_rep * s, kv_len), &self.device)?)
+        } else {
+            None
+        };
+        let scale = 1.0 / (c.head_dim as f64).sqrt();
+        for (l, layer) in self.layers.iter().enumerate() {
+            let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, c.rms_eps as f32)?;
+            let (q, k, v) = match &layer.attn {
+                Attn::Separate { q, k, v, bias } => {
+                    let (mut q, mut k, mut v) = (q.forward(&h)?, k.forward(&h)?, v.forward(&h)?);
+                    if let Some((bq, bk, bv)) = bias {
+                        q = q.broadcast_add(bq)?;
+                        k = k.broadcast_add(bk)?;
+                        v = v.broadcast_add(bv)?;
+                    }
+                    (q, k, v)
+                }
+                Attn::Fused(qkv) => {
+                    let y = qkv.forward(&h)?;
+                    let nq = c.n_head * c.head_dim;
+                    let nk = c.n_kv_head * c.head_dim;
+                    (
+                        y.narrow(D::Minus1, 0, nq)?,
+                        y.narrow(D::Minus1, nq, nk)?,
+                        y.narrow(D::Minus1, nq + nk, nk)?,
+                    )
+                }
+            };
+            let q = q
+                .reshape((1, s, c.n_head, c.head_dim))?
+                .transpose(1, 2)?
+                .contiguous()?;
+            let k = k
+                .reshape((1, s, c.n_kv_head, c.head_dim))?
+                .transpose(1, 2)?
+                .contiguous()?;
+            let v = v
+                .reshape((1, s, c.n_kv_head, c.head_dim))?
+                .transpose(1, 2)?
+                .contiguous()?;
+            let (q, k) = match c.arch {
+                Arch::Llama => (
+                    candle_nn::rotary_emb::rope_i(&q, &cos, &sin)?,
+                    candle_nn::rotary_emb::rope_i(&k, &cos, &sin)?,
+                ),
+                Arch::Qwen2 | Arch::Phi3 => (
+                    candle_nn::rotary_emb::rope(&q, &cos, &sin)?,
+                    candle_nn::rotary_emb::rope(&k, &cos, &sin)?,
+                ),
+            };
+            cache.k[l].slice_set(&k, 2, p)?;
+            cache.v[l].slice_set(&v, 2, p)?;
+            // candle's CPU matmul needs contiguous operands here.
+            let k_all = cache.k[l].narrow(2, 0, kv_len)?.contiguous()?;
+            let v_all = cache.v[l].narrow(2, 0, kv_len)?.contiguous()?;
+            // Query heads sharing a key/value head become extra rows.
+            let qg = q.reshape((1, c.n_kv_head, n_rep * s, c.head_dim))?;
+            let att = (qg.matmul(&k_all.t()?)? * scale)?;
+            let att = match &mask {
+                Some(m) => att.broadcast_add(m)?,
+                None => att,
+            };
+            let att = candle_nn::ops::softmax_last_dim(&att)?;
+            let y = att.matmul(&v_all)?;
+            let y = y
+                .reshape((1, c.n_head, s, c.head_dim))?
+                .transpose(1, 2)?
+                .reshape((1, s, c.n_embd))?;
+            let y = layer.o.forward(&y)?;
+            x = (x + y)?;
+            let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, c.rms_eps as f32)?;
+            let a = match &layer.mlp {
+                Mlp::Separate { gate, up } => {
+                    (candle_nn::ops::silu(&gate.forward(&h)?)? * up.forward(&h)?)?
+                }
+                Mlp::Fused(gu) => {
+                    let y = gu.forward(&h)?;
+                    let n = y.dim(D::Minus1)? / 2;
+                    (candle_nn::ops::silu(&y.narrow(D::Minus1, 0, n)?)?
+                        * y.narrow(D::Minus1, n, n)?)?
+                }
+            };
+            x = (x + layer.down.forward(&a)?)?;
+        }
+        cache.len = p + s;
+        let last = x.narrow(1, s - 1, 1)?;
+        let last = candle_nn::ops::rms_norm(&last, &self.norm, c.rms_eps as f32)?;
+        self.output.forward(&last)?.flatten_all()
+    }
+}
+
+/// Reads only the metadata of a GGUF file (no tensors), as candle parses it.
+pub fn read_metadata(path: &Path) -> Result<HashMap<String, gguf_file::Value>, RuntimeError> {
+    let mut f = std::fs::File::open(path).map_err(|e| RuntimeError::Io {
+        path: path.display().to_string(),
+        source: e,
+    })?;
+    let c = gguf_file::Content::read(&mut f)
+        .map_err(|e| RuntimeError::Model(format!("{}: {e}", path.display())))?;
+    Ok(c.metadata)
+}
