@@ -2,6 +2,7 @@
 //! test suite runs exactly the code the command runs.
 
 pub mod batch;
+pub mod e2e;
 pub mod grammar_cases;
 pub mod llg;
 pub mod maskbench;

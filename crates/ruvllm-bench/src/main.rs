@@ -19,6 +19,47 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// End to end on a real model: validity of constrained generations (30 MaskBench
+    /// schemas, 5 GBNF grammars), decode speed unconstrained vs constrained vs
+    /// jump-forward, and raw decode speed beside llama.cpp's llama-bench.
+    E2e {
+        /// GGUF model (default: the SmolLM2 asset).
+        #[arg(long)]
+        model: Option<PathBuf>,
+        /// Compute threads.
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+        /// Seeds per validity case.
+        #[arg(long, default_value_t = 3)]
+        seeds: u64,
+        /// Temperature of the validity run.
+        #[arg(long, default_value_t = 0.7)]
+        temperature: f32,
+        /// max_tokens of the validity run.
+        #[arg(long, default_value_t = 512)]
+        max_tokens: usize,
+        /// Seeds per speed case (0 skips the speed part).
+        #[arg(long, default_value_t = 2)]
+        speed_reps: u64,
+        /// Raw decode repetitions (0 skips).
+        #[arg(long, default_value_t = 3)]
+        raw_reps: usize,
+        /// llama.cpp's llama-bench binary (scripts/build-llamacpp.sh builds it).
+        #[arg(long)]
+        llama_bench: Option<PathBuf>,
+        /// Skip the validity part.
+        #[arg(long)]
+        no_validity: bool,
+        /// MaskBench data folder.
+        #[arg(long, default_value = "../shared/data/maskbench/data")]
+        maskbench: PathBuf,
+        /// llama.cpp grammars folder.
+        #[arg(long, default_value = "../shared/data/gbnf/llama.cpp")]
+        gbnf: PathBuf,
+        /// Where to write every row and the summary as JSON.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
     /// Mask throughput for a batch of sequences stepped together over several threads.
     Batch {
         /// tokenizer.json to use.
@@ -92,6 +133,66 @@ enum Cmd {
 fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.cmd {
+        Cmd::E2e {
+            model,
+            threads,
+            seeds,
+            temperature,
+            max_tokens,
+            speed_reps,
+            raw_reps,
+            llama_bench,
+            no_validity,
+            maskbench,
+            gbnf,
+            json,
+        } => {
+            use ruvllm_bench::e2e;
+            std::env::set_var("RAYON_NUM_THREADS", threads.to_string());
+            let model = model.unwrap_or_else(e2e::default_model);
+            anyhow::ensure!(
+                model.exists(),
+                "{} is missing: run scripts/fetch-assets.sh",
+                model.display()
+            );
+            let b = ruvllm_runtime::CandleBackend::load(&model, &Default::default())?;
+            let validity = if no_validity {
+                Vec::new()
+            } else {
+                e2e::validity(&b, &maskbench, &gbnf, seeds, temperature, max_tokens, |r| {
+                    eprintln!(
+                        "{:5} {:30} seed {} finish={:6} tokens={:4} {}",
+                        if r.ok { "ok" } else { "FAIL" },
+                        r.case,
+                        r.seed,
+                        r.finish,
+                        r.tokens,
+                        r.problem.as_deref().unwrap_or("")
+                    )
+                })?
+            };
+            let speed = e2e::speed(&b, speed_reps, 128)?;
+            let mut raw = Vec::new();
+            for _ in 0..raw_reps {
+                raw.push(e2e::raw_ours(&b, 128)?);
+                if let Some(lb) = &llama_bench {
+                    raw.push(e2e::raw_llamacpp(lb, &model, 128, threads)?);
+                }
+            }
+            let report = e2e::Report {
+                validity,
+                speed,
+                raw,
+            };
+            let summary = report.summary();
+            println!("{}", serde_json::to_string_pretty(&summary)?);
+            if let Some(p) = json {
+                let all = serde_json::json!({"summary": summary, "rows": report});
+                std::fs::write(&p, serde_json::to_string_pretty(&all)?)
+                    .with_context(|| format!("writing {}", p.display()))?;
+            }
+            Ok(())
+        }
         Cmd::Batch {
             tokenizer,
             batch,

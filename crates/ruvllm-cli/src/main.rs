@@ -25,8 +25,13 @@ struct Cli {
     cmd: Cmd,
 }
 
+mod generate;
+
 #[derive(Subcommand)]
 enum Cmd {
+    /// Generate text with a local GGUF model, optionally constrained by a JSON Schema,
+    /// GBNF grammar, regex or choice list. Only the generated text goes to stdout.
+    Generate(generate::GenerateArgs),
     /// Grammar tools: check text against a grammar, show token masks.
     #[command(subcommand)]
     Grammar(GrammarCmd),
@@ -58,7 +63,7 @@ enum Cmd {
 }
 
 /// Reads a file, or stdin for `-`.
-fn read_input(input: &str) -> Result<String> {
+pub(crate) fn read_input(input: &str) -> Result<String> {
     let bytes = if input == "-" {
         let mut b = Vec::new();
         std::io::Read::read_to_end(&mut std::io::stdin(), &mut b).context("reading stdin")?;
@@ -217,6 +222,10 @@ fn run() -> Result<ExitCode> {
     let cli = Cli::parse();
     let limits = Limits::default();
     match cli.cmd {
+        Cmd::Generate(a) => {
+            generate::run(a)?;
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Validate { schema, input } => {
             let s = load_json_schema(&schema)?;
             let text = read_input(&input)?;

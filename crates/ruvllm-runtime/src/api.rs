@@ -158,6 +158,8 @@ pub struct GenerateParams {
     pub constraint: Option<OutputConstraint>,
     /// Append forced text without sampling it (default `true`).
     pub jump_forward: bool,
+    /// Never end at EOS: generate exactly `max_tokens` (benchmarks; unconstrained only).
+    pub ignore_eos: bool,
 }
 
 impl Default for GenerateParams {
@@ -173,6 +175,7 @@ impl Default for GenerateParams {
             json_mode: None,
             constraint: None,
             jump_forward: true,
+            ignore_eos: false,
         }
     }
 }
@@ -216,7 +219,12 @@ impl GenerateParams {
                 msg: "stop sequences must not be empty".into(),
             });
         }
-        self.effective_constraint()?;
+        if self.ignore_eos && self.effective_constraint()?.is_some() {
+            return Err(RuntimeError::Params {
+                param: "ignore_eos",
+                msg: "a constrained generation ends where its grammar ends".into(),
+            });
+        }
         Ok(())
     }
 }

@@ -8,6 +8,8 @@
 //!   jump-forward.
 //! * [`model`]: the transformer itself (Llama, Qwen2, Phi-3 layouts) with a per-sequence
 //!   KV cache that can be rolled back.
+//! * [`http`]: [`HttpBackend`], any OpenAI-compatible server, with validation, repair and
+//!   bounded retries (for backends without logit access).
 //! * [`sampler`]: mask -> temperature -> top-k -> top-p -> min-p -> seeded draw.
 //! * [`chat`]: chat templates from the model file, rendered with `minijinja`.
 //! * [`json`]: JSON mode after the fact: [`JsonSchema`], validation with JSON pointers,
@@ -22,6 +24,7 @@
 pub mod api;
 pub mod chat;
 pub mod error;
+pub mod http;
 pub mod json;
 pub mod local;
 pub mod model;
@@ -33,6 +36,7 @@ pub use api::{
 };
 pub use chat::{ChatTemplate, Message};
 pub use error::{Result, RuntimeError};
+pub use http::HttpBackend;
 pub use json::{
     repair_json, JsonError, JsonSchema, JsonSchemaError, JsonValidator, Repair, RepairError,
     SchemaViolation, ValidatedJson, ValidationStatus, Violation,

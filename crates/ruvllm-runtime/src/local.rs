@@ -433,6 +433,13 @@ impl LlmBackend for CandleBackend {
                 m.compute_mask(&mut mask)?;
                 usage.mask_secs += tm.elapsed().as_secs_f64();
             }
+            if params.ignore_eos && matcher.is_none() {
+                for (i, l) in logits[..n_vocab].iter_mut().enumerate() {
+                    if vocab.is_special(i as u32) || inner.eos.contains(&(i as u32)) {
+                        *l = f32::NEG_INFINITY;
+                    }
+                }
+            }
             let allowed = matcher.is_some().then_some(&mask[..]);
             let t = match sampler.sample(&logits[..n_vocab], allowed) {
                 Some(t) => t,

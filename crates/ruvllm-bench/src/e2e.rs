@@ -1,0 +1,486 @@
+//! `ruvllm-bench e2e`: generation on a real model, end to end.
+//!
+//! * **Validity**: 30 MaskBench schemas (recursive, anyOf, enum, pattern, formats, oneOf,
+//!   bounds) and 5 llama.cpp GBNF grammars, each at temperature 0.7 with several seeds:
+//!   every output that ends with `stop` must parse and validate (schemas: `jsonschema`;
+//!   grammars: the grammar recognizer, plus `serde_json` for the JSON ones); an output that
+//!   ends with `length` must really be cut (the grammar not complete); no output may contain
+//!   a whitespace run longer than 20 characters outside strings.
+//! * **Speed**: on schemas with fixed keys, decode tokens/s unconstrained (exactly N tokens,
+//!   EOS ignored) vs constrained vs constrained with jump-forward, forward passes per output
+//!   token and per 100 output bytes, and time to first token.
+//! * **Raw decode vs llama.cpp**: a 16-token prompt then 128 greedy tokens, ours and
+//!   `llama-bench -p 16 -n 128` on the same GGUF file, alternating, medians reported.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use ruvllm_engine::{Grammar, Limits, Matcher};
+use ruvllm_runtime::{
+    CandleBackend, FinishReason, GenerateParams, Generation, JsonModeConfig, JsonSchema,
+    LlmBackend, OutputConstraint, Prompt,
+};
+use serde_json::{json, Value};
+
+/// The 30 MaskBench files of the validity run, with the feature each was picked for.
+pub const SCHEMAS: &[(&str, &str)] = &[
+    ("Github_easy---o83258.json", "recursive"),
+    ("Github_easy---o58839.json", "recursive"),
+    ("Github_easy---o69958.json", "recursive"),
+    ("Github_easy---o78062.json", "recursive"),
+    ("BFCL_multiple_109.json", "anyOf"),
+    ("BFCL_multiple_130.json", "anyOf"),
+    ("BFCL_multiple_141.json", "anyOf"),
+    ("BFCL_multiple_155.json", "anyOf"),
+    ("BFCL_multiple_157.json", "enum"),
+    ("BFCL_multiple_167.json", "enum"),
+    ("BFCL_multiple_185.json", "enum"),
+    ("BFCL_multiple_81.json", "enum"),
+    ("Github_easy---o10013.json", "pattern"),
+    ("Github_easy---o12620.json", "pattern"),
+    ("Github_easy---o17611.json", "pattern"),
+    ("Github_easy---o17940.json", "pattern"),
+    ("Github_easy---o10526.json", "format:date-time"),
+    ("Github_easy---o21083.json", "format:date-time"),
+    ("Github_easy---o10016.json", "format:email"),
+    ("Github_easy---o10318.json", "format:uri"),
+    ("Github_easy---o48879.json", "format:uuid"),
+    ("BFCL_multiple_5.json", "format:date"),
+    ("Github_easy---o13129.json", "oneOf"),
+    ("Github_easy---o46142.json", "oneOf"),
+    ("Github_easy---o10093.json", "integer bounds"),
+    ("Github_easy---o21466.json", "integer bounds"),
+    ("Github_easy---o21205.json", "minItems/maxItems"),
+    ("Github_easy---o21735.json", "minItems/maxItems"),
+    ("Github_easy---o12626.json", "plain object"),
+    ("Github_easy---o14464.json", "plain object"),
+];
+
+/// The 5 llama.cpp grammars of the validity run, with their prompts.
+pub const GRAMMARS: &[(&str, &str)] = &[
+    (
+        "arithmetic.gbnf",
+        "Write an arithmetic expression that equals 42.",
+    ),
+    (
+        "chess.gbnf",
+        "Write the first moves of a chess game in algebraic notation.",
+    ),
+    ("json.gbnf", "Describe a book as a JSON object."),
+    (
+        "json_arr.gbnf",
+        "List three fruits with their colors as JSON.",
+    ),
+    ("list.gbnf", "List four things to pack for a beach trip."),
+];
+
+/// Schemas with fixed keys for the speed run.
+pub const SPEED_SCHEMAS: &[&str] = &[
+    r#"{"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"},"email":{"type":"string","format":"email"},"city":{"type":"string"},"country":{"type":"string"}},"required":["name","age","email","city","country"],"additionalProperties":false}"#,
+    r#"{"type":"object","properties":{"title":{"type":"string"},"author":{"type":"string"},"year":{"type":"integer","minimum":1000,"maximum":2100},"genres":{"type":"array","items":{"type":"string"},"minItems":1,"maxItems":3},"rating":{"type":"number"}},"required":["title","author","year","genres","rating"],"additionalProperties":false}"#,
+    r#"{"type":"object","properties":{"product_id":{"type":"string"},"quantity":{"type":"integer","minimum":1},"unit_price":{"type":"number"},"currency":{"enum":["USD","EUR","GBP"]},"in_stock":{"type":"boolean"},"warehouse":{"type":"object","properties":{"code":{"type":"string"},"region":{"type":"string"}},"required":["code","region"],"additionalProperties":false}},"required":["product_id","quantity","unit_price","currency","in_stock","warehouse"],"additionalProperties":false}"#,
+    r#"{"type":"object","properties":{"event":{"type":"string"},"date":{"type":"string","format":"date"},"location":{"type":"string"},"attendees":{"type":"array","items":{"type":"object","properties":{"first_name":{"type":"string"},"last_name":{"type":"string"}},"required":["first_name","last_name"],"additionalProperties":false},"maxItems":3}},"required":["event","date","location","attendees"],"additionalProperties":false}"#,
+];
+
+/// One validity result.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ValidityRow {
+    /// Schema file or grammar name.
+    pub case: String,
+    /// Why it was picked.
+    pub feature: String,
+    /// Seed.
+    pub seed: u64,
+    /// `stop` or `length`.
+    pub finish: String,
+    /// Parsed and validated (for `stop`), or truly cut (for `length`).
+    pub ok: bool,
+    /// What was wrong, if anything.
+    pub problem: Option<String>,
+    /// Output tokens.
+    pub tokens: usize,
+    /// Longest whitespace run outside strings.
+    pub max_ws_run: usize,
+    /// The output (first 300 characters).
+    pub output: String,
+}
+
+/// Longest run of JSON whitespace outside string literals.
+pub fn max_ws_outside_strings(s: &str) -> usize {
+    let (mut best, mut run, mut in_str, mut esc) = (0, 0, false, false);
+    for c in s.chars() {
+        if in_str {
+            if esc {
+                esc = false;
+            } else if c == '\\' {
+                esc = true;
+            } else if c == '"' {
+                in_str = false;
+            }
+            continue;
+        }
+        if matches!(c, ' ' | '\t' | '\n' | '\r') {
+            run += 1;
+            best = usize::max(best, run);
+        } else {
+            run = 0;
+            if c == '"' {
+                in_str = true;
+            }
+        }
+    }
+    best
+}
+
+fn schema_prompt(schema: &Value) -> String {
+    format!(
+        "Write a realistic example JSON value that follows this JSON Schema. Answer with the \
+         JSON only.\n\n{}",
+        serde_json::to_string(schema).unwrap_or_default()
+    )
+}
+
+fn params(seed: u64, temperature: f32, max_tokens: usize) -> GenerateParams {
+    GenerateParams {
+        seed: Some(seed),
+        temperature,
+        max_tokens,
+        ..Default::default()
+    }
+}
+
+fn short(s: &str) -> String {
+    s.chars().take(300).collect()
+}
+
+/// Whether `text` is complete under `grammar` (GBNF) on the backend's vocabulary.
+fn grammar_complete(b: &CandleBackend, grammar: &str, text: &str) -> Result<(bool, bool)> {
+    let limits = Limits::default();
+    let g = Grammar::from_gbnf(grammar, &limits)?;
+    let c = ruvllm_engine::Constraint::new(&g, b.vocab().clone(), &limits)?;
+    let mut m = Matcher::new(&c)?;
+    Ok(match m.check_bytes(text.as_bytes())? {
+        ruvllm_engine::CheckResult::Accepted => (true, true),
+        ruvllm_engine::CheckResult::Incomplete { .. } => (true, false),
+        ruvllm_engine::CheckResult::Rejected { .. } => (false, false),
+    })
+}
+
+/// Runs the validity part.
+pub fn validity(
+    b: &CandleBackend,
+    maskbench: &Path,
+    gbnf: &Path,
+    seeds: u64,
+    temperature: f32,
+    max_tokens: usize,
+    mut progress: impl FnMut(&ValidityRow),
+) -> Result<Vec<ValidityRow>> {
+    let mut rows = Vec::new();
+    for (file, feature) in SCHEMAS {
+        let path = maskbench.join(file);
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        let doc: Value = serde_json::from_str(&text)?;
+        let schema_v = doc["schema"].clone();
+        let schema = JsonSchema::from_value(schema_v.clone())
+            .with_context(|| format!("schema of {file}"))?;
+        for seed in 0..seeds {
+            let mut p = params(seed, temperature, max_tokens);
+            p.json_mode = Some(JsonModeConfig {
+                schema: Some(schema.clone()),
+                ..Default::default()
+            });
+            let g = b
+                .complete(&Prompt::User(schema_prompt(&schema_v)), &p, &mut |_| true)
+                .with_context(|| format!("{file} seed {seed}"))?;
+            let problem = match g.finish {
+                FinishReason::Stop => match serde_json::from_str::<Value>(&g.text) {
+                    Ok(v) => schema.validate(&v).err().map(|e| e.to_string()),
+                    Err(e) => Some(format!("not JSON: {e}")),
+                },
+                FinishReason::Length => {
+                    if serde_json::from_str::<Value>(&g.text).is_ok_and(|v| schema.is_valid(&v)) {
+                        Some("finish=length but the value was complete".into())
+                    } else {
+                        None
+                    }
+                }
+            };
+            let row = row(file, feature, seed, &g, problem);
+            progress(&row);
+            rows.push(row);
+        }
+    }
+    for (file, prompt) in GRAMMARS {
+        let path = gbnf.join(file);
+        let grammar = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        for seed in 0..seeds {
+            let mut p = params(seed, temperature, max_tokens);
+            p.constraint = Some(OutputConstraint::Gbnf(grammar.clone()));
+            let g = b
+                .complete(&Prompt::User(prompt.to_string()), &p, &mut |_| true)
+                .with_context(|| format!("{file} seed {seed}"))?;
+            let (prefix_ok, complete) = grammar_complete(b, &grammar, &g.text)?;
+            let mut problem = match (g.finish, prefix_ok, complete) {
+                (_, false, _) => Some("output leaves the grammar".to_string()),
+                (FinishReason::Stop, true, false) => Some("finish=stop but incomplete".into()),
+                (FinishReason::Length, true, true) if !grammar_may_continue(&grammar) => {
+                    Some("finish=length but complete".into())
+                }
+                _ => None,
+            };
+            if problem.is_none() && g.finish == FinishReason::Stop && file.starts_with("json") {
+                if let Err(e) = serde_json::from_str::<Value>(&g.text) {
+                    problem = Some(format!("not JSON: {e}"));
+                }
+            }
+            let row = row(file, "gbnf", seed, &g, problem);
+            progress(&row);
+            rows.push(row);
+        }
+    }
+    Ok(rows)
+}
+
+/// Grammars whose sentences can be extended (a complete output may still be cut by
+/// `max_tokens` legitimately): all of these example grammars repeat.
+fn grammar_may_continue(_g: &str) -> bool {
+    true
+}
+
+fn row(
+    file: &str,
+    feature: &str,
+    seed: u64,
+    g: &Generation,
+    problem: Option<String>,
+) -> ValidityRow {
+    let ws = max_ws_outside_strings(&g.text);
+    let problem = problem.or_else(|| (ws > 20).then(|| format!("whitespace run of {ws}")));
+    ValidityRow {
+        case: file.to_string(),
+        feature: feature.to_string(),
+        seed,
+        finish: g.finish.as_str().into(),
+        ok: problem.is_none(),
+        problem,
+        tokens: g.usage.completion_tokens,
+        max_ws_run: ws,
+        output: short(&g.text),
+    }
+}
+
+/// One speed measurement.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct SpeedRow {
+    /// `unconstrained`, `constrained`, `constrained+jf`.
+    pub mode: String,
+    /// Output tokens.
+    pub tokens: usize,
+    /// Output bytes.
+    pub bytes: usize,
+    /// Forward passes after the prompt.
+    pub forward_passes: usize,
+    /// Decode tokens/s (after the first token).
+    pub tok_per_s: f64,
+    /// Time to first token, seconds.
+    pub ttft: f64,
+    /// Seconds in mask computation.
+    pub mask_secs: f64,
+    /// Seconds in total.
+    pub total_secs: f64,
+}
+
+/// Runs the speed part: each schema in each mode, `reps` seeds.
+pub fn speed(b: &CandleBackend, reps: u64, max_tokens: usize) -> Result<Vec<SpeedRow>> {
+    let mut rows = Vec::new();
+    for s in SPEED_SCHEMAS {
+        let schema = JsonSchema::from_str(s)?;
+        let prompt = Prompt::User(schema_prompt(schema.as_value()));
+        for seed in 0..reps {
+            for mode in ["unconstrained", "constrained", "constrained+jf"] {
+                let mut p = params(100 + seed, 0.7, max_tokens);
+                match mode {
+                    "unconstrained" => p.ignore_eos = true,
+                    m => {
+                        p.json_mode = Some(JsonModeConfig {
+                            schema: Some(schema.clone()),
+                            ..Default::default()
+                        });
+                        p.jump_forward = m == "constrained+jf";
+                    }
+                }
+                let g = b.complete(&prompt, &p, &mut |_| true)?;
+                let u = &g.usage;
+                rows.push(SpeedRow {
+                    mode: mode.into(),
+                    tokens: u.completion_tokens,
+                    bytes: g.text.len(),
+                    forward_passes: u.forward_passes,
+                    tok_per_s: u.decode_tokens_per_sec(),
+                    ttft: u.first_token_secs,
+                    mask_secs: u.mask_secs,
+                    total_secs: u.total_secs,
+                });
+            }
+        }
+    }
+    Ok(rows)
+}
+
+/// Raw decode speed: ours.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RawRow {
+    /// `ruvllm` or `llama.cpp`.
+    pub engine: String,
+    /// Prefill tokens/s.
+    pub prefill_tok_s: f64,
+    /// Decode tokens/s.
+    pub decode_tok_s: f64,
+}
+
+/// Ours: a 16-token raw prompt, then `n` greedy tokens with EOS ignored.
+pub fn raw_ours(b: &CandleBackend, n: usize) -> Result<RawRow> {
+    // 16 tokens of ordinary text.
+    let mut text = String::from("The history of the city begins with a small village on a river");
+    while b.encode(&text)?.len() < 16 {
+        text.push_str(" and");
+    }
+    while b.encode(&text)?.len() > 16 {
+        text.pop();
+    }
+    let p = GenerateParams {
+        temperature: 0.0,
+        max_tokens: n,
+        ignore_eos: true,
+        ..Default::default()
+    };
+    let t = Instant::now();
+    let g = b.complete(&Prompt::Raw(text), &p, &mut |_| true)?;
+    let _ = t;
+    let u = &g.usage;
+    Ok(RawRow {
+        engine: "ruvllm".into(),
+        prefill_tok_s: u.prompt_tokens as f64 / u.prompt_secs,
+        decode_tok_s: u.decode_tokens_per_sec(),
+    })
+}
+
+/// llama.cpp: `llama-bench -m MODEL -p 16 -n N -t THREADS -r 1 -o json`.
+pub fn raw_llamacpp(bin: &Path, model: &Path, n: usize, threads: usize) -> Result<RawRow> {
+    let out = std::process::Command::new(bin)
+        .args(["-m"])
+        .arg(model)
+        .args(["-p", "16", "-n", &n.to_string(), "-t", &threads.to_string()])
+        .args(["-r", "1", "-o", "json"])
+        .output()
+        .with_context(|| format!("running {}", bin.display()))?;
+    if !out.status.success() {
+        bail!(
+            "{} failed: {}",
+            bin.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let v: Value = serde_json::from_slice(&out.stdout).context("llama-bench JSON output")?;
+    let mut row = RawRow {
+        engine: "llama.cpp".into(),
+        prefill_tok_s: 0.0,
+        decode_tok_s: 0.0,
+    };
+    for r in v.as_array().into_iter().flatten() {
+        let ts = r["avg_ts"].as_f64().unwrap_or(0.0);
+        if r["n_prompt"].as_u64().unwrap_or(0) > 0 {
+            row.prefill_tok_s = ts;
+        } else if r["n_gen"].as_u64().unwrap_or(0) > 0 {
+            row.decode_tok_s = ts;
+        }
+    }
+    Ok(row)
+}
+
+/// Median of a non-empty slice.
+pub fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() {
+        return 0.0;
+    }
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Everything `ruvllm-bench e2e` measured.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Report {
+    /// Validity rows.
+    pub validity: Vec<ValidityRow>,
+    /// Speed rows.
+    pub speed: Vec<SpeedRow>,
+    /// Raw decode rows.
+    pub raw: Vec<RawRow>,
+}
+
+impl Report {
+    /// A summary as JSON (what the note quotes).
+    pub fn summary(&self) -> Value {
+        let n = self.validity.len();
+        let ok = self.validity.iter().filter(|r| r.ok).count();
+        let stop = self.validity.iter().filter(|r| r.finish == "stop").count();
+        let mode =
+            |m: &str| -> Vec<&SpeedRow> { self.speed.iter().filter(|r| r.mode == m).collect() };
+        let agg = |rows: Vec<&SpeedRow>| {
+            let tps = median(&rows.iter().map(|r| r.tok_per_s).collect::<Vec<_>>());
+            let fp_tok = rows.iter().map(|r| r.forward_passes).sum::<usize>() as f64
+                / rows.iter().map(|r| r.tokens).sum::<usize>().max(1) as f64;
+            let fp_100b = 100.0 * rows.iter().map(|r| r.forward_passes).sum::<usize>() as f64
+                / rows.iter().map(|r| r.bytes).sum::<usize>().max(1) as f64;
+            let ttft = median(&rows.iter().map(|r| r.ttft).collect::<Vec<_>>());
+            let mask_ms_tok = 1e3 * rows.iter().map(|r| r.mask_secs).sum::<f64>()
+                / rows.iter().map(|r| r.tokens).sum::<usize>().max(1) as f64;
+            json!({"median_decode_tok_s": tps, "forward_passes_per_token": fp_tok,
+                   "forward_passes_per_100_bytes": fp_100b, "median_ttft_s": ttft,
+                   "mask_ms_per_token": mask_ms_tok, "runs": rows.len()})
+        };
+        let u = agg(mode("unconstrained"));
+        let c = agg(mode("constrained"));
+        let j = agg(mode("constrained+jf"));
+        let ratio = |a: &Value, b: &Value, k: &str| {
+            a[k].as_f64().unwrap_or(0.0) / b[k].as_f64().unwrap_or(1.0).max(1e-9)
+        };
+        let raw = |e: &str| {
+            let rows: Vec<&RawRow> = self.raw.iter().filter(|r| r.engine == e).collect();
+            json!({
+                "decode_tok_s": median(&rows.iter().map(|r| r.decode_tok_s).collect::<Vec<_>>()),
+                "prefill_tok_s": median(&rows.iter().map(|r| r.prefill_tok_s).collect::<Vec<_>>()),
+                "runs": rows.len(),
+            })
+        };
+        let ours = raw("ruvllm");
+        let lc = raw("llama.cpp");
+        json!({
+            "validity": {"generations": n, "ok": ok, "finish_stop": stop,
+                         "finish_length": n - stop},
+            "speed": {"unconstrained": u, "constrained": c, "constrained_jf": j,
+                      "constrained_over_unconstrained_tok_s": ratio(&c, &u, "median_decode_tok_s"),
+                      "jf_over_unconstrained_tok_s": ratio(&j, &u, "median_decode_tok_s"),
+                      "jf_forward_pass_cut_per_100_bytes":
+                          1.0 - ratio(&j, &c, "forward_passes_per_100_bytes")},
+            "raw_decode": {"ruvllm": ours, "llama.cpp": lc,
+                           "ratio_decode": ratio(&ours, &lc, "decode_tok_s"),
+                           "ratio_prefill": ratio(&ours, &lc, "prefill_tok_s")},
+        })
+    }
+}
+
+/// The default model path, for messages.
+pub fn default_model() -> PathBuf {
+    PathBuf::from("assets/models/SmolLM2-135M-Instruct.Q4_1.gguf")
+}

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Build llama.cpp's `llama-bench` from the llama-cpp-python source package, for side-by-side
+# decode-speed comparisons (`ruvllm-bench e2e --llama-bench assets/llamacpp/bin/llama-bench`).
+#
+# Idempotent: an existing build is kept. Everything comes from the Python package registry
+# with pip: cmake and ninja as wheels, llama-cpp-python as its source distribution (which
+# vendors llama.cpp). Built with GGML_NATIVE=ON, the configuration llama.cpp users get.
+set -euo pipefail
+
+version="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+out="$root/assets/llamacpp"
+bin="$out/bin/llama-bench"
+if [ -x "$bin" ]; then
+  echo "ok      $bin"
+  exit 0
+fi
+mkdir -p "$out"
+venv="$out/venv"
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+"$venv/bin/pip" install --quiet cmake ninja scikit-build-core
+src="$out/src"
+if [ ! -d "$src/vendor/llama.cpp" ]; then
+  work="$(mktemp -d)"
+  trap 'rm -rf "$work"' EXIT
+  # --no-build-isolation: pip reads the sdist's metadata with the scikit-build-core wheel
+  # installed above instead of building cmake from source in an isolated environment.
+  "$venv/bin/pip" download --quiet --no-deps --no-binary llama-cpp-python \
+    --no-build-isolation "llama-cpp-python==$version" -d "$work"
+  tarball="$(ls "$work"/llama_cpp_python-*.tar.gz)"
+  rm -rf "$src" && mkdir -p "$src"
+  tar -xzf "$tarball" -C "$src" --strip-components=1
+fi
+export PATH="$venv/bin:$PATH"
+cmake -S "$src/vendor/llama.cpp" -B "$out/build" -G Ninja \
+  -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
+  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
+  -DLLAMA_BUILD_TOOLS=ON >/dev/null
+cmake --build "$out/build" --target llama-bench -j "$(nproc)"
+mkdir -p "$out/bin"
+# A link: llama-bench finds its shared ggml libraries beside the real file.
+ln -sf "$out/build/bin/llama-bench" "$bin"
+echo "built   $bin"
