@@ -365,7 +365,7 @@ pub fn raw_ours(b: &CandleBackend, n: usize) -> Result<RawRow> {
     Ok(RawRow {
         engine: "ruvllm".into(),
         prefill_tok_s: u.prompt_tokens as f64 / u.prompt_secs,
-        decode_tok_s: u.decode_tokens_per_sec(),
+        decode_tok_s: u.passes_per_sec(),
     })
 }
 
@@ -453,7 +453,12 @@ impl Report {
         let c = agg(mode("constrained"));
         let j = agg(mode("constrained+jf"));
         let ratio = |a: &Value, b: &Value, k: &str| {
-            a[k].as_f64().unwrap_or(0.0) / b[k].as_f64().unwrap_or(1.0).max(1e-9)
+            let d = b[k].as_f64().unwrap_or(0.0);
+            if d > 0.0 {
+                json!(a[k].as_f64().unwrap_or(0.0) / d)
+            } else {
+                Value::Null
+            }
         };
         let raw = |e: &str| {
             let rows: Vec<&RawRow> = self.raw.iter().filter(|r| r.engine == e).collect();
@@ -472,7 +477,7 @@ impl Report {
                       "constrained_over_unconstrained_tok_s": ratio(&c, &u, "median_decode_tok_s"),
                       "jf_over_unconstrained_tok_s": ratio(&j, &u, "median_decode_tok_s"),
                       "jf_forward_pass_cut_per_100_bytes":
-                          1.0 - ratio(&j, &c, "forward_passes_per_100_bytes")},
+                          ratio(&j, &c, "forward_passes_per_100_bytes").as_f64().map(|r| 1.0 - r)},
             "raw_decode": {"ruvllm": ours, "llama.cpp": lc,
                            "ratio_decode": ratio(&ours, &lc, "decode_tok_s"),
                            "ratio_prefill": ratio(&ours, &lc, "prefill_tok_s")},

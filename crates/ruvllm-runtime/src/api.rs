@@ -286,11 +286,27 @@ pub struct Usage {
 }
 
 impl Usage {
-    /// Output tokens per second after the first one.
+    /// Seconds after the prompt was read (sampling, masks and decode passes).
+    pub fn decode_secs(&self) -> f64 {
+        (self.total_secs - self.prompt_secs).max(0.0)
+    }
+
+    /// Output tokens per second after the prompt was read (forced tokens included: they
+    /// are output the client receives).
     pub fn decode_tokens_per_sec(&self) -> f64 {
-        let t = self.total_secs - self.first_token_secs;
-        if self.completion_tokens > 1 && t > 0.0 {
-            (self.completion_tokens - 1) as f64 / t
+        let t = self.decode_secs();
+        if self.completion_tokens > 0 && t > 0.0 {
+            self.completion_tokens as f64 / t
+        } else {
+            0.0
+        }
+    }
+
+    /// Forward passes per second after the prompt (the raw speed of the model).
+    pub fn passes_per_sec(&self) -> f64 {
+        let t = self.decode_secs();
+        if t > 0.0 {
+            self.forward_passes as f64 / t
         } else {
             0.0
         }

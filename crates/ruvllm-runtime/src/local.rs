@@ -375,9 +375,6 @@ impl LlmBackend for CandleBackend {
             ..Default::default()
         };
         let mut cache = model.new_cache();
-        let mut logits = model.forward(&ids, &mut cache)?;
-        usage.prompt_secs = t0.elapsed().as_secs_f64();
-        let n_vocab = vocab.len().min(logits.len());
         let mut mask = vec![0u32; vocab.mask_words()];
         let max_stop = params.stop.iter().map(|s| s.len()).max().unwrap_or(0);
         let mut em = Emitter {
@@ -393,43 +390,60 @@ impl LlmBackend for CandleBackend {
                 usage.first_token_secs = t0.elapsed().as_secs_f64();
             }
         };
-        while n_out < max_tokens {
-            if let Some(m) = matcher.as_mut() {
+        // Forced text rides along with the tokens the model reads next: the prompt at the
+        // start, the last sampled token afterwards. So jump-forward costs no extra pass.
+        let mut feed: Vec<u32> = ids.clone();
+        let mut stopped = false;
+        'gen: loop {
+            if let (Some(m), true) = (matcher.as_mut(), params.jump_forward) {
                 let tm = Instant::now();
-                if m.is_accepting() && m.next_bytes()?.is_empty() {
-                    finish = FinishReason::Stop;
-                    break;
+                let forced = m.forced_tokens()?;
+                let take = forced.len().min(max_tokens - n_out);
+                for &t in &forced[..take] {
+                    m.commit_token(t)?;
                 }
-                let forced = if params.jump_forward {
-                    m.forced_tokens()?
-                } else {
-                    Vec::new()
-                };
-                if !forced.is_empty() {
-                    let take = forced.len().min(max_tokens - n_out);
-                    let forced = &forced[..take];
-                    for &t in forced {
-                        m.commit_token(t)?;
-                    }
-                    usage.mask_secs += tm.elapsed().as_secs_f64();
-                    let bytes: Vec<u8> = forced
+                usage.mask_secs += tm.elapsed().as_secs_f64();
+                if take > 0 {
+                    let bytes: Vec<u8> = forced[..take]
                         .iter()
                         .flat_map(|&t| vocab.token_bytes(t).iter().copied())
                         .collect();
+                    feed.extend_from_slice(&forced[..take]);
                     n_out += take;
                     usage.forced_tokens += take;
                     first(&mut usage);
                     if em.push(&bytes, on_text)? {
                         finish = FinishReason::Stop;
-                        break;
+                        stopped = true;
                     }
-                    if n_out >= max_tokens {
-                        break;
-                    }
-                    logits = model.forward(forced, &mut cache)?;
-                    usage.forward_passes += 1;
-                    continue;
                 }
+            }
+            if stopped {
+                break 'gen;
+            }
+            if let Some(m) = matcher.as_mut() {
+                let tm = Instant::now();
+                let done = m.is_accepting() && m.next_bytes()?.is_empty();
+                usage.mask_secs += tm.elapsed().as_secs_f64();
+                if done {
+                    finish = FinishReason::Stop;
+                    break 'gen;
+                }
+            }
+            if n_out >= max_tokens {
+                break 'gen;
+            }
+            let is_prompt = cache.is_empty();
+            let mut logits = model.forward(&feed, &mut cache)?;
+            if is_prompt {
+                usage.prompt_secs = t0.elapsed().as_secs_f64();
+            } else {
+                usage.forward_passes += 1;
+            }
+            feed.clear();
+            let n_vocab = vocab.len().min(logits.len());
+            if let Some(m) = matcher.as_mut() {
+                let tm = Instant::now();
                 m.compute_mask(&mut mask)?;
                 usage.mask_secs += tm.elapsed().as_secs_f64();
             }
@@ -461,7 +475,7 @@ impl LlmBackend for CandleBackend {
                     m.commit_token(t)?;
                 }
                 finish = FinishReason::Stop;
-                break;
+                break 'gen;
             }
             if let Some(m) = matcher.as_mut() {
                 m.commit_token(t)?;
@@ -470,13 +484,9 @@ impl LlmBackend for CandleBackend {
             first(&mut usage);
             if em.push(vocab.token_bytes(t), on_text)? {
                 finish = FinishReason::Stop;
-                break;
+                break 'gen;
             }
-            if n_out >= max_tokens {
-                break;
-            }
-            logits = model.forward(&[t], &mut cache)?;
-            usage.forward_passes += 1;
+            feed.push(t);
         }
         em.finish(on_text)?;
         usage.completion_tokens = n_out;

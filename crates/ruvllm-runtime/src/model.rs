@@ -125,7 +125,9 @@ enum Attn {
         v: QMatMul,
         bias: Option<(Tensor, Tensor, Tensor)>,
     },
-    Fused(QMatMul),
+    /// q, k and v stacked by rows (Phi-3's layout, or ours after re-quantization), with
+    /// the stacked biases when the model has them.
+    Fused(QMatMul, Option<Tensor>),
 }
 
 enum Mlp {
@@ -231,6 +233,41 @@ impl<R: Read + Seek> Gguf<'_, R> {
             _ => q,
         };
         QMatMul::from_qtensor(q).map_err(me)
+    }
+}
+
+impl<R: Read + Seek> Gguf<'_, R> {
+    /// The matrices `names` stacked by rows into one matmul, when all of them are being
+    /// re-quantized anyway (stacking costs nothing then, and one matmul dispatch replaces
+    /// several). `None` when they are kept in the file's format.
+    fn fused(
+        &mut self,
+        names: &[String],
+        to: Option<GgmlDType>,
+    ) -> Result<Option<QMatMul>, RuntimeError> {
+        let Some(t) = to else { return Ok(None) };
+        let mut parts = Vec::with_capacity(names.len());
+        for n in names {
+            let info = self
+                .content
+                .tensor_infos
+                .get(n)
+                .ok_or_else(|| RuntimeError::Model(format!("tensor {n} is missing")))?;
+            if !matches!(
+                info.ggml_dtype,
+                GgmlDType::Q4_0 | GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q5_1
+            ) {
+                return Ok(None);
+            }
+            parts.push(self.tensor(n)?);
+        }
+        let w = Tensor::cat(&parts, 0).map_err(me)?;
+        if w.dims().last().copied().unwrap_or(0) % 32 != 0 {
+            return Ok(None);
+        }
+        Ok(Some(
+            QMatMul::from_qtensor(QTensor::quantize(&w, t).map_err(me)?).map_err(me)?,
+        ))
     }
 }
 
@@ -342,31 +379,41 @@ impl Model {
         bar.inc(1);
         for i in 0..n_layer {
             let p = format!("blk.{i}");
-            let attn = if arch == Arch::Phi3 {
-                Attn::Fused(g.matmul(&format!("{p}.attn_qkv.weight"), rq)?)
+            let bias = if g.has(&format!("{p}.attn_q.bias")) {
+                Some((
+                    g.tensor(&format!("{p}.attn_q.bias"))?,
+                    g.tensor(&format!("{p}.attn_k.bias"))?,
+                    g.tensor(&format!("{p}.attn_v.bias"))?,
+                ))
             } else {
-                let bias = if g.has(&format!("{p}.attn_q.bias")) {
-                    Some((
-                        g.tensor(&format!("{p}.attn_q.bias"))?,
-                        g.tensor(&format!("{p}.attn_k.bias"))?,
-                        g.tensor(&format!("{p}.attn_v.bias"))?,
-                    ))
-                } else {
-                    None
+                None
+            };
+            let qkv_names = ["q", "k", "v"].map(|x| format!("{p}.attn_{x}.weight"));
+            let attn = if arch == Arch::Phi3 {
+                Attn::Fused(g.matmul(&format!("{p}.attn_qkv.weight"), rq)?, None)
+            } else if let Some(f) = g.fused(&qkv_names, rq)? {
+                let b = match &bias {
+                    Some((q, k, v)) => Some(Tensor::cat(&[q, k, v], 0).map_err(me)?),
+                    None => None,
                 };
+                Attn::Fused(f, b)
+            } else {
                 Attn::Separate {
-                    q: g.matmul(&format!("{p}.attn_q.weight"), rq)?,
-                    k: g.matmul(&format!("{p}.attn_k.weight"), rq)?,
-                    v: g.matmul(&format!("{p}.attn_v.weight"), rq)?,
+                    q: g.matmul(&qkv_names[0], rq)?,
+                    k: g.matmul(&qkv_names[1], rq)?,
+                    v: g.matmul(&qkv_names[2], rq)?,
                     bias,
                 }
             };
+            let gate_up = ["gate", "up"].map(|x| format!("{p}.ffn_{x}.weight"));
             let mlp = if arch == Arch::Phi3 {
                 Mlp::Fused(g.matmul(&format!("{p}.ffn_up.weight"), rq)?)
+            } else if let Some(f) = g.fused(&gate_up, rq)? {
+                Mlp::Fused(f)
             } else {
                 Mlp::Separate {
-                    gate: g.matmul(&format!("{p}.ffn_gate.weight"), rq)?,
-                    up: g.matmul(&format!("{p}.ffn_up.weight"), rq)?,
+                    gate: g.matmul(&gate_up[0], rq)?,
+                    up: g.matmul(&gate_up[1], rq)?,
                 }
             };
             layers.push(Layer {
@@ -552,8 +599,11 @@ impl Model {
                     }
                     (q, k, v)
                 }
-                Attn::Fused(qkv) => {
-                    let y = qkv.forward(&h)?;
+                Attn::Fused(qkv, bias) => {
+                    let mut y = qkv.forward(&h)?;
+                    if let Some(b) = bias {
+                        y = y.broadcast_add(b)?;
+                    }
                     let nq = c.n_head * c.head_dim;
                     let nk = c.n_kv_head * c.head_dim;
                     (
@@ -587,9 +637,10 @@ impl Model {
             };
             cache.k[l].slice_set(&k, 2, p)?;
             cache.v[l].slice_set(&v, 2, p)?;
-            // candle's CPU matmul needs contiguous operands here.
-            let k_all = cache.k[l].narrow(2, 0, kv_len)?.contiguous()?;
-            let v_all = cache.v[l].narrow(2, 0, kv_len)?.contiguous()?;
+            // Views of the first `kv_len` positions (no copy: candle's matmul takes the
+            // batch stride of the preallocated tensor).
+            let k_all = cache.k[l].narrow(2, 0, kv_len)?;
+            let v_all = cache.v[l].narrow(2, 0, kv_len)?;
             // Query heads sharing a key/value head become extra rows.
             let qg = q.reshape((1, c.n_kv_head, n_rep * s, c.head_dim))?;
             let att = (qg.matmul(&k_all.t()?)? * scale)?;
