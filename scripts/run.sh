@@ -1,21 +1,34 @@
 #!/usr/bin/env bash
-# Set up and run the main job on the default model: fetch the assets, build, and constrain
-# output over the SmolLM2-135M-Instruct vocabulary (read from its GGUF file): check text
-# against grammars and show the token masks a decoder would apply.
+# Set up and run the main job on the default model: fetch the assets, build, and generate
+# with SmolLM2-135M-Instruct on the CPU, constrained by a JSON Schema, a regex, a choice
+# list and a GBNF grammar (every output is valid by construction), then show the masks the
+# engine computes over the model's vocabulary.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/fetch-assets.sh
 cargo build --release --locked -p ruvllm-cli -p ruvllm-bench
 model=assets/models/SmolLM2-135M-Instruct.Q4_1.gguf
 ruvllm=./target/release/ruvllm
-echo "== JSON: the tokens allowed after '{\"name\": \"Ada\", ' on $model"
+schema="$(mktemp)"
+trap 'rm -f "$schema"' EXIT
+cat > "$schema" <<'JSON'
+{"type": "object",
+ "properties": {"name": {"type": "string", "maxLength": 40},
+                "age": {"type": "integer", "minimum": 0, "maximum": 120},
+                "email": {"type": "string", "format": "email"},
+                "languages": {"type": "array", "items": {"enum": ["en", "fr", "de", "es"]},
+                              "minItems": 1, "maxItems": 3, "uniqueItems": true}},
+ "required": ["name", "age", "email", "languages"], "additionalProperties": false}
+JSON
+echo "== Unconstrained: asked for JSON, a small model answers as it likes"
+$ruvllm generate --model "$model" --seed 7 --max-tokens 60 "Describe a person as JSON with name, age, email and languages."
+echo "== The same with the schema: valid by construction (stats on stderr)"
+$ruvllm generate --model "$model" --seed 7 -v --schema "$schema" "Describe a person as JSON with name, age, email and languages." | tee /dev/stderr | $ruvllm validate --schema "$schema" -
+echo "== A regex, a choice list, a GBNF grammar"
+$ruvllm generate --model "$model" --seed 1 --regex '[0-9]{4}-[0-9]{2}-[0-9]{2}' "When did the Apollo 11 mission land on the Moon? Give the date."
+$ruvllm generate --model "$model" --seed 1 --choice positive,negative,neutral "Sentiment of: 'I loved this film!'"
+$ruvllm generate --model "$model" --seed 1 --max-tokens 40 --gbnf ../shared/data/gbnf/llama.cpp/chess.gbnf "Play the first moves of a chess game."
+echo "== Streaming, greedy"
+$ruvllm generate --model "$model" --temperature 0 --stream --raw $'<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n'
+echo "== The masks behind it: tokens allowed after '{\"name\": \"Ada\", ' under plain JSON"
 $ruvllm grammar mask --builtin json --tokenizer "$model" --prefix '{"name": "Ada", ' --sample 10
-echo "== A GBNF grammar (llama.cpp's chess.gbnf) checking text"
-$ruvllm grammar check --gbnf ../shared/data/gbnf/llama.cpp/chess.gbnf --text $'1. e4 e5\n2. Nf3 Nc6\n' || true
-$ruvllm grammar check --gbnf ../shared/data/gbnf/llama.cpp/chess.gbnf --text $'1. e4 e5\n2. Nf9' || true
-echo "== A regex"
-$ruvllm grammar mask --regex '[0-9]{4}-[0-9]{2}-[0-9]{2}' --tokenizer "$model" --prefix '2024-1' --sample 5
-echo "== Random valid outputs drawn through the masks (examples/sample_grammar.rs)"
-cargo run --release --locked -q -p ruvllm-engine --example sample_grammar -- "$model" json 3
-echo "== The grammar conformance cases, token by token, with the Llama 3.1 tokenizer"
-./target/release/ruvllm-bench grammar-cases --tokenizer assets/tokenizers/llama3_1/tokenizer.json tests/grammars | tail -n 1

@@ -59,6 +59,9 @@ enum Cmd {
         /// Where to write every row and the summary as JSON.
         #[arg(long)]
         json: Option<PathBuf>,
+        /// Where to write the generated Markdown report (docs/E2E.md).
+        #[arg(long)]
+        markdown: Option<PathBuf>,
     },
     /// Mask throughput for a batch of sequences stepped together over several threads.
     Batch {
@@ -146,6 +149,7 @@ fn main() -> Result<()> {
             maskbench,
             gbnf,
             json,
+            markdown,
         } => {
             use ruvllm_bench::e2e;
             std::env::set_var("RAYON_NUM_THREADS", threads.to_string());
@@ -159,7 +163,16 @@ fn main() -> Result<()> {
             let validity = if no_validity {
                 Vec::new()
             } else {
-                e2e::validity(&b, &maskbench, &gbnf, seeds, temperature, max_tokens, |r| {
+                e2e::validity(
+                    &b,
+                    &maskbench,
+                    &gbnf,
+                    e2e::SCHEMAS,
+                    e2e::GRAMMARS,
+                    seeds,
+                    temperature,
+                    max_tokens,
+                    |r| {
                     eprintln!(
                         "{:5} {:30} seed {} finish={:6} tokens={:4} {}",
                         if r.ok { "ok" } else { "FAIL" },
@@ -189,6 +202,18 @@ fn main() -> Result<()> {
             if let Some(p) = json {
                 let all = serde_json::json!({"summary": summary, "rows": report});
                 std::fs::write(&p, serde_json::to_string_pretty(&all)?)
+                    .with_context(|| format!("writing {}", p.display()))?;
+            }
+            if let Some(p) = markdown {
+                let args: Vec<String> = std::env::args().skip(1).collect();
+                let cmd = format!("cargo run --release -p ruvllm-bench -- {}", args.join(" "));
+                let commit = std::process::Command::new("git")
+                    .args(["rev-parse", "--short", "HEAD"])
+                    .output()
+                    .ok()
+                    .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+                    .unwrap_or_default();
+                std::fs::write(&p, e2e::markdown(&report, &cmd, &commit))
                     .with_context(|| format!("writing {}", p.display()))?;
             }
             Ok(())
