@@ -27,9 +27,9 @@ struct City {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let model = std::env::var("RUVLLM_MODEL").map(PathBuf::from).unwrap_or_else(|_| {
-        PathBuf::from("assets/models/SmolLM2-135M-Instruct.Q4_1.gguf")
-    });
+    let model = std::env::var("RUVLLM_MODEL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from("assets/models/SmolLM2-135M-Instruct.Q4_1.gguf"));
     let backend = CandleBackend::load(&model, &BackendOptions::default())?;
     let schema = JsonSchema::from_type::<City>();
     let params = GenerateParams {

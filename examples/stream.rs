@@ -19,9 +19,9 @@ item ::= "- " [A-Z] [a-z ]{1,30} "\n"
 "#;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let model = std::env::var("RUVLLM_MODEL").map(PathBuf::from).unwrap_or_else(|_| {
-        PathBuf::from("assets/models/SmolLM2-135M-Instruct.Q4_1.gguf")
-    });
+    let model = std::env::var("RUVLLM_MODEL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from("assets/models/SmolLM2-135M-Instruct.Q4_1.gguf"));
     let backend = CandleBackend::load(&model, &BackendOptions::default())?;
     let params = GenerateParams {
         seed: Some(1),

@@ -173,16 +173,17 @@ fn main() -> Result<()> {
                     temperature,
                     max_tokens,
                     |r| {
-                    eprintln!(
-                        "{:5} {:30} seed {} finish={:6} tokens={:4} {}",
-                        if r.ok { "ok" } else { "FAIL" },
-                        r.case,
-                        r.seed,
-                        r.finish,
-                        r.tokens,
-                        r.problem.as_deref().unwrap_or("")
-                    )
-                })?
+                        eprintln!(
+                            "{:5} {:30} seed {} finish={:6} tokens={:4} {}",
+                            if r.ok { "ok" } else { "FAIL" },
+                            r.case,
+                            r.seed,
+                            r.finish,
+                            r.tokens,
+                            r.problem.as_deref().unwrap_or("")
+                        )
+                    },
+                )?
             };
             let speed = e2e::speed(&b, speed_reps, 128)?;
             let mut raw = Vec::new();

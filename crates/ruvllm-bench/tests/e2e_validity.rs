@@ -12,15 +12,32 @@ use ruvllm_runtime::{BackendOptions, CandleBackend};
 fn constrained_generations_validate() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let model = root.join("assets/models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(model.exists(), "{} is missing: run scripts/fetch-assets.sh", model.display());
+    assert!(
+        model.exists(),
+        "{} is missing: run scripts/fetch-assets.sh",
+        model.display()
+    );
     let maskbench = root.join("../shared/data/maskbench/data");
     let gbnf = root.join("../shared/data/gbnf/llama.cpp");
-    assert!(maskbench.exists() && gbnf.exists(), "../shared/data is missing");
+    assert!(
+        maskbench.exists() && gbnf.exists(),
+        "../shared/data is missing"
+    );
     let b = CandleBackend::load(&model, &BackendOptions::default()).unwrap();
     let schemas: Vec<(&str, &str)> = e2e::SCHEMAS.iter().step_by(5).copied().collect();
     let grammars = [e2e::GRAMMARS[0], e2e::GRAMMARS[3]];
-    let rows = e2e::validity(&b, &maskbench, &gbnf, &schemas, &grammars, 1, 0.7, 96, |_| {})
-        .unwrap();
+    let rows = e2e::validity(
+        &b,
+        &maskbench,
+        &gbnf,
+        &schemas,
+        &grammars,
+        1,
+        0.7,
+        96,
+        |_| {},
+    )
+    .unwrap();
     assert_eq!(rows.len(), schemas.len() + grammars.len());
     let bad: Vec<_> = rows.iter().filter(|r| !r.ok).collect();
     assert!(bad.is_empty(), "invalid outputs: {bad:#?}");

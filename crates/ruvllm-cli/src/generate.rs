@@ -123,16 +123,16 @@ pub struct GenerateArgs {
     #[arg(long, default_value_t = 256)]
     max_tokens: usize,
     /// Sampling temperature (0 = greedy).
-    #[arg(long, default_value_t = 0.7)]
+    #[arg(long, default_value_t = 0.7, allow_negative_numbers = true)]
     temperature: f32,
     /// Nucleus sampling (1 = off).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     top_p: f32,
     /// Top-k (0 = off).
     #[arg(long, default_value_t = 0)]
     top_k: usize,
     /// Min-p (0 = off).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     min_p: f32,
     /// Seed (default: random; printed with --verbose).
     #[arg(long)]

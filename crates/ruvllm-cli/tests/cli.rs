@@ -266,3 +266,71 @@ fn validate_and_repair() {
     let (code, _, err) = ruvllm(&["validate", "--schema", "/nonexistent.json", "-"]);
     assert_eq!(code, 2, "{err}");
 }
+
+#[test]
+fn generate_prints_only_the_output_on_stdout() {
+    let (code, out, err) = ruvllm(&[
+        "generate",
+        "--seed",
+        "1",
+        "-v",
+        "--choice",
+        "yes,no",
+        "Is water wet?",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out == "yes\n" || out == "no\n", "stdout: {out:?}");
+    assert!(err.contains("finish=stop"), "stderr: {err}");
+    let (code, out, err) = ruvllm(&[
+        "generate",
+        "--temperature",
+        "0",
+        "--raw",
+        "--max-tokens",
+        "20",
+        "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "The capital of France is Paris.\n");
+}
+
+#[test]
+fn generate_validates_schema_output() {
+    let dir = std::env::temp_dir().join(format!("ruvllm-cli-gen-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let schema = dir.join("s.json");
+    std::fs::write(
+        &schema,
+        r#"{"type":"object","properties":{"n":{"type":"integer","minimum":1,"maximum":9}},"required":["n"],"additionalProperties":false}"#,
+    )
+    .unwrap();
+    let s = schema.to_str().unwrap();
+    let (code, out, err) = ruvllm(&["generate", "--seed", "3", "--schema", s, "Pick n."]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let n = v["n"].as_i64().unwrap();
+    assert!((1..=9).contains(&n), "{v}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn generate_errors_are_clear() {
+    let out = Command::new(env!("CARGO_BIN_EXE_ruvllm"))
+        .args(["generate", "hi"])
+        .env("RUVLLM_MODEL", "/nonexistent/model.gguf")
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("RUVLLM_MODEL=/nonexistent/model.gguf does not exist"),
+        "{err}"
+    );
+    let (code, _, err) = ruvllm(&["generate", "--temperature", "-1", "hi"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("temperature"), "{err}");
+    let (code, _, err) = ruvllm(&["generate", "--regex", "(", "hi"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("regex") || err.contains("grammar"), "{err}");
+}

@@ -385,7 +385,7 @@ pub trait LlmBackend {
                 RuntimeError::Json(crate::json::JsonError::Syntax {
                     line: e.line(),
                     column: e.column(),
-                    msg: e.to_string(),
+                    msg: crate::json::serde_message(&e),
                 })
             })?),
         }

@@ -26,19 +26,19 @@ pub enum RuntimeError {
     #[error("chat template: {0}")]
     Template(String),
     /// A grammar, regex or choice list is invalid or over a limit.
-    #[error("grammar: {0}")]
+    #[error(transparent)]
     Grammar(#[from] GrammarError),
     /// A JSON Schema cannot be compiled (the keyword and pointer are in the message).
-    #[error("schema: {0}")]
+    #[error(transparent)]
     Schema(#[from] SchemaError),
     /// A JSON Schema is not a valid schema.
     #[error(transparent)]
     JsonSchema(#[from] JsonSchemaError),
     /// The vocabulary could not be read.
-    #[error("vocabulary: {0}")]
+    #[error(transparent)]
     Vocab(#[from] VocabError),
     /// The constraint engine refused a step (a budget, or an internal inconsistency).
-    #[error("constraint: {0}")]
+    #[error(transparent)]
     Match(#[from] MatchError),
     /// The output is not valid JSON or does not satisfy the schema (strict mode).
     #[error(transparent)]

@@ -113,7 +113,7 @@ impl JsonSchema {
         let v: Value = serde_json::from_str(text).map_err(|e| JsonSchemaError::NotJson {
             line: e.line(),
             column: e.column(),
-            msg: e.to_string(),
+            msg: serde_message(&e),
         })?;
         JsonSchema::from_value(v)
     }
@@ -284,7 +284,7 @@ impl JsonValidator {
             Err(e) => JsonError::Syntax {
                 line: e.line(),
                 column: e.column(),
-                msg: e.to_string(),
+                msg: serde_message(&e),
             },
         };
         if self.repair {
@@ -314,5 +314,15 @@ impl JsonValidator {
             Some(s) => s.validate(v),
             None => Ok(()),
         }
+    }
+}
+
+/// serde_json's message without its trailing " at line L column C" (the error types here
+/// carry the position separately).
+pub(crate) fn serde_message(e: &serde_json::Error) -> String {
+    let s = e.to_string();
+    match s.rfind(" at line ") {
+        Some(i) => s[..i].to_string(),
+        None => s,
     }
 }
