@@ -29,7 +29,7 @@
 //! candle 0.11 has fast x86 kernels for Q8_0 (and the k-quants) but only a generic one for
 //! Q4_0/Q4_1/Q5_0/Q5_1, about 3x slower on these machines. [`LoadOptions::requantize`]
 //! (on by default) converts those matrices to Q8_0 at load: a few hundred ms, twice the
-//! memory of Q4, no change in the greedy answers of the default model. Q4_0 as a target is
+//! memory of Q4, the same golden greedy answer on the default model. Q4_0 as a target is
 //! refused because it changes answers.
 
 use std::collections::HashMap;
