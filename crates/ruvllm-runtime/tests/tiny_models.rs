@@ -159,33 +159,30 @@ fn reference_logits(arch: &str, path: &Path, steps: &[&[u32]]) -> Vec<Vec<f32>> 
     let mut f = std::fs::File::open(path).unwrap();
     let c = gguf_file::Content::read(&mut f).unwrap();
     let dev = Device::Cpu;
-    let mut out = Vec::new();
-    let mut pos = 0;
-    match arch {
+    type Forward = Box<dyn FnMut(&Tensor, usize) -> candle_core::Result<Tensor>>;
+    let mut forward: Forward = match arch {
         "qwen2" => {
             let mut m = candle_transformers::models::quantized_qwen2::ModelWeights::from_gguf(
                 c, &mut f, &dev,
             )
             .unwrap();
-            for s in steps {
-                let x = Tensor::new(*s, &dev).unwrap().unsqueeze(0).unwrap();
-                let l = m.forward(&x, pos).unwrap();
-                out.push(l.flatten_all().unwrap().to_vec1::<f32>().unwrap());
-                pos += s.len();
-            }
+            Box::new(move |x, pos| m.forward(x, pos))
         }
         _ => {
             let mut m = candle_transformers::models::quantized_phi3::ModelWeights::from_gguf(
                 false, c, &mut f, &dev,
             )
             .unwrap();
-            for s in steps {
-                let x = Tensor::new(*s, &dev).unwrap().unsqueeze(0).unwrap();
-                let l = m.forward(&x, pos).unwrap();
-                out.push(l.flatten_all().unwrap().to_vec1::<f32>().unwrap());
-                pos += s.len();
-            }
+            Box::new(move |x, pos| m.forward(x, pos))
         }
+    };
+    let mut out = Vec::new();
+    let mut pos = 0;
+    for s in steps {
+        let x = Tensor::new(*s, &dev).unwrap().unsqueeze(0).unwrap();
+        let l = forward(&x, pos).unwrap();
+        out.push(l.flatten_all().unwrap().to_vec1::<f32>().unwrap());
+        pos += s.len();
     }
     out
 }
