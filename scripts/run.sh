@@ -22,11 +22,13 @@ cat > "$schema" <<'JSON'
 JSON
 echo "== Unconstrained: asked for JSON, a small model answers as it likes"
 $ruvllm generate --model "$model" --seed 7 --max-tokens 60 "Describe a person as JSON with name, age, email and languages."
-echo "== The same with the schema: valid by construction (stats on stderr)"
-$ruvllm generate --model "$model" --seed 7 -v --schema "$schema" "Describe a person as JSON with name, age, email and languages." | tee /dev/stderr | $ruvllm validate --schema "$schema" -
+echo "== The same with the schema: valid by construction (statistics from -v on stderr)"
+out="$($ruvllm generate --model "$model" --seed 7 -v --schema "$schema" "Describe a person as JSON with name, age, email and languages.")"
+echo "$out"
+echo "$out" | $ruvllm validate --schema "$schema" -
 echo "== A regex, a choice list, a GBNF grammar"
-$ruvllm generate --model "$model" --seed 1 --regex '[0-9]{4}-[0-9]{2}-[0-9]{2}' "When did the Apollo 11 mission land on the Moon? Give the date."
-$ruvllm generate --model "$model" --seed 1 --choice positive,negative,neutral "Sentiment of: 'I loved this film!'"
+$ruvllm generate --model "$model" --seed 1 --regex '(19|20)[0-9]{2}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])' "When did the Apollo 11 mission land on the Moon? Give the date as YYYY-MM-DD."
+$ruvllm generate --model "$model" --seed 1 --choice positive,negative,neutral "Classify the sentiment of this review as positive, negative or neutral: 'I loved this film, it was wonderful!'"
 $ruvllm generate --model "$model" --seed 1 --max-tokens 40 --gbnf ../shared/data/gbnf/llama.cpp/chess.gbnf "Play the first moves of a chess game."
 echo "== Streaming, greedy"
 $ruvllm generate --model "$model" --temperature 0 --stream --raw $'<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n'
