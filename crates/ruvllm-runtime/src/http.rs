@@ -163,6 +163,8 @@ impl LlmBackend for HttpBackend {
     ) -> Result<Generation> {
         params.validate()?;
         let t0 = Instant::now();
+        // A raw prompt has no template to bypass here: the server applies its own, so it
+        // goes as one user message.
         let mut messages = match prompt {
             Prompt::User(t) | Prompt::Raw(t) => vec![Message::user(t.clone())],
             Prompt::Chat { messages, .. } => messages.clone(),

@@ -32,7 +32,6 @@
 //! memory of Q4, the same golden greedy answer on the default model. Q4_0 as a target is
 //! refused because it changes answers.
 
-use std::collections::HashMap;
 use std::io::{Read, Seek};
 use std::path::Path;
 
@@ -322,6 +321,18 @@ impl Model {
         let n_layer = meta_usize(content, &format!("{a}.block_count"))?;
         let n_embd = meta_usize(content, &format!("{a}.embedding_length"))?;
         let n_head = meta_usize(content, &format!("{a}.attention.head_count"))?;
+        // Hostile or corrupt files must not drive allocations: bound the shape first.
+        for (key, v, max) in [
+            ("block_count", n_layer, 1024),
+            ("embedding_length", n_embd, 65_536),
+            ("attention.head_count", n_head, 1024),
+        ] {
+            if v == 0 || v > max {
+                return Err(RuntimeError::Model(format!(
+                    "{a}.{key} = {v} is out of range (1..={max})"
+                )));
+            }
+        }
         let n_kv_head =
             meta_usize(content, &format!("{a}.attention.head_count_kv")).unwrap_or(n_head);
         if n_head == 0 || n_kv_head == 0 || n_head % n_kv_head != 0 || n_embd % n_head != 0 {
@@ -675,15 +686,4 @@ impl Model {
         let last = candle_nn::ops::rms_norm(&last, &self.norm, c.rms_eps as f32)?;
         self.output.forward(&last)?.flatten_all()
     }
-}
-
-/// Reads only the metadata of a GGUF file (no tensors), as candle parses it.
-pub fn read_metadata(path: &Path) -> Result<HashMap<String, gguf_file::Value>, RuntimeError> {
-    let mut f = std::fs::File::open(path).map_err(|e| RuntimeError::Io {
-        path: path.display().to_string(),
-        source: e,
-    })?;
-    let c = gguf_file::Content::read(&mut f)
-        .map_err(|e| RuntimeError::Model(format!("{}: {e}", path.display())))?;
-    Ok(c.metadata)
 }

@@ -248,3 +248,37 @@ fn qwen2_matches_candle_transformers() {
 fn phi3_matches_candle_transformers() {
     check_arch("phi3");
 }
+
+#[test]
+fn hostile_headers_are_refused_without_allocating() {
+    let dir = std::env::temp_dir().join(format!("ruvllm-tiny-hostile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (key, value) in [
+        ("llama.block_count", u32::MAX),
+        ("llama.embedding_length", u32::MAX),
+        ("llama.attention.head_count", 0),
+    ] {
+        let mut md: Vec<(String, GValue)> = vec![
+            (
+                "general.architecture".into(),
+                GValue::String("llama".into()),
+            ),
+            ("llama.block_count".into(), GValue::U32(2)),
+            ("llama.embedding_length".into(), GValue::U32(64)),
+            ("llama.attention.head_count".into(), GValue::U32(4)),
+        ];
+        for (k, v) in md.iter_mut() {
+            if k == key {
+                *v = GValue::U32(value);
+            }
+        }
+        let path = dir.join("hostile.gguf");
+        let mut f = std::fs::File::create(&path).unwrap();
+        let refs: Vec<(&str, &GValue)> = md.iter().map(|(a, b)| (a.as_str(), b)).collect();
+        gguf_file::write(&mut f, &refs, &[]).unwrap();
+        drop(f);
+        let e = Model::load(&path, &LoadOptions::default()).unwrap_err();
+        assert!(e.to_string().contains(key), "{key}: {e}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
