@@ -15,13 +15,15 @@ use std::task::{Context, Poll};
 
 use futures::channel::mpsc;
 use futures::Stream;
-use ruvllm_engine::schema::{SchemaOptions, Whitespace};
-use serde_json::Value;
+use ruvllm_engine::schema::{schema_to_grammar, SchemaOptions, Whitespace};
+use ruvllm_engine::{Grammar, Limits};
+use serde_json::{json, Value};
 
 use crate::chat::Message;
 use crate::error::{Result, RuntimeError};
 use crate::json::{JsonSchema, JsonValidator, ValidatedJson};
 use crate::sampler::SamplerConfig;
+use crate::tools::ToolCalling;
 
 /// JSON mode, as the design record defines it.
 #[derive(Debug, Clone)]
@@ -113,6 +115,16 @@ pub enum OutputConstraint {
     Regex(String),
     /// Exactly one of these strings.
     Choice(Vec<String>),
+    /// Tool calls (see [`crate::tools`]); with `tool_choice: auto`, a text answer under
+    /// `text` (free text when `None`).
+    Tools {
+        /// The tools and the choice.
+        calling: ToolCalling,
+        /// The format of a text answer.
+        text: Option<Box<OutputConstraint>>,
+        /// How the tools' parameter schemas are compiled.
+        options: SchemaOptions,
+    },
 }
 
 impl OutputConstraint {
@@ -131,7 +143,54 @@ impl OutputConstraint {
             OutputConstraint::Gbnf(g) => format!("gbnf/{g}"),
             OutputConstraint::Regex(r) => format!("regex/{r}"),
             OutputConstraint::Choice(c) => format!("choice/{}", Value::from(c.clone())),
+            OutputConstraint::Tools {
+                calling,
+                text,
+                options,
+            } => format!(
+                "tools/{:?}/{}/{}/{}/{}",
+                options.whitespace,
+                options.strict,
+                options.any_order,
+                calling.cache_key(),
+                text.as_ref().map(|t| t.cache_key()).unwrap_or_default()
+            ),
         }
+    }
+
+    /// The grammar this constraint stands for; `None` for a [`OutputConstraint::Tools`]
+    /// that allows no call and has no text format (nothing to constrain). Cost: one
+    /// front-end pass (schema compilation for schemas).
+    pub fn grammar(&self, limits: &Limits) -> Result<Option<Grammar>> {
+        let json_opts = |whitespace| SchemaOptions {
+            whitespace,
+            ..Default::default()
+        };
+        Ok(Some(match self {
+            OutputConstraint::Json { whitespace } => {
+                schema_to_grammar(&json!({}), &json_opts(*whitespace))?
+            }
+            OutputConstraint::JsonObject { whitespace } => {
+                schema_to_grammar(&json!({"type": "object"}), &json_opts(*whitespace))?
+            }
+            OutputConstraint::JsonSchema { schema, options } => {
+                schema_to_grammar(schema.as_value(), options)?
+            }
+            OutputConstraint::Gbnf(text) => Grammar::from_gbnf(text, limits)?,
+            OutputConstraint::Regex(re) => Grammar::from_regex(re, limits)?,
+            OutputConstraint::Choice(list) => Grammar::from_choices(list)?,
+            OutputConstraint::Tools {
+                calling,
+                text,
+                options,
+            } => {
+                let text = match text {
+                    Some(t) => t.grammar(limits)?,
+                    None => None,
+                };
+                return calling.grammar(text, options);
+            }
+        }))
     }
 }
 
@@ -422,29 +481,64 @@ pub struct TextStream {
     outcome: Outcome,
 }
 
+/// The producing end of a [`TextStream`] (see [`TextStream::channel`]).
+#[derive(Debug)]
+pub struct TextSink {
+    tx: mpsc::UnboundedSender<Result<String>>,
+    outcome: Outcome,
+}
+
+impl TextSink {
+    /// Sends a chunk; `false` when the consumer is gone (cancel the generation).
+    pub fn send(&self, s: &str) -> bool {
+        self.tx.unbounded_send(Ok(s.to_string())).is_ok()
+    }
+
+    /// Whether the consumer has dropped its [`TextStream`].
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+
+    /// Records the result and ends the stream (an error other than cancellation is also
+    /// sent as the last item).
+    pub fn finish(self, r: Result<Generation>) {
+        let err = match &r {
+            Err(e) if !matches!(e, RuntimeError::Cancelled) => Some(e.to_string()),
+            _ => None,
+        };
+        *self.outcome.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+        if let Some(msg) = err {
+            let _ = self.tx.unbounded_send(Err(RuntimeError::Model(msg)));
+        }
+    }
+}
+
 impl TextStream {
+    /// A connected sink and stream, for producers other than a thread per generation
+    /// (the batch scheduler).
+    pub fn channel() -> (TextSink, TextStream) {
+        let (tx, rx) = mpsc::unbounded();
+        let outcome: Outcome = Arc::new(Mutex::new(None));
+        (
+            TextSink {
+                tx,
+                outcome: outcome.clone(),
+            },
+            TextStream { rx, outcome },
+        )
+    }
+
     /// Runs `f` (a generation that reports chunks through its callback) on a new thread.
     pub fn spawn<F>(f: F) -> TextStream
     where
         F: FnOnce(&mut dyn FnMut(&str) -> bool) -> Result<Generation> + Send + 'static,
     {
-        let (tx, rx) = mpsc::unbounded();
-        let outcome: Outcome = Arc::new(Mutex::new(None));
-        let out = outcome.clone();
+        let (sink, stream) = TextStream::channel();
         std::thread::spawn(move || {
-            let txc = tx.clone();
-            let mut send = |s: &str| txc.unbounded_send(Ok(s.to_string())).is_ok();
-            let r = f(&mut send);
-            let err = match &r {
-                Err(e) if !matches!(e, RuntimeError::Cancelled) => Some(e.to_string()),
-                _ => None,
-            };
-            *out.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
-            if let Some(msg) = err {
-                let _ = tx.unbounded_send(Err(RuntimeError::Model(msg)));
-            }
+            let r = f(&mut |s: &str| sink.send(s));
+            sink.finish(r);
         });
-        TextStream { rx, outcome }
+        stream
     }
 
     /// The finished generation (after the stream has ended; `None` before).
@@ -454,6 +548,12 @@ impl TextStream {
             Ok(g) => Ok(g.clone()),
             Err(e) => Err(RuntimeError::Model(e.to_string())),
         })
+    }
+}
+
+impl std::fmt::Debug for TextStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TextStream").finish_non_exhaustive()
     }
 }
 

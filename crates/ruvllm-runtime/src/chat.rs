@@ -61,6 +61,7 @@ impl Message {
 /// A compiled chat template plus the special-token strings it may use.
 pub struct ChatTemplate {
     env: Environment<'static>,
+    supports_tools: bool,
     bos: String,
     eos: String,
 }
@@ -110,9 +111,16 @@ impl ChatTemplate {
             .map_err(|e| RuntimeError::Template(e.to_string()))?;
         Ok(ChatTemplate {
             env,
+            supports_tools: source.contains("tools"),
             bos: bos.to_string(),
             eos: eos.to_string(),
         })
+    }
+
+    /// Whether the template renders `tools` itself (it mentions them); otherwise
+    /// [`crate::tools::inject_tools`] puts them into the system message.
+    pub fn supports_tools(&self) -> bool {
+        self.supports_tools
     }
 
     /// Renders `messages` (and `tools`, OpenAI function definitions, when given), ending

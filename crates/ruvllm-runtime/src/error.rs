@@ -62,6 +62,12 @@ pub enum RuntimeError {
     /// An HTTP backend failed (connection, status, or an unusable answer).
     #[error("http backend: {0}")]
     Http(String),
+    /// The scheduler is full (every running and queued place is taken); retry later.
+    #[error("busy: {limit} generations are already running or queued")]
+    Busy {
+        /// Running plus queued places.
+        limit: usize,
+    },
     /// The consumer of a stream went away.
     #[error("cancelled")]
     Cancelled,

@@ -22,7 +22,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ruvllm_engine::{CheckResult, Constraint, Grammar, Limits, Matcher, Vocabulary};
+use ruvllm_engine::{CheckResult, Constraint, Limits, Matcher, Vocabulary};
 use serde_json::{json, Value};
 
 use crate::api::{
@@ -133,9 +133,13 @@ impl HttpBackend {
     fn check_grammar(&self, c: &OutputConstraint, text: &str) -> Result<Option<String>> {
         let limits = Limits::default();
         let g = match c {
-            OutputConstraint::Gbnf(t) => Grammar::from_gbnf(t, &limits)?,
-            OutputConstraint::Regex(r) => Grammar::from_regex(r, &limits)?,
-            OutputConstraint::Choice(l) => Grammar::from_choices(l)?,
+            OutputConstraint::Gbnf(_)
+            | OutputConstraint::Regex(_)
+            | OutputConstraint::Choice(_)
+            | OutputConstraint::Tools { .. } => match c.grammar(&limits)? {
+                Some(g) => g,
+                None => return Ok(None),
+            },
             _ => return Ok(None),
         };
         let cons = Constraint::new(&g, self.bytes_vocab.clone(), &limits)?;

@@ -6,11 +6,13 @@
 //!   [`Generation`].
 //! * [`local`]: [`CandleBackend`], a GGUF model on the CPU with constrained sampling and
 //!   jump-forward.
+//! * [`batch`]: [`Scheduler`], continuous batching of many generations on one model.
 //! * [`model`]: the transformer itself (Llama, Qwen2, Phi-3 layouts) with a per-sequence
 //!   KV cache that can be rolled back.
 //! * [`http`]: [`HttpBackend`], any OpenAI-compatible server, with validation, repair and
 //!   bounded retries (for backends without logit access).
 //! * [`sampler`]: mask -> temperature -> top-k -> top-p -> min-p -> seeded draw.
+//! * [`tools`]: tool calling: the grammar of calls, prompting, and parsing calls back.
 //! * [`chat`]: chat templates from the model file, rendered with `minijinja`.
 //! * [`json`]: JSON mode after the fact: [`JsonSchema`], validation with JSON pointers,
 //!   [`JsonValidator`] with strict and repair modes.
@@ -22,6 +24,7 @@
 #![warn(missing_docs)]
 
 pub mod api;
+pub mod batch;
 pub mod chat;
 pub mod error;
 pub mod http;
@@ -29,11 +32,13 @@ pub mod json;
 pub mod local;
 pub mod model;
 pub mod sampler;
+pub mod tools;
 
 pub use api::{
     FinishReason, GenerateParams, Generation, JsonModeConfig, LlmBackend, OutputConstraint, Prompt,
-    ResultPath, StreamingBackend, TextStream, Usage,
+    ResultPath, StreamingBackend, TextSink, TextStream, Usage,
 };
+pub use batch::{Scheduler, SchedulerOptions, SchedulerStats, Ticket};
 pub use chat::{ChatTemplate, Message};
 pub use error::{Result, RuntimeError};
 pub use http::HttpBackend;
@@ -41,6 +46,7 @@ pub use json::{
     repair_json, JsonError, JsonSchema, JsonSchemaError, JsonValidator, Repair, RepairError,
     SchemaViolation, ValidatedJson, ValidationStatus, Violation,
 };
-pub use local::{BackendOptions, CandleBackend};
+pub use local::{BackendOptions, CandleBackend, Sequence};
 pub use model::{KvCache, LoadOptions, Model, ModelConfig};
 pub use sampler::{Sampler, SamplerConfig};
+pub use tools::{Tool, ToolCall, ToolCalling, ToolChoice, ToolEvent, ToolParser};

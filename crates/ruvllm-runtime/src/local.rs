@@ -25,10 +25,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use ruvllm_engine::schema::{schema_to_grammar, SchemaOptions};
 use ruvllm_engine::vocab::GgufVocab;
-use ruvllm_engine::{Constraint, Grammar, Limits, Matcher, Vocabulary};
-use serde_json::json;
+use ruvllm_engine::{Constraint, Limits, Matcher, Vocabulary};
 
 use crate::api::{
     FinishReason, GenerateParams, Generation, LlmBackend, OutputConstraint, Prompt, ResultPath,
@@ -37,8 +35,9 @@ use crate::api::{
 use crate::chat::{ChatTemplate, Message, CHATML};
 use crate::error::{Result, RuntimeError};
 use crate::json::ValidationStatus;
-use crate::model::{LoadOptions, Model};
+use crate::model::{KvCache, LoadOptions, Model};
 use crate::sampler::Sampler;
+use crate::tools::{inject_tools, Tool};
 
 /// How to load a [`CandleBackend`].
 #[derive(Debug, Clone, Default)]
@@ -166,7 +165,19 @@ impl CandleBackend {
                 .template
                 .render(&[Message::user(t.clone())], None, true),
             Prompt::Chat { messages, tools } => {
-                self.inner.template.render(messages, tools.as_ref(), true)
+                let t = &self.inner.template;
+                match tools {
+                    Some(list) if !t.supports_tools() => {
+                        let parsed = list
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .map(Tool::from_openai)
+                            .collect::<Result<Vec<_>>>()?;
+                        t.render(&inject_tools(messages, &parsed), None, true)
+                    }
+                    _ => t.render(messages, tools.as_ref(), true),
+                }
             }
         }
     }
@@ -188,8 +199,9 @@ impl CandleBackend {
         Ok(ids)
     }
 
-    /// Compiles (or fetches from the cache) the engine constraint for `c`.
-    pub fn constraint(&self, c: &OutputConstraint) -> Result<Arc<Constraint>> {
+    /// Compiles (or fetches from the cache) the engine constraint for `c`; `None` when `c`
+    /// constrains nothing (tools with `tool_choice: none` and no text format).
+    pub fn constraint(&self, c: &OutputConstraint) -> Result<Option<Arc<Constraint>>> {
         let key = c.cache_key();
         if let Some(hit) = self
             .inner
@@ -198,30 +210,11 @@ impl CandleBackend {
             .unwrap_or_else(|e| e.into_inner())
             .get(&key)
         {
-            return Ok(hit.clone());
+            return Ok(Some(hit.clone()));
         }
         let limits = &self.inner.limits;
-        let g = match c {
-            OutputConstraint::Json { whitespace } => schema_to_grammar(
-                &json!({}),
-                &SchemaOptions {
-                    whitespace: *whitespace,
-                    ..Default::default()
-                },
-            )?,
-            OutputConstraint::JsonObject { whitespace } => schema_to_grammar(
-                &json!({"type": "object"}),
-                &SchemaOptions {
-                    whitespace: *whitespace,
-                    ..Default::default()
-                },
-            )?,
-            OutputConstraint::JsonSchema { schema, options } => {
-                schema_to_grammar(schema.as_value(), options)?
-            }
-            OutputConstraint::Gbnf(text) => Grammar::from_gbnf(text, limits)?,
-            OutputConstraint::Regex(re) => Grammar::from_regex(re, limits)?,
-            OutputConstraint::Choice(list) => Grammar::from_choices(list)?,
+        let Some(g) = c.grammar(limits)? else {
+            return Ok(None);
         };
         let cons = Constraint::new(&g, self.inner.vocab.clone(), limits)?;
         let mut cache = self
@@ -233,19 +226,19 @@ impl CandleBackend {
             cache.clear();
         }
         cache.insert(key, cons.clone());
-        Ok(cons)
+        Ok(Some(cons))
     }
 }
 
 /// Output bytes and how much of them has been handed to the caller.
-struct Emitter<'a> {
+struct Emitter {
     out: Vec<u8>,
     sent: usize,
-    stop: &'a [String],
+    stop: Vec<String>,
     max_stop: usize,
 }
 
-impl Emitter<'_> {
+impl Emitter {
     /// Appends bytes; sends what is safe to send. Returns `Ok(true)` when a stop sequence
     /// was completed (the output is cut before it), `Err(Cancelled)` when the consumer
     /// went away.
@@ -253,7 +246,7 @@ impl Emitter<'_> {
         self.out.extend_from_slice(bytes);
         let from = self.sent.saturating_sub(self.max_stop);
         let mut cut = None;
-        for s in self.stop {
+        for s in &self.stop {
             if let Some(i) = find(&self.out[from..], s.as_bytes()) {
                 let at = from + i;
                 cut = Some(cut.map_or(at, |c: usize| c.min(at)));
@@ -266,7 +259,7 @@ impl Emitter<'_> {
         }
         // Hold back a tail that may begin a stop sequence.
         let mut hold = 0;
-        for s in self.stop {
+        for s in &self.stop {
             let s = s.as_bytes();
             for k in (1..s.len()).rev() {
                 if k > hold && self.out.ends_with(&s[..k]) {
@@ -333,180 +326,201 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
-impl LlmBackend for CandleBackend {
-    fn complete(
-        &self,
-        prompt: &Prompt,
-        params: &GenerateParams,
-        on_text: &mut dyn FnMut(&str) -> bool,
-    ) -> Result<Generation> {
-        params.validate()?;
-        let t0 = Instant::now();
-        let inner = &self.inner;
-        let model = &inner.model;
-        let vocab = &inner.vocab;
-        let ctx = model.config().context_length;
-        let ids = self.encode(&self.render(prompt)?)?;
-        if ids.is_empty() {
-            return Err(RuntimeError::Params {
-                param: "prompt",
-                msg: "the prompt encodes to no tokens".into(),
-            });
+/// One generation in progress: everything the decode loop carries between forward
+/// passes. [`CandleBackend::complete`] drives one; [`crate::batch::Scheduler`] drives many
+/// in lockstep, batching their forward passes.
+///
+/// The cycle is [`Sequence::prepare`] (jump-forward, end checks; says whether the model
+/// must run), a forward pass over [`Sequence::feed`], then [`Sequence::advance`] with the
+/// logits (mask, sample, commit, emit), until one of them reports the end; then
+/// [`Sequence::finish`].
+pub struct Sequence {
+    backend: CandleBackend,
+    params: GenerateParams,
+    constraint: Option<Arc<Constraint>>,
+    matcher: Option<Matcher>,
+    sampler: Sampler,
+    seed: u64,
+    usage: Usage,
+    cache: KvCache,
+    mask: Vec<u32>,
+    em: Emitter,
+    finish: FinishReason,
+    n_out: usize,
+    max_tokens: usize,
+    feed: Vec<u32>,
+    t0: Instant,
+}
+
+impl std::fmt::Debug for Sequence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sequence")
+            .field("prompt_tokens", &self.usage.prompt_tokens)
+            .field("n_out", &self.n_out)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sequence {
+    /// Tokens the model must read next (the prompt at first, then the last sampled token
+    /// plus any forced ones).
+    pub fn feed(&self) -> &[u32] {
+        &self.feed
+    }
+
+    /// The KV cache and the tokens to feed, for a batched forward pass.
+    pub fn feed_and_cache(&mut self) -> (&[u32], &mut KvCache) {
+        (&self.feed, &mut self.cache)
+    }
+
+    /// Marks the first `n` feed tokens as read (a prompt fed in chunks); the logits of a
+    /// partial feed are not used.
+    pub fn consumed(&mut self, n: usize) {
+        self.feed.drain(..n.min(self.feed.len()));
+    }
+
+    /// Counters so far.
+    pub fn usage(&self) -> &Usage {
+        &self.usage
+    }
+
+    fn first(&mut self) {
+        if self.usage.first_token_secs == 0.0 {
+            self.usage.first_token_secs = self.t0.elapsed().as_secs_f64();
         }
-        if ids.len() >= ctx {
-            return Err(RuntimeError::ContextFull {
-                needed: ids.len() + 1,
-                limit: ctx,
-            });
-        }
-        let max_tokens = params.max_tokens.min(ctx - ids.len());
-        let constraint = params
-            .effective_constraint()?
-            .map(|c| self.constraint(&c))
-            .transpose()?;
-        let mut matcher = match &constraint {
-            Some(c) => Some(Matcher::new(c)?),
-            None => None,
-        };
-        let seed = params.seed.unwrap_or_else(rand::random);
-        let mut sampler = Sampler::new(params.sampler(), seed);
-        let mut usage = Usage {
-            prompt_tokens: ids.len(),
-            ..Default::default()
-        };
-        let mut cache = model.new_cache();
-        let mut mask = vec![0u32; vocab.mask_words()];
-        let max_stop = params.stop.iter().map(|s| s.len()).max().unwrap_or(0);
-        let mut em = Emitter {
-            out: Vec::new(),
-            sent: 0,
-            stop: &params.stop,
-            max_stop,
-        };
-        let mut finish = FinishReason::Length;
-        let mut n_out = 0usize;
-        let first = |usage: &mut Usage| {
-            if usage.first_token_secs == 0.0 {
-                usage.first_token_secs = t0.elapsed().as_secs_f64();
-            }
-        };
-        // Forced text rides along with the tokens the model reads next: the prompt at the
-        // start, the last sampled token afterwards. So jump-forward costs no extra pass.
-        let mut feed: Vec<u32> = ids.clone();
-        let mut stopped = false;
-        'gen: loop {
-            if let (Some(m), true) = (matcher.as_mut(), params.jump_forward) {
-                let tm = Instant::now();
-                let forced = m.forced_tokens()?;
-                let take = forced.len().min(max_tokens - n_out);
-                for &t in &forced[..take] {
-                    m.commit_token(t)?;
-                }
-                usage.mask_secs += tm.elapsed().as_secs_f64();
-                if take > 0 {
-                    let bytes: Vec<u8> = forced[..take]
-                        .iter()
-                        .flat_map(|&t| vocab.token_bytes(t).iter().copied())
-                        .collect();
-                    feed.extend_from_slice(&forced[..take]);
-                    n_out += take;
-                    usage.forced_tokens += take;
-                    first(&mut usage);
-                    if em.push(&bytes, on_text)? {
-                        finish = FinishReason::Stop;
-                        stopped = true;
-                    }
-                }
-            }
-            if stopped {
-                break 'gen;
-            }
-            if let Some(m) = matcher.as_mut() {
-                let tm = Instant::now();
-                let done = m.is_accepting() && m.next_bytes()?.is_empty();
-                usage.mask_secs += tm.elapsed().as_secs_f64();
-                if done {
-                    finish = FinishReason::Stop;
-                    break 'gen;
-                }
-            }
-            if n_out >= max_tokens {
-                break 'gen;
-            }
-            let is_prompt = cache.is_empty();
-            let mut logits = model.forward(&feed, &mut cache)?;
-            if is_prompt {
-                usage.prompt_secs = t0.elapsed().as_secs_f64();
-            } else {
-                usage.forward_passes += 1;
-            }
-            feed.clear();
-            let n_vocab = vocab.len().min(logits.len());
-            if let Some(m) = matcher.as_mut() {
-                let tm = Instant::now();
-                m.compute_mask(&mut mask)?;
-                usage.mask_secs += tm.elapsed().as_secs_f64();
-            }
-            if params.ignore_eos && matcher.is_none() {
-                for (i, l) in logits[..n_vocab].iter_mut().enumerate() {
-                    if vocab.is_special(i as u32) || inner.eos.contains(&(i as u32)) {
-                        *l = f32::NEG_INFINITY;
-                    }
-                }
-            }
-            let allowed = matcher.is_some().then_some(&mask[..]);
-            let t = match sampler.sample(&logits[..n_vocab], allowed) {
-                Some(t) => t,
-                None if matcher.is_some() => {
-                    return Err(RuntimeError::Model(
-                        "the grammar allows no token here (a semantic check closed every \
-                         continuation); the output so far cannot be completed"
-                            .into(),
-                    ))
-                }
-                None => {
-                    return Err(RuntimeError::Model(
-                        "the model produced no finite logit".into(),
-                    ))
-                }
-            };
-            if inner.eos.contains(&t) || (matcher.is_none() && vocab.is_special(t)) {
-                if let Some(m) = matcher.as_mut() {
-                    m.commit_token(t)?;
-                }
-                finish = FinishReason::Stop;
-                break 'gen;
-            }
-            if let Some(m) = matcher.as_mut() {
+    }
+
+    /// Applies forced text (jump-forward) and the end checks. Returns `Ok(true)` when the
+    /// model must run on [`Sequence::feed`], `Ok(false)` when the generation is over.
+    /// Cost: the engine's forced-token and end checks (microseconds).
+    pub fn prepare(&mut self, on_text: &mut dyn FnMut(&str) -> bool) -> Result<bool> {
+        let vocab = self.backend.inner.vocab.clone();
+        if let (Some(m), true) = (self.matcher.as_mut(), self.params.jump_forward) {
+            let tm = Instant::now();
+            let forced = m.forced_tokens()?;
+            let take = forced.len().min(self.max_tokens - self.n_out);
+            for &t in &forced[..take] {
                 m.commit_token(t)?;
             }
-            n_out += 1;
-            first(&mut usage);
-            if em.push(vocab.token_bytes(t), on_text)? {
-                finish = FinishReason::Stop;
-                break 'gen;
+            self.usage.mask_secs += tm.elapsed().as_secs_f64();
+            if take > 0 {
+                let bytes: Vec<u8> = forced[..take]
+                    .iter()
+                    .flat_map(|&t| vocab.token_bytes(t).iter().copied())
+                    .collect();
+                // Forced text rides along with the tokens the model reads next: the
+                // prompt at the start, the last sampled token afterwards. So jump-forward
+                // costs no extra pass.
+                self.feed.extend_from_slice(&forced[..take]);
+                self.n_out += take;
+                self.usage.forced_tokens += take;
+                self.first();
+                if self.em.push(&bytes, on_text)? {
+                    self.finish = FinishReason::Stop;
+                    return Ok(false);
+                }
             }
-            feed.push(t);
         }
-        em.finish(on_text)?;
-        usage.completion_tokens = n_out;
-        usage.total_secs = t0.elapsed().as_secs_f64();
+        if let Some(m) = self.matcher.as_mut() {
+            let tm = Instant::now();
+            let done = m.is_accepting() && m.next_bytes()?.is_empty();
+            self.usage.mask_secs += tm.elapsed().as_secs_f64();
+            if done {
+                self.finish = FinishReason::Stop;
+                return Ok(false);
+            }
+        }
+        Ok(self.n_out < self.max_tokens)
+    }
+
+    /// Takes the logits of the last fed token: masks, samples, commits and emits the next
+    /// token. Returns `Ok(true)` to go on, `Ok(false)` at the end. Cost: one mask and one
+    /// sampling pass over the vocabulary.
+    pub fn advance(
+        &mut self,
+        logits: &mut [f32],
+        on_text: &mut dyn FnMut(&str) -> bool,
+    ) -> Result<bool> {
+        let inner = self.backend.inner.clone();
+        let vocab = &inner.vocab;
+        if self.usage.prompt_secs == 0.0 {
+            self.usage.prompt_secs = self.t0.elapsed().as_secs_f64();
+        } else {
+            self.usage.forward_passes += 1;
+        }
+        self.feed.clear();
+        let n_vocab = vocab.len().min(logits.len());
+        if let Some(m) = self.matcher.as_mut() {
+            let tm = Instant::now();
+            m.compute_mask(&mut self.mask)?;
+            self.usage.mask_secs += tm.elapsed().as_secs_f64();
+        }
+        if self.params.ignore_eos && self.matcher.is_none() {
+            for (i, l) in logits[..n_vocab].iter_mut().enumerate() {
+                if vocab.is_special(i as u32) || inner.eos.contains(&(i as u32)) {
+                    *l = f32::NEG_INFINITY;
+                }
+            }
+        }
+        let allowed = self.matcher.is_some().then_some(&self.mask[..]);
+        let t = match self.sampler.sample(&logits[..n_vocab], allowed) {
+            Some(t) => t,
+            None if self.matcher.is_some() => {
+                return Err(RuntimeError::Model(
+                    "the grammar allows no token here (a semantic check closed every \
+                     continuation); the output so far cannot be completed"
+                        .into(),
+                ))
+            }
+            None => {
+                return Err(RuntimeError::Model(
+                    "the model produced no finite logit".into(),
+                ))
+            }
+        };
+        if inner.eos.contains(&t) || (self.matcher.is_none() && vocab.is_special(t)) {
+            if let Some(m) = self.matcher.as_mut() {
+                m.commit_token(t)?;
+            }
+            self.finish = FinishReason::Stop;
+            return Ok(false);
+        }
+        if let Some(m) = self.matcher.as_mut() {
+            m.commit_token(t)?;
+        }
+        self.n_out += 1;
+        self.first();
+        if self.em.push(vocab.token_bytes(t), on_text)? {
+            self.finish = FinishReason::Stop;
+            return Ok(false);
+        }
+        self.feed.push(t);
+        Ok(true)
+    }
+
+    /// Ends the generation: sends what was held back, validates JSON mode output, and
+    /// returns the result.
+    pub fn finish(mut self, on_text: &mut dyn FnMut(&str) -> bool) -> Result<Generation> {
+        self.em.finish(on_text)?;
+        let mut usage = self.usage;
+        usage.completion_tokens = self.n_out;
+        usage.total_secs = self.t0.elapsed().as_secs_f64();
         if usage.first_token_secs == 0.0 {
             usage.first_token_secs = usage.total_secs;
         }
-        let mut text = String::from_utf8_lossy(&em.out).into_owned();
+        let mut text = String::from_utf8_lossy(&self.em.out).into_owned();
         let mut json = None;
-        let mut path = if constraint.is_some() {
+        let mut path = if self.constraint.is_some() {
             ResultPath::Constrained
         } else {
             ResultPath::Unchecked
         };
         // Output cut by max_tokens is reported as such, not validated (it cannot be
         // complete); callers see `finish == Length`.
-        let cut = finish == FinishReason::Length && constraint.is_some();
-        if let (Some(j), false) = (&params.json_mode, cut) {
+        let cut = self.finish == FinishReason::Length && self.constraint.is_some();
+        if let (Some(j), false) = (&self.params.json_mode, cut) {
             let v = j.validator().validate(&text)?;
-            if constraint.is_none() {
+            if self.constraint.is_none() {
                 path = match v.status {
                     ValidationStatus::Valid => ResultPath::Valid,
                     ValidationStatus::Repaired => ResultPath::Repaired,
@@ -520,11 +534,91 @@ impl LlmBackend for CandleBackend {
         }
         Ok(Generation {
             text,
-            finish,
+            finish: self.finish,
             usage,
-            seed,
+            seed: self.seed,
             json,
             path,
         })
+    }
+}
+
+impl CandleBackend {
+    /// Starts a generation without running the model: validates the parameters, renders
+    /// and encodes the prompt, compiles (or fetches) the constraint. Errors here are the
+    /// caller's (bad parameters, a bad schema, a prompt over the context). Cost: prompt
+    /// tokenization plus constraint compilation on a cache miss.
+    pub fn start(&self, prompt: &Prompt, params: &GenerateParams) -> Result<Sequence> {
+        params.validate()?;
+        let t0 = Instant::now();
+        let inner = &self.inner;
+        let ctx = inner.model.config().context_length;
+        let ids = self.encode(&self.render(prompt)?)?;
+        if ids.is_empty() {
+            return Err(RuntimeError::Params {
+                param: "prompt",
+                msg: "the prompt encodes to no tokens".into(),
+            });
+        }
+        if ids.len() >= ctx {
+            return Err(RuntimeError::ContextFull {
+                needed: ids.len() + 1,
+                limit: ctx,
+            });
+        }
+        let constraint = params
+            .effective_constraint()?
+            .map(|c| self.constraint(&c))
+            .transpose()?
+            .flatten();
+        let matcher = match &constraint {
+            Some(c) => Some(Matcher::new(c)?),
+            None => None,
+        };
+        let seed = params.seed.unwrap_or_else(rand::random);
+        Ok(Sequence {
+            backend: self.clone(),
+            sampler: Sampler::new(params.sampler(), seed),
+            seed,
+            usage: Usage {
+                prompt_tokens: ids.len(),
+                ..Default::default()
+            },
+            cache: inner.model.new_cache(),
+            mask: vec![0u32; inner.vocab.mask_words()],
+            em: Emitter {
+                out: Vec::new(),
+                sent: 0,
+                stop: params.stop.clone(),
+                max_stop: params.stop.iter().map(|s| s.len()).max().unwrap_or(0),
+            },
+            finish: FinishReason::Length,
+            n_out: 0,
+            max_tokens: params.max_tokens.min(ctx - ids.len()),
+            feed: ids,
+            constraint,
+            matcher,
+            params: params.clone(),
+            t0,
+        })
+    }
+}
+
+impl LlmBackend for CandleBackend {
+    fn complete(
+        &self,
+        prompt: &Prompt,
+        params: &GenerateParams,
+        on_text: &mut dyn FnMut(&str) -> bool,
+    ) -> Result<Generation> {
+        let mut seq = self.start(prompt, params)?;
+        while seq.prepare(on_text)? {
+            let (feed, cache) = seq.feed_and_cache();
+            let mut logits = self.inner.model.forward(feed, cache)?;
+            if !seq.advance(&mut logits, on_text)? {
+                break;
+            }
+        }
+        seq.finish(on_text)
     }
 }

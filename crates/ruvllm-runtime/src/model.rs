@@ -548,55 +548,92 @@ impl Model {
     /// (`vocab_size` floats). Long inputs are processed in chunks of 512 positions.
     /// Cost: one forward pass per chunk.
     pub fn forward(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Vec<f32>, RuntimeError> {
-        if tokens.is_empty() {
-            return Err(RuntimeError::Model("forward with no tokens".into()));
-        }
-        let end = cache.len + tokens.len();
-        if end > self.cfg.context_length {
-            return Err(RuntimeError::ContextFull {
-                needed: end,
-                limit: self.cfg.context_length,
-            });
-        }
-        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= self.cfg.vocab_size) {
-            return Err(RuntimeError::Model(format!(
-                "token id {bad} is outside the vocabulary ({})",
-                self.cfg.vocab_size
-            )));
-        }
-        self.reserve(cache, end)?;
         let mut last = None;
         for chunk in tokens.chunks(512) {
-            last = Some(self.forward_chunk(chunk, cache).map_err(me)?);
+            last = self.forward_batch(&mut [(chunk, &mut *cache)])?.pop();
         }
-        let logits = last.expect("at least one chunk");
-        logits.to_vec1::<f32>().map_err(me)
+        last.ok_or_else(|| RuntimeError::Model("forward with no tokens".into()))
     }
 
-    fn forward_chunk(&self, tokens: &[u32], cache: &mut KvCache) -> candle_core::Result<Tensor> {
-        let c = &self.cfg;
-        let s = tokens.len();
-        let p = cache.len;
-        let ids = Tensor::new(tokens, &self.device)?;
-        let mut x = self.embed.embedding(&ids)?.reshape((1, s, c.n_embd))?;
-        let cos = self.cos.narrow(0, p, s)?;
-        let sin = self.sin.narrow(0, p, s)?;
-        let n_rep = c.n_head / c.n_kv_head;
+    /// One forward pass over several sequences at once: each brings its new tokens and its
+    /// own cache; the result holds the logits of each sequence's last token, in order.
+    /// The matrix products see all the sequences' tokens as one batch (the weights are
+    /// read once for all of them), attention runs per sequence over its own cache.
+    /// Cost: about one forward pass of the total token count; callers bound each
+    /// sequence's tokens (a long prompt is best fed in chunks).
+    pub fn forward_batch(
+        &self,
+        seqs: &mut [(&[u32], &mut KvCache)],
+    ) -> Result<Vec<Vec<f32>>, RuntimeError> {
+        if seqs.is_empty() || seqs.iter().any(|(t, _)| t.is_empty()) {
+            return Err(RuntimeError::Model("forward with no tokens".into()));
+        }
+        for (tokens, cache) in seqs.iter_mut() {
+            let end = cache.len + tokens.len();
+            if end > self.cfg.context_length {
+                return Err(RuntimeError::ContextFull {
+                    needed: end,
+                    limit: self.cfg.context_length,
+                });
+            }
+            if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= self.cfg.vocab_size) {
+                return Err(RuntimeError::Model(format!(
+                    "token id {bad} is outside the vocabulary ({})",
+                    self.cfg.vocab_size
+                )));
+            }
+            self.reserve(cache, end)?;
+        }
+        let logits = self.forward_seqs(seqs).map_err(me)?;
+        (0..seqs.len())
+            .map(|i| logits.get(i).and_then(|r| r.to_vec1::<f32>()).map_err(me))
+            .collect()
+    }
+
+    /// Causal mask rows for `s` new positions after `p` cached ones, repeated for the
+    /// `n_rep` query heads that share a key head.
+    fn causal_mask(&self, n_rep: usize, s: usize, p: usize) -> candle_core::Result<Tensor> {
         let kv_len = p + s;
-        let mask = if s > 1 {
-            let mut m = vec![0f32; n_rep * s * kv_len];
-            for r in 0..n_rep {
-                for i in 0..s {
-                    let row = (r * s + i) * kv_len;
-                    for j in (p + i + 1)..kv_len {
-                        m[row + j] = f32::NEG_INFINITY;
-                    }
+        let mut m = vec![0f32; n_rep * s * kv_len];
+        for r in 0..n_rep {
+            for i in 0..s {
+                let row = (r * s + i) * kv_len;
+                for j in (p + i + 1)..kv_len {
+                    m[row + j] = f32::NEG_INFINITY;
                 }
             }
-            Some(Tensor::from_vec(m, (n_rep * s, kv_len), &self.device)?)
-        } else {
-            None
-        };
+        }
+        Tensor::from_vec(m, (n_rep * s, kv_len), &self.device)
+    }
+
+    fn forward_seqs(&self, seqs: &mut [(&[u32], &mut KvCache)]) -> candle_core::Result<Tensor> {
+        let c = &self.cfg;
+        let all: Vec<u32> = seqs.iter().flat_map(|(t, _)| t.iter().copied()).collect();
+        let total = all.len();
+        let ids = Tensor::new(all.as_slice(), &self.device)?;
+        let mut x = self.embed.embedding(&ids)?.reshape((1, total, c.n_embd))?;
+        let n_rep = c.n_head / c.n_kv_head;
+        // Per sequence: offset of its rows in the batch, count, cached positions, rotary
+        // tables and causal mask.
+        let mut parts = Vec::with_capacity(seqs.len());
+        let mut off = 0;
+        for (t, cache) in seqs.iter() {
+            let (s, p) = (t.len(), cache.len);
+            let mask = if s > 1 {
+                Some(self.causal_mask(n_rep, s, p)?)
+            } else {
+                None
+            };
+            parts.push((
+                off,
+                s,
+                p,
+                self.cos.narrow(0, p, s)?,
+                self.sin.narrow(0, p, s)?,
+                mask,
+            ));
+            off += s;
+        }
         let scale = 1.0 / (c.head_dim as f64).sqrt();
         for (l, layer) in self.layers.iter().enumerate() {
             let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, c.rms_eps as f32)?;
@@ -624,47 +661,59 @@ impl Model {
                     )
                 }
             };
-            let q = q
-                .reshape((1, s, c.n_head, c.head_dim))?
-                .transpose(1, 2)?
-                .contiguous()?;
-            let k = k
-                .reshape((1, s, c.n_kv_head, c.head_dim))?
-                .transpose(1, 2)?
-                .contiguous()?;
-            let v = v
-                .reshape((1, s, c.n_kv_head, c.head_dim))?
-                .transpose(1, 2)?
-                .contiguous()?;
-            let (q, k) = match c.arch {
-                Arch::Llama => (
-                    candle_nn::rotary_emb::rope_i(&q, &cos, &sin)?,
-                    candle_nn::rotary_emb::rope_i(&k, &cos, &sin)?,
-                ),
-                Arch::Qwen2 | Arch::Phi3 => (
-                    candle_nn::rotary_emb::rope(&q, &cos, &sin)?,
-                    candle_nn::rotary_emb::rope(&k, &cos, &sin)?,
-                ),
+            let mut ys = Vec::with_capacity(parts.len());
+            for ((off, s, p, cos, sin, mask), (_, cache)) in parts.iter().zip(seqs.iter_mut()) {
+                let (off, s, p) = (*off, *s, *p);
+                let kv_len = p + s;
+                let rows = |t: &Tensor, heads: usize| -> candle_core::Result<Tensor> {
+                    let t = if parts.len() == 1 {
+                        t.clone()
+                    } else {
+                        t.narrow(1, off, s)?
+                    };
+                    t.reshape((1, s, heads, c.head_dim))?
+                        .transpose(1, 2)?
+                        .contiguous()
+                };
+                let q = rows(&q, c.n_head)?;
+                let k = rows(&k, c.n_kv_head)?;
+                let v = rows(&v, c.n_kv_head)?;
+                let (q, k) = match c.arch {
+                    Arch::Llama => (
+                        candle_nn::rotary_emb::rope_i(&q, cos, sin)?,
+                        candle_nn::rotary_emb::rope_i(&k, cos, sin)?,
+                    ),
+                    Arch::Qwen2 | Arch::Phi3 => (
+                        candle_nn::rotary_emb::rope(&q, cos, sin)?,
+                        candle_nn::rotary_emb::rope(&k, cos, sin)?,
+                    ),
+                };
+                cache.k[l].slice_set(&k, 2, p)?;
+                cache.v[l].slice_set(&v, 2, p)?;
+                // Views of the first `kv_len` positions (no copy: candle's matmul takes
+                // the batch stride of the preallocated tensor).
+                let k_all = cache.k[l].narrow(2, 0, kv_len)?;
+                let v_all = cache.v[l].narrow(2, 0, kv_len)?;
+                // Query heads sharing a key/value head become extra rows.
+                let qg = q.reshape((1, c.n_kv_head, n_rep * s, c.head_dim))?;
+                let att = (qg.matmul(&k_all.t()?)? * scale)?;
+                let att = match mask {
+                    Some(m) => att.broadcast_add(m)?,
+                    None => att,
+                };
+                let att = candle_nn::ops::softmax_last_dim(&att)?;
+                let y = att.matmul(&v_all)?;
+                ys.push(
+                    y.reshape((1, c.n_head, s, c.head_dim))?
+                        .transpose(1, 2)?
+                        .reshape((1, s, c.n_embd))?,
+                );
+            }
+            let y = if ys.len() == 1 {
+                ys.pop().expect("one part")
+            } else {
+                Tensor::cat(&ys, 1)?
             };
-            cache.k[l].slice_set(&k, 2, p)?;
-            cache.v[l].slice_set(&v, 2, p)?;
-            // Views of the first `kv_len` positions (no copy: candle's matmul takes the
-            // batch stride of the preallocated tensor).
-            let k_all = cache.k[l].narrow(2, 0, kv_len)?;
-            let v_all = cache.v[l].narrow(2, 0, kv_len)?;
-            // Query heads sharing a key/value head become extra rows.
-            let qg = q.reshape((1, c.n_kv_head, n_rep * s, c.head_dim))?;
-            let att = (qg.matmul(&k_all.t()?)? * scale)?;
-            let att = match &mask {
-                Some(m) => att.broadcast_add(m)?,
-                None => att,
-            };
-            let att = candle_nn::ops::softmax_last_dim(&att)?;
-            let y = att.matmul(&v_all)?;
-            let y = y
-                .reshape((1, c.n_head, s, c.head_dim))?
-                .transpose(1, 2)?
-                .reshape((1, s, c.n_embd))?;
             let y = layer.o.forward(&y)?;
             x = (x + y)?;
             let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, c.rms_eps as f32)?;
@@ -681,9 +730,17 @@ impl Model {
             };
             x = (x + layer.down.forward(&a)?)?;
         }
-        cache.len = p + s;
-        let last = x.narrow(1, s - 1, 1)?;
+        let mut lasts = Vec::with_capacity(parts.len());
+        for ((off, s, p, ..), (_, cache)) in parts.iter().zip(seqs.iter_mut()) {
+            cache.len = p + s;
+            lasts.push(x.narrow(1, off + s - 1, 1)?);
+        }
+        let last = if lasts.len() == 1 {
+            lasts.pop().expect("one part")
+        } else {
+            Tensor::cat(&lasts, 1)?
+        };
         let last = candle_nn::ops::rms_norm(&last, &self.norm, c.rms_eps as f32)?;
-        self.output.forward(&last)?.flatten_all()
+        self.output.forward(&last)?.squeeze(0)
     }
 }

@@ -155,6 +155,34 @@ impl Grammar {
         seen
     }
 
+    /// Appends the rules and checks of `other` (their names prefixed with `prefix`) and
+    /// returns the id its root has here, so that grammars from different front ends (a
+    /// schema's grammar inside a tool-call wrapper, say) can be combined with
+    /// [`Expr::Ref`]. The root of `self` is unchanged. Cost: O(size of `other`).
+    pub fn embed(&mut self, other: Grammar, prefix: &str) -> RuleId {
+        let off = self.rules.len() as RuleId;
+        for r in other.rules {
+            let mut body = r.body;
+            shift_refs(&mut body, off);
+            self.rules.push(Rule {
+                name: format!("{prefix}{}", r.name),
+                body,
+            });
+        }
+        self.checks
+            .extend(other.checks.into_iter().map(|(r, c)| (r + off, c)));
+        other.root + off
+    }
+
+    /// Adds a rule and returns its id. Cost: O(1).
+    pub fn add_rule(&mut self, name: &str, body: Expr) -> RuleId {
+        self.rules.push(Rule {
+            name: name.into(),
+            body,
+        });
+        (self.rules.len() - 1) as RuleId
+    }
+
     /// Total number of expression nodes (a size measure for limits).
     pub fn size(&self) -> usize {
         self.rules.iter().map(|r| expr_size(&r.body)).sum()
@@ -167,6 +195,15 @@ pub fn visit_refs(e: &Expr, f: &mut impl FnMut(RuleId)) {
         Expr::Ref(r) => f(*r),
         Expr::Seq(v) | Expr::Alt(v) => v.iter().for_each(|x| visit_refs(x, f)),
         Expr::Repeat { e, .. } => visit_refs(e, f),
+        _ => {}
+    }
+}
+
+fn shift_refs(e: &mut Expr, off: RuleId) {
+    match e {
+        Expr::Ref(r) => *r += off,
+        Expr::Seq(v) | Expr::Alt(v) => v.iter_mut().for_each(|x| shift_refs(x, off)),
+        Expr::Repeat { e, .. } => shift_refs(e, off),
         _ => {}
     }
 }

@@ -1,0 +1,864 @@
+//! Tool calling (OpenAI `tools` / `tool_choice` / `parallel_tool_calls`), constrained by
+//! the engine.
+//!
+//! # The wire format the model writes
+//!
+//! A call is written the way Hermes-style models (Qwen 2.5, SmolLM2, Hermes) were trained
+//! to write it:
+//!
+//! ```text
+//! <tool_call>
+//! {"name": "get_weather", "arguments": {"city":"Paris"}}
+//! </tool_call>
+//! ```
+//!
+//! Several calls follow each other, separated by a newline. The whole output is one
+//! grammar ([`ToolCalling::grammar`]) built from the tools' parameter schemas (each compiled
+//! by the schema compiler as its own document, so `$ref`s stay valid, and embedded with
+//! [`Grammar::embed`]):
+//!
+//! * `required`: one or more calls (exactly one when `parallel_tool_calls` is false);
+//! * a named function: exactly one call of it, so the name and the punctuation around it
+//!   are forced text (jump-forward) and the model samples only the arguments;
+//! * `auto`: free text that never contains `<tool_call>`, optionally followed by calls; or,
+//!   when the answer has a format (`response_format`), that format or calls. Once the
+//!   model writes the first byte of `<tool_call>`, the call is constrained; text can never
+//!   smuggle a malformed call past the parser.
+//! * `none`: no tool grammar at all.
+//!
+//! [`ToolParser`] turns the output back into text and calls, incrementally, so a server can
+//! stream `delta.tool_calls` (the name once, then argument fragments).
+//!
+//! # Prompting
+//!
+//! Templates that render `tools` themselves get them; for the others (SmolLM2's, plain
+//! ChatML), [`inject_tools`] writes the tool list and the format into the system message
+//! and turns earlier assistant calls and tool results into the same text format.
+
+use ruvllm_engine::grammar::{Expr, Grammar};
+use ruvllm_engine::schema::{schema_to_grammar, SchemaOptions};
+use serde_json::{json, Value};
+
+use crate::chat::Message;
+use crate::error::{Result, RuntimeError};
+
+/// The text that opens a call.
+pub const CALL_OPEN: &str = "<tool_call>";
+/// The text that closes a call.
+pub const CALL_CLOSE: &str = "</tool_call>";
+
+/// One function the model may call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tool {
+    /// The function name (`[A-Za-z0-9_-]{1,64}`, as OpenAI requires).
+    pub name: String,
+    /// What it does (for the prompt).
+    pub description: Option<String>,
+    /// JSON Schema of the arguments (`{"type":"object"}` when the tool gave none).
+    pub parameters: Value,
+}
+
+impl Tool {
+    /// A tool from its name, description and parameter schema. Errors when the name is
+    /// not 1-64 characters of `[A-Za-z0-9_-]`.
+    pub fn new(name: &str, description: Option<String>, parameters: Value) -> Result<Tool> {
+        let ok = !name.is_empty()
+            && name.len() <= 64
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if !ok {
+            return Err(RuntimeError::Params {
+                param: "tools",
+                msg: format!(
+                    "tool name {name:?} must be 1 to 64 characters of letters, digits, `_` or `-`"
+                ),
+            });
+        }
+        Ok(Tool {
+            name: name.into(),
+            description,
+            parameters,
+        })
+    }
+
+    /// A tool from its OpenAI definition (`{"type":"function","function":{"name",
+    /// "description","parameters"}}`; a bare `{"name",...}` is accepted too). Errors name
+    /// what is missing or malformed.
+    pub fn from_openai(v: &Value) -> Result<Tool> {
+        let f = v.get("function").unwrap_or(v);
+        let bad = |msg: String| RuntimeError::Params {
+            param: "tools",
+            msg,
+        };
+        if let Some(t) = v.get("type").and_then(|t| t.as_str()) {
+            if t != "function" {
+                return Err(bad(format!(
+                    "tool type {t:?} is not supported (only \"function\")"
+                )));
+            }
+        }
+        let name = f
+            .get("name")
+            .and_then(|n| n.as_str())
+            .ok_or_else(|| bad("a tool needs `function.name` (a string)".into()))?;
+        let description = match f.get("description") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(_) => {
+                return Err(bad(format!(
+                    "tool {name:?}: `description` must be a string"
+                )))
+            }
+        };
+        let parameters = match f.get("parameters") {
+            None | Some(Value::Null) => json!({"type": "object"}),
+            Some(p @ Value::Object(_)) => p.clone(),
+            Some(_) => {
+                return Err(bad(format!(
+                    "tool {name:?}: `parameters` must be a JSON Schema object"
+                )))
+            }
+        };
+        Tool::new(name, description, parameters)
+    }
+
+    /// The OpenAI definition (`{"type":"function","function":{...}}`), as templates expect.
+    pub fn to_openai(&self) -> Value {
+        let mut f = json!({"name": self.name});
+        if let Some(d) = &self.description {
+            f["description"] = json!(d);
+        }
+        f["parameters"] = self.parameters.clone();
+        json!({"type": "function", "function": f})
+    }
+}
+
+/// `tool_choice`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolChoice {
+    /// No calls (the tools are not offered).
+    None,
+    /// The model chooses between text and calls.
+    Auto,
+    /// At least one call.
+    Required,
+    /// Exactly one call of this function.
+    Function(String),
+}
+
+/// Tools offered to one generation, and how they may be used.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCalling {
+    /// The functions.
+    pub tools: Vec<Tool>,
+    /// Which calls are allowed or required.
+    pub choice: ToolChoice,
+    /// Whether more than one call may be made (OpenAI's default: true).
+    pub parallel: bool,
+}
+
+fn lit(s: &str) -> Expr {
+    Expr::Literal(s.as_bytes().to_vec())
+}
+
+/// Every character except those in `not` (sorted ascending, ASCII).
+fn chars_except(not: &[char]) -> Expr {
+    let mut ranges = Vec::new();
+    let mut lo = '\0';
+    for &c in not {
+        if c > lo {
+            ranges.push((lo, char::from_u32(c as u32 - 1).unwrap_or(lo)));
+        }
+        lo = char::from_u32(c as u32 + 1).unwrap_or(c);
+    }
+    ranges.push((lo, char::MAX));
+    Expr::Chars(ranges)
+}
+
+/// Free text that never contains [`CALL_OPEN`]: each `<` is followed by a proper prefix
+/// of `tool_call>` and then a character that breaks it (or by the end of the text).
+fn text_without_call_open() -> Expr {
+    let rest: Vec<char> = CALL_OPEN[1..].chars().collect();
+    let lts = Expr::Repeat {
+        e: Box::new(lit("<")),
+        min: 1,
+        max: None,
+    };
+    let mut broken = Vec::new();
+    let mut partial = Vec::new();
+    for k in 0..rest.len() {
+        let prefix: String = rest[..k].iter().collect();
+        let mut not = vec![rest[k], '<'];
+        not.sort_unstable();
+        not.dedup();
+        broken.push(Expr::Seq(vec![lit(&prefix), chars_except(&not)]));
+        partial.push(lit(&prefix));
+    }
+    let unit = Expr::Alt(vec![
+        chars_except(&['<']),
+        Expr::Seq(vec![lts.clone(), Expr::Alt(broken)]),
+    ]);
+    Expr::Seq(vec![
+        Expr::Repeat {
+            e: Box::new(unit),
+            min: 0,
+            max: None,
+        },
+        Expr::Repeat {
+            e: Box::new(Expr::Seq(vec![lts, Expr::Alt(partial)])),
+            min: 0,
+            max: Some(1),
+        },
+    ])
+}
+
+impl ToolCalling {
+    /// The tools a call may name under this choice. Errors when a named function is not
+    /// among the tools, or when calls are possible but no tool is given.
+    pub fn callable(&self) -> Result<Vec<&Tool>> {
+        match &self.choice {
+            ToolChoice::None => Ok(Vec::new()),
+            ToolChoice::Function(name) => match self.tools.iter().find(|t| &t.name == name) {
+                Some(t) => Ok(vec![t]),
+                None => Err(RuntimeError::Params {
+                    param: "tool_choice",
+                    msg: format!("function {name:?} is not among the tools"),
+                }),
+            },
+            ToolChoice::Auto | ToolChoice::Required => {
+                if self.tools.is_empty() && self.choice == ToolChoice::Required {
+                    return Err(RuntimeError::Params {
+                        param: "tool_choice",
+                        msg: "`required` needs at least one tool".into(),
+                    });
+                }
+                Ok(self.tools.iter().collect())
+            }
+        }
+    }
+
+    /// The grammar of the whole output (see the module docs). `text` is the grammar of a
+    /// text answer (the response format) for `auto`; `None` means free text. With
+    /// `tool_choice: none` this is `text` itself (`None`: unconstrained). Cost: compiling
+    /// each callable tool's schema.
+    pub fn grammar(&self, text: Option<Grammar>, opts: &SchemaOptions) -> Result<Option<Grammar>> {
+        let callable = self.callable()?;
+        if callable.is_empty() {
+            return Ok(text);
+        }
+        let mut g = Grammar::single("root", Expr::Empty);
+        let mut calls = Vec::new();
+        for (i, t) in callable.iter().enumerate() {
+            let args =
+                schema_to_grammar(&t.parameters, opts).map_err(|e| RuntimeError::Params {
+                    param: "tools",
+                    msg: format!("tool {:?} parameters: {e}", t.name),
+                })?;
+            let args = g.embed(args, &format!("tool{i}-"));
+            let name = serde_json::to_string(&t.name).unwrap_or_default();
+            calls.push(Expr::Seq(vec![
+                lit(&format!("{CALL_OPEN}\n{{\"name\": {name}, \"arguments\": ")),
+                Expr::Ref(args),
+                lit(&format!("}}\n{CALL_CLOSE}")),
+            ]));
+        }
+        let call = g.add_rule("call", Expr::Alt(calls));
+        let many = self.parallel && !matches!(self.choice, ToolChoice::Function(_));
+        let calls = if many {
+            Expr::Seq(vec![
+                Expr::Ref(call),
+                Expr::Repeat {
+                    e: Box::new(Expr::Seq(vec![lit("\n"), Expr::Ref(call)])),
+                    min: 0,
+                    max: None,
+                },
+            ])
+        } else {
+            Expr::Ref(call)
+        };
+        let calls = g.add_rule("calls", calls);
+        let root = match (&self.choice, text) {
+            (ToolChoice::Auto, Some(t)) => {
+                let t = g.embed(t, "text-");
+                Expr::Alt(vec![Expr::Ref(calls), Expr::Ref(t)])
+            }
+            (ToolChoice::Auto, None) => {
+                let free = g.add_rule("text", text_without_call_open());
+                Expr::Seq(vec![
+                    Expr::Ref(free),
+                    Expr::Repeat {
+                        e: Box::new(Expr::Ref(calls)),
+                        min: 0,
+                        max: Some(1),
+                    },
+                ])
+            }
+            _ => Expr::Ref(calls),
+        };
+        g.rules[0].body = root;
+        Ok(Some(g))
+    }
+
+    /// A stable key for caching the compiled grammar.
+    pub fn cache_key(&self) -> String {
+        let tools: Vec<Value> = self.tools.iter().map(Tool::to_openai).collect();
+        format!("{:?}/{}/{}", self.choice, self.parallel, Value::from(tools))
+    }
+}
+
+/// The system-prompt text that offers `tools` to a model whose template does not render
+/// them (Hermes format).
+pub fn tools_system_text(tools: &[Tool]) -> String {
+    let mut s = String::from(
+        "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n\
+         You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n",
+    );
+    for t in tools {
+        s.push_str(&t.to_openai().to_string());
+        s.push('\n');
+    }
+    s.push_str(
+        "</tools>\n\nFor each function call, return a json object with function name and \
+         arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n\
+         {\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>",
+    );
+    s
+}
+
+/// Rewrites a conversation for a template that does not render tools: the tool list goes
+/// into the system message, assistant calls become `<tool_call>` text and tool results
+/// become `<tool_response>` user turns. Cost: linear in the messages.
+pub fn inject_tools(messages: &[Message], tools: &[Tool]) -> Vec<Message> {
+    let mut out = Vec::with_capacity(messages.len() + 1);
+    if !tools.is_empty() {
+        let text = tools_system_text(tools);
+        match messages.first() {
+            Some(m) if m.role == "system" => {
+                out.push(Message::system(format!("{}\n\n{text}", m.content)));
+            }
+            _ => out.push(Message::system(text)),
+        }
+    }
+    let skip =
+        usize::from(!tools.is_empty() && messages.first().is_some_and(|m| m.role == "system"));
+    for m in &messages[skip..] {
+        let mut m = m.clone();
+        if let Some(calls) = m.tool_calls.take() {
+            for c in calls.as_array().into_iter().flatten() {
+                let name = c.pointer("/function/name").cloned().unwrap_or(Value::Null);
+                let args = match c.pointer("/function/arguments") {
+                    Some(Value::String(s)) => serde_json::from_str(s).unwrap_or(json!(s)),
+                    Some(v) => v.clone(),
+                    None => json!({}),
+                };
+                if !m.content.is_empty() {
+                    m.content.push('\n');
+                }
+                m.content.push_str(&format!(
+                    "{CALL_OPEN}\n{}\n{CALL_CLOSE}",
+                    json!({"name": name, "arguments": args})
+                ));
+            }
+        }
+        if m.role == "tool" {
+            m = Message::user(format!("<tool_response>\n{}\n</tool_response>", m.content));
+        }
+        out.push(m);
+    }
+    out
+}
+
+/// A piece of parsed output.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolEvent {
+    /// Answer text.
+    Text(String),
+    /// Call number `index` (from 0) names `name`.
+    CallStart {
+        /// The call's index.
+        index: usize,
+        /// The function.
+        name: String,
+    },
+    /// More of the JSON arguments of call `index`.
+    CallArgs {
+        /// The call's index.
+        index: usize,
+        /// The fragment.
+        fragment: String,
+    },
+}
+
+/// A finished call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCall {
+    /// The function.
+    pub name: String,
+    /// Its arguments as JSON text.
+    pub arguments: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum State {
+    /// Answer text; looking for [`CALL_OPEN`].
+    Text,
+    /// After `<tool_call>`: reading up to the end of `"arguments": `.
+    Header,
+    /// Inside the arguments value.
+    Args,
+    /// After the arguments: up to `</tool_call>`.
+    Tail,
+    /// Between calls: whitespace, then `<tool_call>`.
+    Between,
+}
+
+/// Splits model output into text and tool calls, incrementally (feed chunks with
+/// [`ToolParser::push`], then [`ToolParser::finish`]). It never fails: output that does
+/// not follow the format stays text. Cost: linear in the output.
+#[derive(Debug)]
+pub struct ToolParser {
+    state: State,
+    buf: String,
+    calls: Vec<ToolCall>,
+    text: String,
+    depth: usize,
+    in_str: bool,
+    esc: bool,
+    started: bool,
+}
+
+impl Default for ToolParser {
+    fn default() -> Self {
+        ToolParser::new()
+    }
+}
+
+/// Length of the longest suffix of `s` that is a proper prefix of `pat`.
+fn partial_suffix(s: &str, pat: &str) -> usize {
+    (1..pat.len())
+        .rev()
+        .find(|&k| s.ends_with(&pat[..k]))
+        .unwrap_or(0)
+}
+
+impl ToolParser {
+    /// A parser at the start of an output.
+    pub fn new() -> ToolParser {
+        ToolParser {
+            state: State::Text,
+            buf: String::new(),
+            calls: Vec::new(),
+            text: String::new(),
+            depth: 0,
+            in_str: false,
+            esc: false,
+            started: false,
+        }
+    }
+
+    /// The calls seen so far (arguments possibly incomplete).
+    pub fn calls(&self) -> &[ToolCall] {
+        &self.calls
+    }
+
+    /// The answer text seen so far.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// Feeds output text; returns what it completes.
+    pub fn push(&mut self, chunk: &str) -> Vec<ToolEvent> {
+        self.buf.push_str(chunk);
+        let mut ev = Vec::new();
+        self.run(&mut ev, false);
+        ev
+    }
+
+    /// Ends the output: held-back text is released.
+    pub fn finish(&mut self) -> Vec<ToolEvent> {
+        let mut ev = Vec::new();
+        self.run(&mut ev, true);
+        if !self.buf.is_empty() && matches!(self.state, State::Text | State::Header) {
+            let rest = std::mem::take(&mut self.buf);
+            self.emit_text(&rest, &mut ev);
+        }
+        ev
+    }
+
+    fn emit_text(&mut self, s: &str, ev: &mut Vec<ToolEvent>) {
+        if !s.is_empty() {
+            self.text.push_str(s);
+            ev.push(ToolEvent::Text(s.to_string()));
+        }
+    }
+
+    fn run(&mut self, ev: &mut Vec<ToolEvent>, end: bool) {
+        loop {
+            match self.state {
+                State::Text | State::Between => {
+                    if let Some(i) = self.buf.find(CALL_OPEN) {
+                        let before = self.buf[..i].to_string();
+                        if self.state == State::Text {
+                            self.emit_text(&before, ev);
+                        }
+                        self.buf.drain(..i + CALL_OPEN.len());
+                        self.state = State::Header;
+                        continue;
+                    }
+                    if self.state == State::Between && !self.buf.trim_start().is_empty() {
+                        let t = self.buf.trim_start();
+                        if !CALL_OPEN.starts_with(t) {
+                            // Not another call: what follows is text again.
+                            self.state = State::Text;
+                            continue;
+                        }
+                    }
+                    if self.state == State::Text {
+                        let hold = if end {
+                            0
+                        } else {
+                            partial_suffix(&self.buf, CALL_OPEN)
+                        };
+                        let cut = self.buf.len() - hold;
+                        let out: String = self.buf.drain(..cut).collect();
+                        self.emit_text(&out, ev);
+                    }
+                    return;
+                }
+                State::Header => {
+                    const ARGS: &str = "\"arguments\":";
+                    let Some(i) = self.buf.find(ARGS) else { return };
+                    let head = &self.buf[..i];
+                    let name = head
+                        .find("\"name\":")
+                        .and_then(|n| {
+                            let rest = head[n + 7..].trim_start();
+                            let mut de =
+                                serde_json::Deserializer::from_str(rest).into_iter::<String>();
+                            de.next().and_then(|r| r.ok())
+                        })
+                        .unwrap_or_default();
+                    let mut j = i + ARGS.len();
+                    while self.buf[j..].starts_with(' ') {
+                        j += 1;
+                    }
+                    if j == self.buf.len() && !end {
+                        return;
+                    }
+                    self.buf.drain(..j);
+                    let index = self.calls.len();
+                    self.calls.push(ToolCall {
+                        name: name.clone(),
+                        arguments: String::new(),
+                    });
+                    ev.push(ToolEvent::CallStart { index, name });
+                    self.state = State::Args;
+                    self.depth = 0;
+                    self.in_str = false;
+                    self.esc = false;
+                    self.started = false;
+                }
+                State::Args => {
+                    let mut cut = self.buf.len();
+                    let mut done = false;
+                    for (i, c) in self.buf.char_indices() {
+                        if self.in_str {
+                            if self.esc {
+                                self.esc = false;
+                            } else if c == '\\' {
+                                self.esc = true;
+                            } else if c == '"' {
+                                self.in_str = false;
+                                if self.depth == 0 {
+                                    cut = i + 1;
+                                    done = true;
+                                    break;
+                                }
+                            }
+                            continue;
+                        }
+                        match c {
+                            '"' => {
+                                self.in_str = true;
+                                self.started = true;
+                            }
+                            '{' | '[' => {
+                                self.depth += 1;
+                                self.started = true;
+                            }
+                            '}' | ']' if self.depth > 0 => {
+                                self.depth -= 1;
+                                if self.depth == 0 {
+                                    cut = i + 1;
+                                    done = true;
+                                    break;
+                                }
+                            }
+                            '}' | ',' | '\n' if self.depth == 0 && self.started => {
+                                // The end of a scalar value.
+                                cut = i;
+                                done = true;
+                                break;
+                            }
+                            _ => self.started = true,
+                        }
+                    }
+                    let frag: String = self.buf.drain(..cut).collect();
+                    let index = self.calls.len() - 1;
+                    if !frag.is_empty() {
+                        self.calls[index].arguments.push_str(&frag);
+                        ev.push(ToolEvent::CallArgs {
+                            index,
+                            fragment: frag,
+                        });
+                    }
+                    if !done {
+                        return;
+                    }
+                    self.state = State::Tail;
+                }
+                State::Tail => {
+                    let Some(i) = self.buf.find(CALL_CLOSE) else {
+                        return;
+                    };
+                    self.buf.drain(..i + CALL_CLOSE.len());
+                    self.state = State::Between;
+                }
+            }
+        }
+    }
+}
+
+/// Parses a whole output: its text and its calls.
+pub fn parse_output(text: &str) -> (String, Vec<ToolCall>) {
+    let mut p = ToolParser::new();
+    p.push(text);
+    p.finish();
+    (p.text, p.calls)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ruvllm_engine::{CheckResult, Constraint, Limits, Matcher, Vocabulary};
+    use std::sync::Arc;
+
+    fn bytes_vocab() -> Arc<Vocabulary> {
+        let mut toks: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
+        toks.push(b"<eos>".to_vec());
+        let mut special = vec![false; 256];
+        special.push(true);
+        Arc::new(Vocabulary::new("bytes", toks, special, vec![256]).unwrap())
+    }
+
+    fn accepts(g: &Grammar, text: &str) -> bool {
+        let c = Constraint::new(g, bytes_vocab(), &Limits::default()).unwrap();
+        let mut m = Matcher::new(&c).unwrap();
+        matches!(
+            m.check_bytes(text.as_bytes()).unwrap(),
+            CheckResult::Accepted
+        )
+    }
+
+    fn tools() -> Vec<Tool> {
+        vec![
+            Tool::new(
+                "get_weather",
+                Some("Weather".into()),
+                json!({"type":"object","properties":{"city":{"type":"string"}},"required":["city"],"additionalProperties":false}),
+            )
+            .unwrap(),
+            Tool::new(
+                "add",
+                None,
+                json!({"type":"object","properties":{"a":{"type":"integer"},"b":{"$ref":"#/$defs/n"}},"required":["a","b"],"additionalProperties":false,"$defs":{"n":{"type":"integer"}}}),
+            )
+            .unwrap(),
+        ]
+    }
+
+    fn call(name: &str, args: &str) -> String {
+        format!("<tool_call>\n{{\"name\": \"{name}\", \"arguments\": {args}}}\n</tool_call>")
+    }
+
+    #[test]
+    fn named_choice_forces_one_call_of_that_tool() {
+        let tc = ToolCalling {
+            tools: tools(),
+            choice: ToolChoice::Function("add".into()),
+            parallel: true,
+        };
+        let g = tc
+            .grammar(None, &SchemaOptions::default())
+            .unwrap()
+            .unwrap();
+        assert!(accepts(&g, &call("add", r#"{"a":1,"b":2}"#)));
+        assert!(!accepts(&g, &call("add", r#"{"a":1,"b":"x"}"#)));
+        assert!(!accepts(&g, &call("get_weather", r#"{"city":"P"}"#)));
+        let two = format!(
+            "{}\n{}",
+            call("add", r#"{"a":1,"b":2}"#),
+            call("add", r#"{"a":1,"b":2}"#)
+        );
+        assert!(!accepts(&g, &two));
+        assert!(!accepts(&g, "hello"));
+    }
+
+    #[test]
+    fn required_allows_several_calls_unless_not_parallel() {
+        let mut tc = ToolCalling {
+            tools: tools(),
+            choice: ToolChoice::Required,
+            parallel: true,
+        };
+        let two = format!(
+            "{}\n{}",
+            call("get_weather", r#"{"city":"P"}"#),
+            call("add", r#"{"a":1,"b":2}"#)
+        );
+        let g = tc
+            .grammar(None, &SchemaOptions::default())
+            .unwrap()
+            .unwrap();
+        assert!(accepts(&g, &two));
+        assert!(!accepts(&g, ""));
+        tc.parallel = false;
+        let g = tc
+            .grammar(None, &SchemaOptions::default())
+            .unwrap()
+            .unwrap();
+        assert!(!accepts(&g, &two));
+        assert!(accepts(&g, &call("get_weather", r#"{"city":"P"}"#)));
+    }
+
+    #[test]
+    fn auto_allows_text_or_calls_but_never_a_malformed_call() {
+        let tc = ToolCalling {
+            tools: tools(),
+            choice: ToolChoice::Auto,
+            parallel: true,
+        };
+        let g = tc
+            .grammar(None, &SchemaOptions::default())
+            .unwrap()
+            .unwrap();
+        assert!(accepts(
+            &g,
+            "The weather is fine. <tool_ <<tool_cal> <tool_callx"
+        ));
+        assert!(accepts(&g, ""));
+        assert!(accepts(&g, "ends with <tool_call"));
+        assert!(accepts(&g, &call("add", r#"{"a":1,"b":2}"#)));
+        assert!(accepts(
+            &g,
+            &format!("Let me look.\n{}", call("add", r#"{"a":1,"b":2}"#))
+        ));
+        assert!(!accepts(&g, "<tool_call>\n{\"name\": \"nope\"}"));
+        assert!(!accepts(&g, "text <<tool_call> more"));
+        // With a response format, text must follow it.
+        let text = Grammar::from_regex("[0-9]+", &Limits::default()).unwrap();
+        let g = tc
+            .grammar(Some(text), &SchemaOptions::default())
+            .unwrap()
+            .unwrap();
+        assert!(accepts(&g, "42"));
+        assert!(!accepts(&g, "hello"));
+        assert!(accepts(&g, &call("add", r#"{"a":1,"b":2}"#)));
+    }
+
+    #[test]
+    fn bad_choices_and_names_are_errors() {
+        let tc = ToolCalling {
+            tools: tools(),
+            choice: ToolChoice::Function("missing".into()),
+            parallel: true,
+        };
+        assert!(tc.grammar(None, &SchemaOptions::default()).is_err());
+        assert!(Tool::new("bad name", None, json!({})).is_err());
+        let tc = ToolCalling {
+            tools: vec![Tool::new("f", None, json!({"type": 5})).unwrap()],
+            choice: ToolChoice::Required,
+            parallel: true,
+        };
+        let e = tc.grammar(None, &SchemaOptions::default()).unwrap_err();
+        assert!(e.to_string().contains("tool \"f\" parameters"), "{e}");
+    }
+
+    #[test]
+    fn parser_streams_text_then_calls() {
+        let out = format!(
+            "Sure.\n{}\n{}",
+            call("get_weather", r#"{"city":"Pa\"}ris"}"#),
+            call("add", r#"{"a":1,"b":[2]}"#)
+        );
+        // Feed one character at a time: the same result as all at once.
+        let mut p = ToolParser::new();
+        let mut ev = Vec::new();
+        for c in out.chars() {
+            ev.extend(p.push(&c.to_string()));
+        }
+        ev.extend(p.finish());
+        let (text, calls) = parse_output(&out);
+        assert_eq!(text, "Sure.\n");
+        assert_eq!(calls.len(), 2);
+        assert_eq!(calls[0].name, "get_weather");
+        assert_eq!(calls[0].arguments, r#"{"city":"Pa\"}ris"}"#);
+        assert_eq!(calls[1].arguments, r#"{"a":1,"b":[2]}"#);
+        assert_eq!(p.calls(), &calls[..]);
+        let starts: Vec<_> = ev
+            .iter()
+            .filter(|e| matches!(e, ToolEvent::CallStart { .. }))
+            .collect();
+        assert_eq!(starts.len(), 2);
+        let streamed: String = ev
+            .iter()
+            .filter_map(|e| match e {
+                ToolEvent::Text(t) => Some(t.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(streamed, "Sure.\n");
+    }
+
+    #[test]
+    fn parser_keeps_plain_text_and_partial_markers() {
+        let (t, c) = parse_output("a < b <tool_ c");
+        assert_eq!(t, "a < b <tool_ c");
+        assert!(c.is_empty());
+        let (t, c) = parse_output("ends <tool_cal");
+        assert_eq!(t, "ends <tool_cal");
+        assert!(c.is_empty());
+        // A call cut by max_tokens keeps its partial arguments.
+        let (_, c) = parse_output("<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\":");
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0].arguments, "{\"a\":");
+    }
+
+    #[test]
+    fn injected_prompt_lists_tools_and_rewrites_history() {
+        let mut asst = Message::new("assistant", "");
+        asst.tool_calls = Some(
+            json!([{"id":"c1","type":"function","function":{"name":"add","arguments":"{\"a\":1}"}}]),
+        );
+        let mut tool = Message::new("tool", "3");
+        tool.tool_call_id = Some("c1".into());
+        let msgs = vec![
+            Message::system("Be brief."),
+            Message::user("1+2?"),
+            asst,
+            tool,
+        ];
+        let out = inject_tools(&msgs, &tools());
+        assert_eq!(out.len(), 4);
+        assert!(out[0].content.starts_with("Be brief.\n\n# Tools"));
+        assert!(out[0].content.contains("\"name\":\"get_weather\""));
+        assert!(out[2]
+            .content
+            .contains("<tool_call>\n{\"name\":\"add\",\"arguments\":{\"a\":1}}"));
+        assert_eq!(out[3].role, "user");
+        assert!(out[3]
+            .content
+            .contains("<tool_response>\n3\n</tool_response>"));
+    }
+}
