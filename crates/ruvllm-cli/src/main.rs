@@ -26,12 +26,17 @@ struct Cli {
 }
 
 mod generate;
+mod serve;
 
 #[derive(Subcommand)]
 enum Cmd {
     /// Generate text with a local GGUF model, optionally constrained by a JSON Schema,
     /// GBNF grammar, regex or choice list. Only the generated text goes to stdout.
     Generate(generate::GenerateArgs),
+    /// Serve the model over HTTP: OpenAI (/v1/chat/completions, /v1/completions,
+    /// /v1/models), Ollama (/api/chat, /api/generate, /api/tags) and llama.cpp
+    /// (/completion), with structured output and tool calls.
+    Serve(serve::ServeArgs),
     /// Grammar tools: check text against a grammar, show token masks.
     #[command(subcommand)]
     Grammar(GrammarCmd),
@@ -224,6 +229,10 @@ fn run() -> Result<ExitCode> {
     match cli.cmd {
         Cmd::Generate(a) => {
             generate::run(a)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Serve(a) => {
+            serve::run(a)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Validate { schema, input } => {

@@ -16,7 +16,7 @@ use std::task::{Context, Poll};
 use futures::channel::mpsc;
 use futures::Stream;
 use ruvllm_engine::schema::{schema_to_grammar, SchemaOptions, Whitespace};
-use ruvllm_engine::{Grammar, Limits};
+use ruvllm_engine::{Expr, Grammar, Limits};
 use serde_json::{json, Value};
 
 use crate::chat::Message;
@@ -115,6 +115,16 @@ pub enum OutputConstraint {
     Regex(String),
     /// Exactly one of these strings.
     Choice(Vec<String>),
+    /// `prefix`, then text under `inner`, then `suffix` (e.g. JSON inside a Markdown
+    /// code fence).
+    Wrapped {
+        /// Fixed text before.
+        prefix: String,
+        /// The constraint in between.
+        inner: Box<OutputConstraint>,
+        /// Fixed text after.
+        suffix: String,
+    },
     /// Tool calls (see [`crate::tools`]); with `tool_choice: auto`, a text answer under
     /// `text` (free text when `None`).
     Tools {
@@ -143,6 +153,16 @@ impl OutputConstraint {
             OutputConstraint::Gbnf(g) => format!("gbnf/{g}"),
             OutputConstraint::Regex(r) => format!("regex/{r}"),
             OutputConstraint::Choice(c) => format!("choice/{}", Value::from(c.clone())),
+            OutputConstraint::Wrapped {
+                prefix,
+                inner,
+                suffix,
+            } => format!(
+                "wrapped/{}/{}/{}",
+                Value::from(prefix.as_str()),
+                Value::from(suffix.as_str()),
+                inner.cache_key()
+            ),
             OutputConstraint::Tools {
                 calling,
                 text,
@@ -179,6 +199,27 @@ impl OutputConstraint {
             OutputConstraint::Gbnf(text) => Grammar::from_gbnf(text, limits)?,
             OutputConstraint::Regex(re) => Grammar::from_regex(re, limits)?,
             OutputConstraint::Choice(list) => Grammar::from_choices(list)?,
+            OutputConstraint::Wrapped {
+                prefix,
+                inner,
+                suffix,
+            } => {
+                let mut g = Grammar::single("root", Expr::Empty);
+                let body = match inner.grammar(limits)? {
+                    Some(ig) => Expr::Ref(g.embed(ig, "inner-")),
+                    None => Expr::Repeat {
+                        e: Box::new(Expr::Chars(vec![('\0', char::MAX)])),
+                        min: 0,
+                        max: None,
+                    },
+                };
+                g.rules[0].body = Expr::Seq(vec![
+                    Expr::Literal(prefix.as_bytes().to_vec()),
+                    body,
+                    Expr::Literal(suffix.as_bytes().to_vec()),
+                ]);
+                g
+            }
             OutputConstraint::Tools {
                 calling,
                 text,
@@ -207,6 +248,12 @@ pub struct GenerateParams {
     pub top_k: usize,
     /// Min-p (default 0.0 = off).
     pub min_p: f32,
+    /// Repetition penalty over the last 64 tokens, llama.cpp style (default 1.0 = off).
+    pub repeat_penalty: f32,
+    /// Presence penalty, OpenAI style (default 0.0 = off).
+    pub presence_penalty: f32,
+    /// Frequency penalty, OpenAI style (default 0.0 = off).
+    pub frequency_penalty: f32,
     /// Seed of the draw; `None` picks one (reported in [`Generation::seed`]).
     pub seed: Option<u64>,
     /// Generation stops before any of these strings (not part of the output).
@@ -229,6 +276,9 @@ impl Default for GenerateParams {
             top_p: 1.0,
             top_k: 0,
             min_p: 0.0,
+            repeat_penalty: 1.0,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
             seed: None,
             stop: Vec::new(),
             json_mode: None,
@@ -247,6 +297,9 @@ impl GenerateParams {
             top_k: self.top_k,
             top_p: self.top_p,
             min_p: self.min_p,
+            repeat_penalty: self.repeat_penalty,
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
         }
     }
 

@@ -36,7 +36,7 @@ use crate::chat::{ChatTemplate, Message, CHATML};
 use crate::error::{Result, RuntimeError};
 use crate::json::ValidationStatus;
 use crate::model::{KvCache, LoadOptions, Model};
-use crate::sampler::Sampler;
+use crate::sampler::{Sampler, PENALTY_WINDOW};
 use crate::tools::{inject_tools, Tool};
 
 /// How to load a [`CandleBackend`].
@@ -349,6 +349,8 @@ pub struct Sequence {
     n_out: usize,
     max_tokens: usize,
     feed: Vec<u32>,
+    /// The last tokens, for repetition penalties (empty when none is on).
+    recent: std::collections::VecDeque<u32>,
     t0: Instant,
 }
 
@@ -384,6 +386,18 @@ impl Sequence {
         &self.usage
     }
 
+    fn remember(&mut self, toks: &[u32]) {
+        if self.recent.is_empty() {
+            return;
+        }
+        for &t in toks {
+            if self.recent.len() == PENALTY_WINDOW {
+                self.recent.pop_front();
+            }
+            self.recent.push_back(t);
+        }
+    }
+
     fn first(&mut self) {
         if self.usage.first_token_secs == 0.0 {
             self.usage.first_token_secs = self.t0.elapsed().as_secs_f64();
@@ -412,6 +426,7 @@ impl Sequence {
                 // prompt at the start, the last sampled token afterwards. So jump-forward
                 // costs no extra pass.
                 self.feed.extend_from_slice(&forced[..take]);
+                self.remember(&forced[..take]);
                 self.n_out += take;
                 self.usage.forced_tokens += take;
                 self.first();
@@ -462,6 +477,10 @@ impl Sequence {
                 }
             }
         }
+        if !self.recent.is_empty() {
+            let cfg = self.params.sampler();
+            cfg.penalize(&mut logits[..n_vocab], self.recent.make_contiguous());
+        }
         let allowed = self.matcher.is_some().then_some(&self.mask[..]);
         let t = match self.sampler.sample(&logits[..n_vocab], allowed) {
             Some(t) => t,
@@ -495,6 +514,7 @@ impl Sequence {
             return Ok(false);
         }
         self.feed.push(t);
+        self.remember(&[t]);
         Ok(true)
     }
 
@@ -595,6 +615,14 @@ impl CandleBackend {
             finish: FinishReason::Length,
             n_out: 0,
             max_tokens: params.max_tokens.min(ctx - ids.len()),
+            recent: if params.sampler().penalizes() {
+                ids[ids.len().saturating_sub(PENALTY_WINDOW)..]
+                    .iter()
+                    .copied()
+                    .collect()
+            } else {
+                Default::default()
+            },
             feed: ids,
             constraint,
             matcher,

@@ -27,6 +27,31 @@ pub struct SamplerConfig {
     pub top_p: f32,
     /// Drop tokens less likely than `min_p` times the most likely one (0.0 = off).
     pub min_p: f32,
+    /// llama.cpp's repetition penalty on the last [`PENALTY_WINDOW`] tokens: positive
+    /// logits divided by it, negative ones multiplied (1.0 = off).
+    pub repeat_penalty: f32,
+    /// OpenAI's presence penalty: subtracted once from tokens seen in the window (0 = off).
+    pub presence_penalty: f32,
+    /// OpenAI's frequency penalty: subtracted per occurrence in the window (0 = off).
+    pub frequency_penalty: f32,
+}
+
+/// Tokens (prompt tail plus output) the penalties look back over, as llama.cpp's default
+/// `repeat_last_n`.
+pub const PENALTY_WINDOW: usize = 64;
+
+impl Default for SamplerConfig {
+    fn default() -> Self {
+        SamplerConfig {
+            temperature: 0.7,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            repeat_penalty: 1.0,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+        }
+    }
 }
 
 impl SamplerConfig {
@@ -50,7 +75,50 @@ impl SamplerConfig {
                 msg: format!("{} is not in [0, 1]", self.min_p),
             });
         }
+        if !(self.repeat_penalty.is_finite() && self.repeat_penalty > 0.0) {
+            return Err(RuntimeError::Params {
+                param: "repeat_penalty",
+                msg: format!("{} is not a finite number > 0", self.repeat_penalty),
+            });
+        }
+        for (param, v) in [
+            ("presence_penalty", self.presence_penalty),
+            ("frequency_penalty", self.frequency_penalty),
+        ] {
+            if !(-2.0..=2.0).contains(&v) {
+                return Err(RuntimeError::Params {
+                    param,
+                    msg: format!("{v} is not in [-2, 2]"),
+                });
+            }
+        }
         Ok(())
+    }
+
+    /// Whether any penalty is on.
+    pub fn penalizes(&self) -> bool {
+        self.repeat_penalty != 1.0 || self.presence_penalty != 0.0 || self.frequency_penalty != 0.0
+    }
+
+    /// Applies the penalties to `logits` for the tokens in `recent` (the last
+    /// [`PENALTY_WINDOW`] tokens). Cost: O(window log window).
+    pub fn penalize(&self, logits: &mut [f32], recent: &[u32]) {
+        if !self.penalizes() {
+            return;
+        }
+        let mut seen: Vec<u32> = recent.to_vec();
+        seen.sort_unstable();
+        for run in seen.chunk_by(|a, b| a == b) {
+            let Some(l) = logits.get_mut(run[0] as usize) else {
+                continue;
+            };
+            if *l > 0.0 {
+                *l /= self.repeat_penalty;
+            } else {
+                *l *= self.repeat_penalty;
+            }
+            *l -= self.presence_penalty + self.frequency_penalty * run.len() as f32;
+        }
     }
 }
 
@@ -186,7 +254,33 @@ mod tests {
             top_k: k,
             top_p: p,
             min_p: m,
+            ..Default::default()
         }
+    }
+
+    #[test]
+    fn penalties_follow_llama_cpp_and_openai() {
+        let c = SamplerConfig {
+            repeat_penalty: 2.0,
+            presence_penalty: 0.5,
+            frequency_penalty: 0.25,
+            ..Default::default()
+        };
+        let mut l = vec![4.0, -4.0, 1.0];
+        c.penalize(&mut l, &[0, 1, 1]);
+        assert_eq!(l, vec![4.0 / 2.0 - 0.75, -8.0 - 1.0, 1.0]);
+        assert!(SamplerConfig {
+            repeat_penalty: 0.0,
+            ..Default::default()
+        }
+        .validate()
+        .is_err());
+        assert!(SamplerConfig {
+            presence_penalty: 3.0,
+            ..Default::default()
+        }
+        .validate()
+        .is_err());
     }
 
     #[test]

@@ -1,0 +1,81 @@
+//! `ruvllm serve`: the OpenAI, Ollama and llama.cpp HTTP dialects on a local model.
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use ruvllm_runtime::SchedulerOptions;
+use ruvllm_server::ServerConfig;
+
+use crate::generate::ModelArgs;
+
+/// `ruvllm serve` flags.
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Address to bind. The default is loopback only; use 0.0.0.0 to listen on every
+    /// interface (then set --api-key).
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Port (0 picks a free one; the chosen address is printed).
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// Require `Authorization: Bearer KEY` on every endpoint but /health
+    /// (default: $RUVLLM_API_KEY when set).
+    #[arg(long)]
+    api_key: Option<String>,
+    /// Generations decoded together in one batch.
+    #[arg(long, default_value_t = 8)]
+    max_batch: usize,
+    /// Requests queued beyond the batch before new ones get 503 + Retry-After.
+    #[arg(long, default_value_t = 64)]
+    max_queue: usize,
+    /// Largest request body in bytes (larger: 413).
+    #[arg(long, default_value_t = 4 << 20)]
+    max_body_bytes: usize,
+    /// max_tokens when a request gives none.
+    #[arg(long, default_value_t = 1024)]
+    default_max_tokens: usize,
+    /// Largest max_tokens a request may ask for (more: 400).
+    #[arg(long, default_value_t = 8192)]
+    max_tokens_limit: usize,
+    /// Do not apply JSON Schemas declared in system prompts (instructor's JSON/MD_JSON
+    /// modes, LangChain output parsers) as constraints.
+    #[arg(long)]
+    no_prompt_schema: bool,
+}
+
+/// Loads the model and serves until ctrl-c.
+pub fn run(a: ServeArgs) -> Result<()> {
+    if a.max_batch == 0 {
+        bail!("--max-batch must be at least 1");
+    }
+    let backend = a.model.load()?;
+    let config = ServerConfig {
+        host: a.host,
+        port: a.port,
+        api_key: a
+            .api_key
+            .or_else(|| std::env::var("RUVLLM_API_KEY").ok())
+            .filter(|k| !k.is_empty()),
+        max_body_bytes: a.max_body_bytes,
+        default_max_tokens: a.default_max_tokens,
+        max_tokens_limit: a.max_tokens_limit,
+        scheduler: SchedulerOptions {
+            max_batch: a.max_batch,
+            max_waiting: a.max_queue,
+            ..Default::default()
+        },
+        prompt_schema: !a.no_prompt_schema,
+    };
+    let model = backend.name().to_string();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(ruvllm_server::serve(backend, config, |addr| {
+        eprintln!("ruvllm: serving {model} on http://{addr} (OpenAI: http://{addr}/v1, Ollama: http://{addr}/api, llama.cpp: http://{addr}/completion)");
+    }))
+    .context("serving")?;
+    Ok(())
+}

@@ -1,0 +1,157 @@
+//! Errors as each dialect spells them.
+//!
+//! Every bad request is a 400 (never a 5xx: clients retry those) that names the offending
+//! field in `param`, in the OpenAI shape `{"error":{"message","type","param","code"}}`;
+//! Ollama clients expect `{"error":"message"}` and llama.cpp clients
+//! `{"error":{"code","message","type"}}`, so the shape follows the endpoint.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use ruvllm_runtime::RuntimeError;
+use serde_json::json;
+
+/// Which API family an endpoint belongs to (it decides the error shape).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// OpenAI (`/v1/...`), also used for `/health` and `/metrics`.
+    OpenAi,
+    /// Ollama (`/api/...`).
+    Ollama,
+    /// llama.cpp's server (`/completion`).
+    LlamaCpp,
+}
+
+/// An HTTP error answer.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    /// The status.
+    pub status: StatusCode,
+    /// What went wrong, for a person.
+    pub message: String,
+    /// OpenAI's `type` (`invalid_request_error`, `authentication_error`, ...).
+    pub kind: &'static str,
+    /// The offending request field, e.g. `response_format.json_schema.schema`.
+    pub param: Option<String>,
+    /// OpenAI's `code` (`model_not_found`, `context_length_exceeded`, ...).
+    pub code: Option<&'static str>,
+    /// The shape of the body.
+    pub dialect: Dialect,
+    /// Seconds for a `Retry-After` header (503 answers).
+    pub retry_after: Option<u64>,
+}
+
+impl ApiError {
+    /// A 400 naming `param`.
+    pub fn bad(param: impl Into<String>, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+            kind: "invalid_request_error",
+            param: Some(param.into()),
+            code: None,
+            dialect: Dialect::OpenAi,
+            retry_after: None,
+        }
+    }
+
+    /// An error with any status and no param.
+    pub fn status(status: StatusCode, kind: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            message: message.into(),
+            kind,
+            param: None,
+            code: None,
+            dialect: Dialect::OpenAi,
+            retry_after: None,
+        }
+    }
+
+    /// The same error in another dialect's shape.
+    pub fn dialect(mut self, d: Dialect) -> ApiError {
+        self.dialect = d;
+        self
+    }
+
+    /// Sets OpenAI's `code`.
+    pub fn code(mut self, code: &'static str) -> ApiError {
+        self.code = Some(code);
+        self
+    }
+
+    /// A runtime error met while starting or running a generation; `constraint_param`
+    /// names the field the constraint came from (schema and grammar errors point there).
+    pub fn from_runtime(e: &RuntimeError, constraint_param: &str) -> ApiError {
+        match e {
+            RuntimeError::Params { param, msg } => {
+                let param = match *param {
+                    "constraint" => constraint_param.to_string(),
+                    p => p.to_string(),
+                };
+                ApiError::bad(param, e.to_string()).with_message_from(msg)
+            }
+            RuntimeError::Schema(_) | RuntimeError::JsonSchema(_) | RuntimeError::Grammar(_) => {
+                ApiError::bad(constraint_param, e.to_string())
+            }
+            RuntimeError::ContextFull { .. } => {
+                ApiError::bad("messages", e.to_string()).code("context_length_exceeded")
+            }
+            RuntimeError::Template(_) | RuntimeError::Tokenizer(_) => {
+                ApiError::bad("messages", e.to_string())
+            }
+            RuntimeError::Busy { .. } => ApiError {
+                retry_after: Some(1),
+                ..ApiError::status(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "server_overloaded",
+                    e.to_string(),
+                )
+            },
+            _ => ApiError::status(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                e.to_string(),
+            ),
+        }
+    }
+
+    fn with_message_from(mut self, msg: &str) -> ApiError {
+        if let Some(p) = &self.param {
+            self.message = format!("invalid parameter `{p}`: {msg}");
+        }
+        self
+    }
+
+    /// The JSON body.
+    pub fn body(&self) -> serde_json::Value {
+        match self.dialect {
+            Dialect::OpenAi => json!({"error": {
+                "message": self.message,
+                "type": self.kind,
+                "param": self.param,
+                "code": self.code,
+            }}),
+            Dialect::Ollama => json!({"error": self.message}),
+            Dialect::LlamaCpp => json!({"error": {
+                "code": self.status.as_u16(),
+                "message": self.message,
+                "type": self.kind,
+            }}),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut r = (self.status, axum::Json(self.body())).into_response();
+        if let Some(s) = self.retry_after {
+            if let Ok(v) = HeaderValue::from_str(&s.to_string()) {
+                r.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+        }
+        r
+    }
+}
+
+/// The server's result type.
+pub type ApiResult<T> = Result<T, ApiError>;

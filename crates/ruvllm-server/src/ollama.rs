@@ -1,0 +1,362 @@
+//! The Ollama dialect: `POST /api/chat`, `POST /api/generate`, `GET /api/tags`,
+//! `GET /api/version`.
+//!
+//! `format` is `"json"` or a JSON Schema object; sampling comes in `options`
+//! (`temperature`, `top_p`, `top_k`, `min_p`, `num_predict`, `seed`, `stop`, `num_ctx`,
+//! `repeat_penalty`). Streaming is the default, as in Ollama: newline-delimited JSON
+//! objects with `done: false`, then one with `done: true`, `done_reason` and the counters
+//! (durations in nanoseconds). Tool call `arguments` are JSON objects here.
+
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use ruvllm_engine::schema::{SchemaOptions, Whitespace};
+use ruvllm_runtime::tools::parse_output;
+use ruvllm_runtime::{
+    GenerateParams, Generation, Message, OutputConstraint, Prompt, ToolCall, ToolCalling,
+    ToolChoice,
+};
+use serde_json::{json, Value};
+
+use crate::error::{ApiError, ApiResult, Dialect};
+use crate::openai::{channel, collect, next_chunk};
+use crate::params::{self, Fields};
+use crate::{json_body, Shared};
+
+/// An RFC 3339 UTC timestamp for now (Ollama's `created_at`).
+pub fn rfc3339_now() -> String {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let secs = d.as_secs();
+    let z = (secs / 86_400) as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let t = secs % 86_400;
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:09}Z",
+        t / 3600,
+        (t / 60) % 60,
+        t % 60,
+        d.subsec_nanos()
+    )
+}
+
+fn with_dialect<T>(r: ApiResult<T>) -> ApiResult<T> {
+    r.map_err(|e| e.dialect(Dialect::Ollama))
+}
+
+/// `options` to [`GenerateParams`].
+fn options(st: &Shared, f: &Fields) -> ApiResult<GenerateParams> {
+    let mut gp = GenerateParams {
+        max_tokens: st.config.default_max_tokens,
+        temperature: 0.8,
+        ..Default::default()
+    };
+    let Some(o) = f.obj("options")? else {
+        return Ok(gp);
+    };
+    if let Some(t) = o.num("temperature", 0.0, 100.0)? {
+        gp.temperature = t;
+    }
+    if let Some(p) = o.num("top_p", 0.0, 1.0)? {
+        gp.top_p = if p <= 0.0 { 1.0 } else { p };
+    }
+    if let Some(k) = o.int("top_k", -1, 1 << 20)? {
+        gp.top_k = k.max(0) as usize;
+    }
+    if let Some(m) = o.num("min_p", 0.0, 1.0)? {
+        gp.min_p = m;
+    }
+    if let Some(r) = o.num("repeat_penalty", 0.0, 100.0)? {
+        gp.repeat_penalty = if r <= 0.0 { 1.0 } else { r };
+    }
+    if let Some(p) = o.num("presence_penalty", -2.0, 2.0)? {
+        gp.presence_penalty = p;
+    }
+    if let Some(p) = o.num("frequency_penalty", -2.0, 2.0)? {
+        gp.frequency_penalty = p;
+    }
+    gp.seed = o.seed("seed")?;
+    gp.stop = o.stop("stop")?;
+    match o.int("num_predict", -2, i64::MAX)? {
+        // -1: "infinite", -2: fill the context; both mean "up to the server's default".
+        None | Some(-1) | Some(-2) => {}
+        Some(0) => return Err(ApiError::bad("options.num_predict", "must not be 0")),
+        Some(n) => gp.max_tokens = st.max_tokens(Some(n), "options.num_predict")?,
+    }
+    o.int("num_ctx", 1, i64::MAX)?;
+    Ok(gp)
+}
+
+fn done_fields(g: &Generation) -> Value {
+    let ns = |s: f64| (s * 1e9) as u64;
+    json!({
+        "done": true,
+        "done_reason": g.finish.as_str(),
+        "total_duration": ns(g.usage.total_secs),
+        "load_duration": 0,
+        "prompt_eval_count": g.usage.prompt_tokens,
+        "prompt_eval_duration": ns(g.usage.prompt_secs),
+        "eval_count": g.usage.completion_tokens,
+        "eval_duration": ns(g.usage.decode_secs()),
+    })
+}
+
+fn merge(mut a: Value, b: Value) -> Value {
+    if let (Some(a), Value::Object(b)) = (a.as_object_mut(), b) {
+        a.extend(b);
+    }
+    a
+}
+
+fn ndjson_line(v: &Value) -> Result<Bytes, std::io::Error> {
+    let mut s = v.to_string();
+    s.push('\n');
+    Ok(Bytes::from(s))
+}
+
+fn ollama_calls(calls: &[ToolCall]) -> Value {
+    Value::from(
+        calls
+            .iter()
+            .map(|c| {
+                let args: Value = serde_json::from_str(&c.arguments).unwrap_or(json!({}));
+                json!({"function": {"name": c.name, "arguments": args}})
+            })
+            .collect::<Vec<_>>(),
+    )
+}
+
+/// Ollama messages: OpenAI's shape, with tool-call `arguments` as objects.
+fn messages(f: &Fields) -> ApiResult<Vec<Message>> {
+    let mut ms = params::messages(f)?;
+    for m in &mut ms {
+        if let Some(Value::Array(calls)) = &mut m.tool_calls {
+            for c in calls.iter_mut() {
+                if let Some(a) = c.pointer_mut("/function/arguments") {
+                    if !a.is_string() {
+                        *a = Value::String(a.to_string());
+                    }
+                }
+            }
+        }
+    }
+    Ok(ms)
+}
+
+/// `POST /api/chat`.
+pub async fn chat(State(st): State<Shared>, body: Result<Bytes, BytesRejection>) -> Response {
+    with_dialect(chat_inner(st, body).await).unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn chat_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResult<Response> {
+    let v = json_body(body, Dialect::Ollama)?;
+    let f = Fields::of(&v, "")?;
+    st.check_model(f.str("model")?, Dialect::Ollama)?;
+    let msgs = messages(&f)?;
+    let tools = params::tools(&f)?;
+    let format = params::constraint(&f, true)?;
+    let (format, note) = crate::openai::prompt_schema(&st, &msgs, format, tools.as_ref());
+    let mut gp = options(&st, &f)?;
+    let stream = f.bool("stream")?.unwrap_or(true);
+    let calling: Option<ToolCalling> = tools.filter(|t| t.choice != ToolChoice::None);
+    let param = format
+        .as_ref()
+        .map_or("tools".to_string(), |c| c.param.clone());
+    gp.constraint = match &calling {
+        Some(t) => Some(OutputConstraint::Tools {
+            calling: t.clone(),
+            text: format.map(|c| Box::new(c.c)),
+            options: SchemaOptions {
+                whitespace: Whitespace::Compact,
+                ..Default::default()
+            },
+        }),
+        None => format.map(|c| c.c),
+    };
+    let prompt = Prompt::Chat {
+        messages: msgs,
+        tools: calling
+            .as_ref()
+            .map(|t| Value::from(t.tools.iter().map(|t| t.to_openai()).collect::<Vec<_>>())),
+    };
+    let s = st.start(prompt, gp, param).await?;
+    let model = st.model_id.clone();
+    if !stream {
+        let g = collect(s).await?;
+        let (content, calls) = if calling.is_some() {
+            parse_output(&g.text)
+        } else {
+            (g.text.clone(), Vec::new())
+        };
+        let mut message = json!({"role": "assistant", "content": content});
+        if !calls.is_empty() {
+            message["tool_calls"] = ollama_calls(&calls);
+        }
+        let head = json!({"model": model, "created_at": rfc3339_now(), "message": message});
+        let r = Json(merge(head, done_fields(&g))).into_response();
+        return Ok(crate::openai::with_note(r, note));
+    }
+    let (tx, rx) = channel();
+    let tools = calling.is_some();
+    let mut s = s;
+    tokio::spawn(async move {
+        let mut parser = ruvllm_runtime::ToolParser::new();
+        while let Some(item) = next_chunk(&mut s, &tx).await {
+            let text = match item {
+                Ok(t) => t,
+                Err(e) => {
+                    let _ = tx.send(ndjson_line(&json!({"error": e.to_string()}))).await;
+                    return;
+                }
+            };
+            // Text streams as it comes; a call is sent whole once its arguments are
+            // complete (Ollama clients expect object arguments).
+            let content: String = if tools {
+                parser
+                    .push(&text)
+                    .into_iter()
+                    .filter_map(|e| match e {
+                        ruvllm_runtime::ToolEvent::Text(t) => Some(t),
+                        _ => None,
+                    })
+                    .collect()
+            } else {
+                text
+            };
+            if content.is_empty() {
+                continue;
+            }
+            let line = json!({"model": model, "created_at": rfc3339_now(),
+                              "message": {"role": "assistant", "content": content},
+                              "done": false});
+            if tx.send(ndjson_line(&line)).await.is_err() {
+                return;
+            }
+        }
+        let Some(Ok(g)) = s.outcome() else { return };
+        let mut message = json!({"role": "assistant", "content": ""});
+        let calls = parser.calls();
+        if !calls.is_empty() {
+            message["tool_calls"] = ollama_calls(calls);
+        }
+        let head = json!({"model": model, "created_at": rfc3339_now(), "message": message});
+        let _ = tx.send(ndjson_line(&merge(head, done_fields(&g)))).await;
+    });
+    let r = (
+        [(header::CONTENT_TYPE, "application/x-ndjson")],
+        Body::from_stream(rx),
+    )
+        .into_response();
+    Ok(crate::openai::with_note(r, note))
+}
+
+/// `POST /api/generate`: `prompt` (+ `system`) through the chat template, or as is with
+/// `raw: true`.
+pub async fn generate(State(st): State<Shared>, body: Result<Bytes, BytesRejection>) -> Response {
+    with_dialect(generate_inner(st, body).await).unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn generate_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResult<Response> {
+    let v = json_body(body, Dialect::Ollama)?;
+    let f = Fields::of(&v, "")?;
+    st.check_model(f.str("model")?, Dialect::Ollama)?;
+    let text = f.str("prompt")?.unwrap_or("").to_string();
+    let model = st.model_id.clone();
+    if text.is_empty() {
+        // Ollama answers an empty prompt by loading the model: done at once.
+        return Ok(Json(json!({"model": model, "created_at": rfc3339_now(),
+                              "response": "", "done": true, "done_reason": "load"}))
+        .into_response());
+    }
+    if f.str("suffix")?.is_some_and(|s| !s.is_empty()) {
+        return Err(ApiError::bad(
+            "suffix",
+            "suffix (fill-in-the-middle) is not supported",
+        ));
+    }
+    if f.get("images").is_some() {
+        return Err(ApiError::bad("images", "images are not supported"));
+    }
+    let prompt = if f.bool("raw")? == Some(true) {
+        Prompt::Raw(text)
+    } else {
+        let mut ms = Vec::new();
+        if let Some(sys) = f.str("system")? {
+            ms.push(Message::system(sys));
+        }
+        ms.push(Message::user(text));
+        Prompt::Chat {
+            messages: ms,
+            tools: None,
+        }
+    };
+    let format = params::constraint(&f, true)?;
+    let mut gp = options(&st, &f)?;
+    let param = format.as_ref().map(|c| c.param.clone()).unwrap_or_default();
+    gp.constraint = format.map(|c| c.c);
+    let stream = f.bool("stream")?.unwrap_or(true);
+    let s = st.start(prompt, gp, param).await?;
+    if !stream {
+        let g = collect(s).await?;
+        let head = json!({"model": model, "created_at": rfc3339_now(), "response": g.text});
+        return Ok(Json(merge(head, done_fields(&g))).into_response());
+    }
+    let (tx, rx) = channel();
+    let mut s = s;
+    tokio::spawn(async move {
+        while let Some(item) = next_chunk(&mut s, &tx).await {
+            let line = match item {
+                Ok(t) => json!({"model": model, "created_at": rfc3339_now(),
+                                "response": t, "done": false}),
+                Err(e) => json!({"error": e.to_string()}),
+            };
+            if tx.send(ndjson_line(&line)).await.is_err() {
+                return;
+            }
+        }
+        if let Some(Ok(g)) = s.outcome() {
+            let head = json!({"model": model, "created_at": rfc3339_now(), "response": ""});
+            let _ = tx.send(ndjson_line(&merge(head, done_fields(&g)))).await;
+        }
+    });
+    Ok((
+        [(header::CONTENT_TYPE, "application/x-ndjson")],
+        Body::from_stream(rx),
+    )
+        .into_response())
+}
+
+/// `GET /api/tags`: the served model.
+pub async fn tags(State(st): State<Shared>) -> Json<Value> {
+    let cfg = st.sched.backend().model().config().clone();
+    Json(json!({"models": [{
+        "name": format!("{}:latest", st.model_id),
+        "model": format!("{}:latest", st.model_id),
+        "modified_at": rfc3339_now(),
+        "size": 0,
+        "digest": "",
+        "details": {
+            "format": "gguf",
+            "family": format!("{:?}", cfg.arch).to_lowercase(),
+            "families": [format!("{:?}", cfg.arch).to_lowercase()],
+            "parameter_size": "",
+            "quantization_level": "",
+        },
+    }]}))
+}
+
+/// `GET /api/version`.
+pub async fn version() -> Json<Value> {
+    Json(json!({"version": "0.6.0"}))
+}

@@ -1,0 +1,452 @@
+//! The OpenAI dialect: `POST /v1/chat/completions`, `POST /v1/completions`,
+//! `GET /v1/models`.
+//!
+//! Chat requests may carry `response_format` (text, json_object, json_schema with
+//! `strict`), tools (`tool_choice` none/auto/required/named, `parallel_tool_calls`), and
+//! the vLLM/SGLang/llama.cpp extension fields; streaming answers are Server-Sent Events
+//! with `chat.completion.chunk` objects, tool calls streamed as `delta.tool_calls` (id,
+//! type and name only in the first delta of each call, argument fragments after), a final
+//! chunk with `finish_reason`, an optional usage chunk (`stream_options.include_usage`),
+//! and `data: [DONE]`.
+
+use std::convert::Infallible;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::response::sse::{Event, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures::{Stream, StreamExt};
+use ruvllm_engine::schema::{SchemaOptions, Whitespace};
+use ruvllm_runtime::tools::parse_output;
+use ruvllm_runtime::{
+    FinishReason, GenerateParams, Generation, OutputConstraint, Prompt, RuntimeError, TextStream,
+    ToolCall, ToolCalling, ToolChoice, ToolEvent, ToolParser,
+};
+use serde_json::{json, Value};
+
+use crate::error::{ApiError, ApiResult, Dialect};
+use crate::params::{self, Fields};
+use crate::{json_body, new_id, unix_now, Shared};
+
+/// A channel whose receiving end is a [`Stream`] (the response body) and whose sending
+/// end can tell when the client has gone ([`tokio::sync::mpsc::Sender::closed`]).
+pub(crate) fn channel<T: Send + 'static>(
+) -> (tokio::sync::mpsc::Sender<T>, impl Stream<Item = T> + Send) {
+    let (tx, rx) = tokio::sync::mpsc::channel::<T>(64);
+    let s = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|x| (x, rx)) });
+    (tx, s)
+}
+
+/// The next chunk of a generation; `None` at its end or when the client went away
+/// (then dropping the [`TextStream`] cancels the generation).
+pub(crate) async fn next_chunk<T>(
+    s: &mut TextStream,
+    tx: &tokio::sync::mpsc::Sender<T>,
+) -> Option<Result<String, RuntimeError>> {
+    tokio::select! {
+        x = StreamExt::next(s) => x,
+        _ = tx.closed() => None,
+    }
+}
+
+/// Reads a whole generation (non-streaming requests).
+pub(crate) async fn collect(mut s: TextStream) -> ApiResult<Generation> {
+    while let Some(c) = StreamExt::next(&mut s).await {
+        c.map_err(|e| ApiError::from_runtime(&e, ""))?;
+    }
+    match s.outcome() {
+        Some(Ok(g)) => Ok(g),
+        Some(Err(e)) => Err(ApiError::from_runtime(&e, "")),
+        None => Err(ApiError::from_runtime(
+            &RuntimeError::Model("the generation ended without a result".into()),
+            "",
+        )),
+    }
+}
+
+/// Sampling fields shared by the OpenAI endpoints (with the usual extensions `top_k`,
+/// `min_p`, `repetition_penalty`).
+fn sampling(st: &Shared, f: &Fields, max_keys: &[&str]) -> ApiResult<GenerateParams> {
+    let mut asked = None;
+    for k in max_keys {
+        if let Some(n) = f.int(k, i64::MIN, i64::MAX)? {
+            asked = Some((n, *k));
+        }
+    }
+    let max_tokens = match asked {
+        Some((n, k)) => st.max_tokens(Some(n), k)?,
+        None => st.max_tokens(None, "max_tokens")?,
+    };
+    Ok(GenerateParams {
+        max_tokens,
+        temperature: f.num("temperature", 0.0, 2.0)?.unwrap_or(1.0),
+        top_p: match f.num("top_p", 0.0, 1.0)? {
+            Some(p) if p <= 0.0 => {
+                return Err(ApiError::bad("top_p", "`top_p` must be greater than 0"))
+            }
+            Some(p) => p,
+            None => 1.0,
+        },
+        top_k: f
+            .int("top_k", -1, 1 << 20)?
+            .map_or(0, |k| k.max(0) as usize),
+        min_p: f.num("min_p", 0.0, 1.0)?.unwrap_or(0.0),
+        repeat_penalty: f.num("repetition_penalty", 0.01, 100.0)?.unwrap_or(1.0),
+        presence_penalty: f.num("presence_penalty", -2.0, 2.0)?.unwrap_or(0.0),
+        frequency_penalty: f.num("frequency_penalty", -2.0, 2.0)?.unwrap_or(0.0),
+        seed: f.seed("seed")?,
+        stop: f.stop("stop")?,
+        ..Default::default()
+    })
+}
+
+/// The constraint of a chat request (tools and/or a format) and the field it came from.
+fn chat_constraint(
+    tools: Option<&ToolCalling>,
+    format: Option<params::Constraint>,
+) -> (Option<OutputConstraint>, String) {
+    match tools {
+        Some(t) if t.choice != ToolChoice::None => {
+            let param = format
+                .as_ref()
+                .map_or("tools".to_string(), |c| c.param.clone());
+            (
+                Some(OutputConstraint::Tools {
+                    calling: t.clone(),
+                    text: format.map(|c| Box::new(c.c)),
+                    options: SchemaOptions {
+                        whitespace: Whitespace::Compact,
+                        ..Default::default()
+                    },
+                }),
+                param,
+            )
+        }
+        _ => match format {
+            Some(c) => (Some(c.c), c.param),
+            None => (None, String::new()),
+        },
+    }
+}
+
+fn usage_json(g: &Generation) -> Value {
+    json!({
+        "prompt_tokens": g.usage.prompt_tokens,
+        "completion_tokens": g.usage.completion_tokens,
+        "total_tokens": g.usage.prompt_tokens + g.usage.completion_tokens,
+    })
+}
+
+fn tool_calls_json(calls: &[ToolCall], ids: &[String]) -> Value {
+    Value::from(
+        calls
+            .iter()
+            .zip(ids)
+            .map(|(c, id)| {
+                json!({"id": id, "type": "function",
+                       "function": {"name": c.name, "arguments": c.arguments}})
+            })
+            .collect::<Vec<_>>(),
+    )
+}
+
+fn finish_reason(finish: FinishReason, calls: bool) -> &'static str {
+    match (finish, calls) {
+        (FinishReason::Stop, true) => "tool_calls",
+        (f, _) => f.as_str(),
+    }
+}
+
+/// `POST /v1/chat/completions`.
+pub async fn chat(State(st): State<Shared>, body: Result<Bytes, BytesRejection>) -> Response {
+    chat_inner(st, body)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn chat_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResult<Response> {
+    let v = json_body(body, Dialect::OpenAi)?;
+    let f = Fields::of(&v, "")?;
+    st.check_model(f.str("model")?, Dialect::OpenAi)?;
+    params::refuse_unsupported(&f)?;
+    let messages = params::messages(&f)?;
+    let tools = params::tools(&f)?;
+    let format = params::constraint(&f, false)?;
+    let (format, note) = prompt_schema(&st, &messages, format, tools.as_ref());
+    let mut gp = sampling(&st, &f, &["max_tokens", "max_completion_tokens"])?;
+    let stream = f.bool("stream")?.unwrap_or(false);
+    let include_usage = match f.obj("stream_options")? {
+        Some(o) => o.bool("include_usage")?.unwrap_or(false),
+        None => false,
+    };
+    let (constraint, param) = chat_constraint(tools.as_ref(), format);
+    let calling = tools.filter(|t| t.choice != ToolChoice::None);
+    gp.constraint = constraint;
+    let prompt = Prompt::Chat {
+        messages,
+        tools: calling
+            .as_ref()
+            .map(|t| Value::from(t.tools.iter().map(|t| t.to_openai()).collect::<Vec<_>>())),
+    };
+    let s = st.start(prompt, gp, param).await?;
+    let id = new_id("chatcmpl-");
+    let created = unix_now();
+    let model = st.model_id.clone();
+    if stream {
+        let r = chat_stream(s, id, created, model, calling.is_some(), include_usage);
+        return Ok(with_note(r.into_response(), note));
+    }
+    let g = collect(s).await?;
+    let (content, calls) = if calling.is_some() {
+        parse_output(&g.text)
+    } else {
+        (g.text.clone(), Vec::new())
+    };
+    let ids: Vec<String> = calls.iter().map(|_| new_id("call_")).collect();
+    let mut message = json!({
+        "role": "assistant",
+        "content": if content.is_empty() && !calls.is_empty() { Value::Null } else { json!(content) },
+        "refusal": null,
+    });
+    if !calls.is_empty() {
+        message["tool_calls"] = tool_calls_json(&calls, &ids);
+    }
+    let r = Json(json!({
+        "id": id,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "system_fingerprint": "ruvllm",
+        "choices": [{
+            "index": 0,
+            "message": message,
+            "logprobs": null,
+            "finish_reason": finish_reason(g.finish, !calls.is_empty()),
+        }],
+        "usage": usage_json(&g),
+    }))
+    .into_response();
+    Ok(with_note(r, note))
+}
+
+/// The prompt-declared schema rule ([`params::apply_prompt_schema`]) when the server has
+/// it on and no tool call is possible.
+pub(crate) fn prompt_schema(
+    st: &Shared,
+    messages: &[ruvllm_runtime::Message],
+    format: Option<params::Constraint>,
+    tools: Option<&ToolCalling>,
+) -> (Option<params::Constraint>, Option<String>) {
+    let tools_on = tools.is_some_and(|t| t.choice != ToolChoice::None);
+    if !st.config.prompt_schema || tools_on {
+        return (format, None);
+    }
+    let json_object = format.as_ref().is_some_and(|c| {
+        matches!(
+            c.c,
+            OutputConstraint::JsonObject { .. } | OutputConstraint::Json { .. }
+        )
+    });
+    params::apply_prompt_schema(messages, format, json_object)
+}
+
+/// Adds the `x-ruvllm-constraint` header saying where the constraint came from.
+pub(crate) fn with_note(mut r: Response, note: Option<String>) -> Response {
+    if let Some(n) = note {
+        if let Ok(v) = axum::http::HeaderValue::from_str(&n.replace(['\r', '\n'], " ")) {
+            r.headers_mut().insert("x-ruvllm-constraint", v);
+        }
+    }
+    r
+}
+
+fn sse(v: &Value) -> Result<Event, Infallible> {
+    Ok(Event::default().data(v.to_string()))
+}
+
+fn chat_stream(
+    mut s: TextStream,
+    id: String,
+    created: u64,
+    model: String,
+    tools: bool,
+    include_usage: bool,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let (tx, rx) = channel();
+    tokio::spawn(async move {
+        let chunk = |delta: Value, finish: Value| {
+            json!({"id": id, "object": "chat.completion.chunk", "created": created,
+                   "model": model, "system_fingerprint": "ruvllm",
+                   "choices": [{"index": 0, "delta": delta, "logprobs": null,
+                                "finish_reason": finish}]})
+        };
+        if tx
+            .send(sse(&chunk(
+                json!({"role": "assistant", "content": ""}),
+                Value::Null,
+            )))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        let mut parser = ToolParser::new();
+        let mut ids: Vec<String> = Vec::new();
+        while let Some(item) = next_chunk(&mut s, &tx).await {
+            let text = match item {
+                Ok(t) => t,
+                Err(e) => {
+                    let err = ApiError::from_runtime(&e, "");
+                    let _ = tx.send(sse(&err.body())).await;
+                    let _ = tx.send(Ok(Event::default().data("[DONE]"))).await;
+                    return;
+                }
+            };
+            let events = if tools {
+                parser.push(&text)
+            } else {
+                vec![ToolEvent::Text(text)]
+            };
+            for ev in events {
+                let delta = match ev {
+                    ToolEvent::Text(t) => json!({"content": t}),
+                    ToolEvent::CallStart { index, name } => {
+                        let cid = new_id("call_");
+                        ids.push(cid.clone());
+                        json!({"tool_calls": [{"index": index, "id": cid, "type": "function",
+                                               "function": {"name": name, "arguments": ""}}]})
+                    }
+                    ToolEvent::CallArgs { index, fragment } => {
+                        json!({"tool_calls": [{"index": index,
+                                               "function": {"arguments": fragment}}]})
+                    }
+                };
+                if tx.send(sse(&chunk(delta, Value::Null))).await.is_err() {
+                    return;
+                }
+            }
+        }
+        for ev in parser.finish() {
+            if let ToolEvent::Text(t) = ev {
+                let _ = tx
+                    .send(sse(&chunk(json!({"content": t}), Value::Null)))
+                    .await;
+            }
+        }
+        let g = match s.outcome() {
+            Some(Ok(g)) => g,
+            _ => return,
+        };
+        let fr = finish_reason(g.finish, !parser.calls().is_empty());
+        let _ = tx.send(sse(&chunk(json!({}), json!(fr)))).await;
+        if include_usage {
+            let _ = tx
+                .send(sse(&json!({"id": id, "object": "chat.completion.chunk",
+                    "created": created, "model": model, "system_fingerprint": "ruvllm",
+                    "choices": [], "usage": usage_json(&g)})))
+                .await;
+        }
+        let _ = tx.send(Ok(Event::default().data("[DONE]"))).await;
+    });
+    Sse::new(rx)
+}
+
+/// `POST /v1/completions` (legacy text completion: the prompt is used as is, no chat
+/// template).
+pub async fn completions(
+    State(st): State<Shared>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    completions_inner(st, body)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn completions_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResult<Response> {
+    let v = json_body(body, Dialect::OpenAi)?;
+    let f = Fields::of(&v, "")?;
+    st.check_model(f.str("model")?, Dialect::OpenAi)?;
+    params::refuse_unsupported(&f)?;
+    let prompt = match f.get("prompt") {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(a)) if a.len() == 1 && a[0].is_string() => {
+            a[0].as_str().unwrap_or_default().to_string()
+        }
+        Some(Value::Array(_)) => {
+            return Err(ApiError::bad(
+                "prompt",
+                "only one prompt per request is supported (a string)",
+            ))
+        }
+        Some(_) => return Err(ApiError::bad("prompt", "`prompt` must be a string")),
+        None => return Err(ApiError::bad("prompt", "`prompt` is required")),
+    };
+    let mut gp = sampling(&st, &f, &["max_tokens"])?;
+    if f.get("max_tokens").is_none() {
+        // OpenAI's legacy default.
+        gp.max_tokens = 16;
+    }
+    let format = params::constraint(&f, false)?;
+    let param = format.as_ref().map(|c| c.param.clone()).unwrap_or_default();
+    gp.constraint = format.map(|c| c.c);
+    let stream = f.bool("stream")?.unwrap_or(false);
+    let include_usage = match f.obj("stream_options")? {
+        Some(o) => o.bool("include_usage")?.unwrap_or(false),
+        None => false,
+    };
+    let s = st.start(Prompt::Raw(prompt), gp, param).await?;
+    let id = new_id("cmpl-");
+    let created = unix_now();
+    let model = st.model_id.clone();
+    if !stream {
+        let g = collect(s).await?;
+        return Ok(Json(json!({
+            "id": id, "object": "text_completion", "created": created, "model": model,
+            "system_fingerprint": "ruvllm",
+            "choices": [{"text": g.text, "index": 0, "logprobs": null,
+                         "finish_reason": g.finish.as_str()}],
+            "usage": usage_json(&g),
+        }))
+        .into_response());
+    }
+    let (tx, rx) = channel();
+    let mut s = s;
+    tokio::spawn(async move {
+        let chunk = |text: &str, finish: Value| {
+            json!({"id": id, "object": "text_completion", "created": created, "model": model,
+                   "system_fingerprint": "ruvllm",
+                   "choices": [{"text": text, "index": 0, "logprobs": null,
+                                "finish_reason": finish}]})
+        };
+        while let Some(item) = next_chunk(&mut s, &tx).await {
+            let ev = match item {
+                Ok(t) => sse(&chunk(&t, Value::Null)),
+                Err(e) => sse(&ApiError::from_runtime(&e, "").body()),
+            };
+            if tx.send(ev).await.is_err() {
+                return;
+            }
+        }
+        if let Some(Ok(g)) = s.outcome() {
+            let _ = tx.send(sse(&chunk("", json!(g.finish.as_str())))).await;
+            if include_usage {
+                let _ = tx
+                    .send(sse(&json!({"id": id, "object": "text_completion",
+                        "created": created, "model": model, "choices": [],
+                        "usage": usage_json(&g)})))
+                    .await;
+            }
+        }
+        let _ = tx.send(Ok(Event::default().data("[DONE]"))).await;
+    });
+    Ok(Sse::new(rx).into_response())
+}
+
+/// `GET /v1/models`.
+pub async fn models(State(st): State<Shared>) -> Json<Value> {
+    Json(json!({"object": "list", "data": [{
+        "id": st.model_id, "object": "model", "created": st.created, "owned_by": "ruvllm",
+    }]}))
+}

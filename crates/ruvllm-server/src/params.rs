@@ -1,0 +1,697 @@
+//! Reading request bodies field by field, so that every mistake is a 400 naming the
+//! field (`param`), and turning each dialect's knobs into [`GenerateParams`] and an
+//! [`OutputConstraint`].
+//!
+//! Fields that would change the output if ignored (`n > 1`, `logprobs`, `logit_bias`,
+//! unknown `response_format` types) are refused rather than silently dropped; fields that
+//! only label a request (`user`, `metadata`, `store`) are accepted and ignored.
+
+use ruvllm_engine::schema::{SchemaOptions, Whitespace};
+use ruvllm_runtime::{JsonSchema, Message, OutputConstraint, Tool, ToolCalling, ToolChoice};
+use serde_json::{Map, Value};
+
+use crate::error::{ApiError, ApiResult};
+
+/// A JSON object being read, with the path of its fields for errors.
+#[derive(Debug, Clone)]
+pub struct Fields<'a> {
+    map: &'a Map<String, Value>,
+    prefix: String,
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+impl<'a> Fields<'a> {
+    /// The fields of `v`, which must be an object (`what` names it in the error).
+    pub fn of(v: &'a Value, what: &str) -> ApiResult<Fields<'a>> {
+        match v {
+            Value::Object(map) => Ok(Fields {
+                map,
+                prefix: what.to_string(),
+            }),
+            other => Err(ApiError::bad(
+                what,
+                format!("expected a JSON object, got {}", type_name(other)),
+            )),
+        }
+    }
+
+    /// The full name of field `k`.
+    pub fn path(&self, k: &str) -> String {
+        if self.prefix.is_empty() {
+            k.to_string()
+        } else {
+            format!("{}.{k}", self.prefix)
+        }
+    }
+
+    /// Field `k`, treating `null` as absent.
+    pub fn get(&self, k: &str) -> Option<&'a Value> {
+        self.map.get(k).filter(|v| !v.is_null())
+    }
+
+    fn wrong(&self, k: &str, want: &str, got: &Value) -> ApiError {
+        ApiError::bad(
+            self.path(k),
+            format!("`{}` must be {want}, got {}", self.path(k), type_name(got)),
+        )
+    }
+
+    /// A string field.
+    pub fn str(&self, k: &str) -> ApiResult<Option<&'a str>> {
+        match self.get(k) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(v) => Err(self.wrong(k, "a string", v)),
+        }
+    }
+
+    /// A boolean field.
+    pub fn bool(&self, k: &str) -> ApiResult<Option<bool>> {
+        match self.get(k) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(v) => Err(self.wrong(k, "a boolean", v)),
+        }
+    }
+
+    /// A number field within `[lo, hi]`.
+    pub fn num(&self, k: &str, lo: f64, hi: f64) -> ApiResult<Option<f32>> {
+        match self.get(k) {
+            None => Ok(None),
+            Some(Value::Number(n)) => {
+                let x = n.as_f64().unwrap_or(f64::NAN);
+                if !(lo..=hi).contains(&x) {
+                    return Err(ApiError::bad(
+                        self.path(k),
+                        format!("`{}` is {x}, which is not in [{lo}, {hi}]", self.path(k)),
+                    ));
+                }
+                Ok(Some(x as f32))
+            }
+            Some(v) => Err(self.wrong(k, "a number", v)),
+        }
+    }
+
+    /// An integer field within `[lo, hi]`.
+    pub fn int(&self, k: &str, lo: i64, hi: i64) -> ApiResult<Option<i64>> {
+        match self.get(k) {
+            None => Ok(None),
+            Some(Value::Number(n)) => {
+                let x = n
+                    .as_i64()
+                    .or_else(|| {
+                        n.as_f64()
+                            .filter(|f| f.fract() == 0.0 && f.abs() < 9e18)
+                            .map(|f| f as i64)
+                    })
+                    .ok_or_else(|| self.wrong(k, "an integer", &Value::Number(n.clone())))?;
+                if !(lo..=hi).contains(&x) {
+                    return Err(ApiError::bad(
+                        self.path(k),
+                        format!("`{}` is {x}, which is not in [{lo}, {hi}]", self.path(k)),
+                    ));
+                }
+                Ok(Some(x))
+            }
+            Some(v) => Err(self.wrong(k, "an integer", v)),
+        }
+    }
+
+    /// A seed: any 64-bit integer (negative seeds are reinterpreted).
+    pub fn seed(&self, k: &str) -> ApiResult<Option<u64>> {
+        match self.get(k) {
+            None => Ok(None),
+            Some(Value::Number(n)) => n
+                .as_u64()
+                .or_else(|| n.as_i64().map(|x| x as u64))
+                .map(Some)
+                .ok_or_else(|| self.wrong(k, "an integer", &Value::Number(n.clone()))),
+            Some(v) => Err(self.wrong(k, "an integer", v)),
+        }
+    }
+
+    /// `stop`: a string or an array of at most 16 non-empty strings.
+    pub fn stop(&self, k: &str) -> ApiResult<Vec<String>> {
+        let list = match self.get(k) {
+            None => return Ok(Vec::new()),
+            Some(Value::String(s)) => vec![s.clone()],
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|x| match x {
+                    Value::String(s) => Ok(s.clone()),
+                    other => Err(self.wrong(k, "a string or an array of strings", other)),
+                })
+                .collect::<ApiResult<Vec<_>>>()?,
+            Some(v) => return Err(self.wrong(k, "a string or an array of strings", v)),
+        };
+        if list.len() > 16 {
+            return Err(ApiError::bad(self.path(k), "at most 16 stop sequences"));
+        }
+        if list.iter().any(|s| s.is_empty() || s.len() > 256) {
+            return Err(ApiError::bad(
+                self.path(k),
+                "stop sequences must be 1 to 256 bytes",
+            ));
+        }
+        Ok(list)
+    }
+
+    /// An object field.
+    pub fn obj(&self, k: &str) -> ApiResult<Option<Fields<'a>>> {
+        match self.get(k) {
+            None => Ok(None),
+            Some(Value::Object(map)) => Ok(Some(Fields {
+                map,
+                prefix: self.path(k),
+            })),
+            Some(v) => Err(self.wrong(k, "an object", v)),
+        }
+    }
+}
+
+/// A constraint and the request field it came from.
+#[derive(Debug, Clone)]
+pub struct Constraint {
+    /// The constraint.
+    pub c: OutputConstraint,
+    /// Where it came from, for errors.
+    pub param: String,
+}
+
+fn schema_constraint(schema: &Value, param: &str, strict: bool) -> ApiResult<Constraint> {
+    if !schema.is_object() && !schema.is_boolean() {
+        return Err(ApiError::bad(
+            param,
+            format!(
+                "`{param}` must be a JSON Schema (an object), got {}",
+                type_name(schema)
+            ),
+        ));
+    }
+    let js = JsonSchema::from_value(schema.clone())
+        .map_err(|e| ApiError::bad(param, format!("`{param}` is not a valid JSON Schema: {e}")))?;
+    Ok(Constraint {
+        c: OutputConstraint::JsonSchema {
+            schema: js,
+            options: SchemaOptions {
+                whitespace: Whitespace::Compact,
+                strict,
+                any_order: false,
+            },
+        },
+        param: param.into(),
+    })
+}
+
+fn json_object() -> OutputConstraint {
+    OutputConstraint::JsonObject {
+        whitespace: Whitespace::Compact,
+    }
+}
+
+/// OpenAI's `response_format` (with the shapes other servers accept: a `schema` beside
+/// `json_object`, a flat `json_schema`). `None` for `text`.
+pub fn response_format(f: &Fields) -> ApiResult<Option<Constraint>> {
+    let Some(rf) = f.get("response_format") else {
+        return Ok(None);
+    };
+    let rf = Fields::of(rf, "response_format")?;
+    let ty = rf.str("type")?.ok_or_else(|| {
+        ApiError::bad("response_format.type", "`response_format.type` is required")
+    })?;
+    match ty {
+        "text" => Ok(None),
+        "json_object" => match rf.get("schema") {
+            Some(s) => schema_constraint(s, "response_format.schema", false).map(Some),
+            None => Ok(Some(Constraint {
+                c: json_object(),
+                param: "response_format".into(),
+            })),
+        },
+        "json_schema" => {
+            if let Some(js) = rf.get("json_schema") {
+                let js = Fields::of(js, "response_format.json_schema")?;
+                let strict = js.bool("strict")?.unwrap_or(false);
+                js.str("name")?;
+                let schema = js.get("schema").ok_or_else(|| {
+                    ApiError::bad(
+                        "response_format.json_schema.schema",
+                        "`response_format.json_schema.schema` is required",
+                    )
+                })?;
+                schema_constraint(schema, "response_format.json_schema.schema", strict).map(Some)
+            } else if let Some(s) = rf.get("schema") {
+                schema_constraint(s, "response_format.schema", false).map(Some)
+            } else {
+                Err(ApiError::bad(
+                    "response_format.json_schema",
+                    "`response_format.json_schema` is required for type json_schema",
+                ))
+            }
+        }
+        other => Err(ApiError::bad(
+            "response_format.type",
+            format!(
+                "response_format type {other:?} is not supported (text, json_object, json_schema)"
+            ),
+        )),
+    }
+}
+
+fn string_list(v: &Value, param: &str) -> ApiResult<Vec<String>> {
+    let a = v
+        .as_array()
+        .ok_or_else(|| ApiError::bad(param, format!("`{param}` must be an array of strings")))?;
+    let list: Vec<String> = a
+        .iter()
+        .map(|x| {
+            x.as_str().map(str::to_string).ok_or_else(|| {
+                ApiError::bad(param, format!("`{param}` must be an array of strings"))
+            })
+        })
+        .collect::<ApiResult<_>>()?;
+    if list.is_empty() {
+        return Err(ApiError::bad(
+            param,
+            format!("`{param}` needs at least one choice"),
+        ));
+    }
+    Ok(list)
+}
+
+fn text_field(f: &Fields, k: &str) -> ApiResult<Option<(String, String)>> {
+    Ok(f.str(k)?.map(|s| (s.to_string(), f.path(k))))
+}
+
+/// Every structured-output field a request may carry, of any dialect: `response_format`
+/// (OpenAI), `structured_outputs` and `guided_*` (vLLM), `regex` and `ebnf` (SGLang),
+/// `grammar` and `json_schema` (llama.cpp), `format` (Ollama, when `ollama_format`).
+/// At most one may be given.
+pub fn constraint(f: &Fields, ollama_format: bool) -> ApiResult<Option<Constraint>> {
+    let mut found: Vec<Constraint> = Vec::new();
+    if let Some(c) = response_format(f)? {
+        found.push(c);
+    }
+    if let Some(so) = f.obj("structured_outputs")? {
+        if let Some(s) = so.get("json") {
+            // vLLM accepts the schema as an object or as JSON text.
+            let v = match s {
+                Value::String(t) => serde_json::from_str(t).map_err(|e| {
+                    ApiError::bad("structured_outputs.json", format!("not JSON: {e}"))
+                })?,
+                other => other.clone(),
+            };
+            found.push(schema_constraint(&v, "structured_outputs.json", false)?);
+        }
+        if let Some((r, p)) = text_field(&so, "regex")? {
+            found.push(Constraint {
+                c: OutputConstraint::Regex(r),
+                param: p,
+            });
+        }
+        if let Some(c) = so.get("choice") {
+            found.push(Constraint {
+                c: OutputConstraint::Choice(string_list(c, "structured_outputs.choice")?),
+                param: "structured_outputs.choice".into(),
+            });
+        }
+        if let Some((g, p)) = text_field(&so, "grammar")? {
+            found.push(Constraint {
+                c: OutputConstraint::Gbnf(g),
+                param: p,
+            });
+        }
+        if so.bool("json_object")? == Some(true) {
+            found.push(Constraint {
+                c: json_object(),
+                param: "structured_outputs.json_object".into(),
+            });
+        }
+    }
+    if let Some(s) = f.get("guided_json") {
+        let v = match s {
+            Value::String(t) => serde_json::from_str(t)
+                .map_err(|e| ApiError::bad("guided_json", format!("not JSON: {e}")))?,
+            other => other.clone(),
+        };
+        found.push(schema_constraint(&v, "guided_json", false)?);
+    }
+    for (k, make) in [
+        (
+            "guided_regex",
+            OutputConstraint::Regex as fn(String) -> OutputConstraint,
+        ),
+        ("regex", OutputConstraint::Regex),
+        ("guided_grammar", OutputConstraint::Gbnf),
+        ("ebnf", OutputConstraint::Gbnf),
+        ("grammar", OutputConstraint::Gbnf),
+    ] {
+        if let Some((t, p)) = text_field(f, k)? {
+            if !t.is_empty() {
+                found.push(Constraint {
+                    c: make(t),
+                    param: p,
+                });
+            }
+        }
+    }
+    if let Some(c) = f.get("guided_choice") {
+        found.push(Constraint {
+            c: OutputConstraint::Choice(string_list(c, "guided_choice")?),
+            param: "guided_choice".into(),
+        });
+    }
+    if let Some(s) = f.get("json_schema") {
+        found.push(schema_constraint(s, "json_schema", false)?);
+    }
+    if ollama_format {
+        match f.get("format") {
+            None => {}
+            Some(Value::String(s)) if s == "json" => found.push(Constraint {
+                c: OutputConstraint::Json {
+                    whitespace: Whitespace::Compact,
+                },
+                param: "format".into(),
+            }),
+            Some(Value::String(s)) if s.is_empty() => {}
+            Some(s @ Value::Object(_)) => found.push(schema_constraint(s, "format", false)?),
+            Some(other) => {
+                return Err(ApiError::bad(
+                    "format",
+                    format!("`format` must be \"json\" or a JSON Schema object, got {other}"),
+                ))
+            }
+        }
+    }
+    if found.len() > 1 {
+        return Err(ApiError::bad(
+            found[1].param.clone(),
+            format!(
+                "`{}` and `{}` both constrain the output; give one",
+                found[0].param, found[1].param
+            ),
+        ));
+    }
+    Ok(found.pop())
+}
+
+/// OpenAI `tools`, `tool_choice` and `parallel_tool_calls`. `None` when no tools are
+/// given (a `tool_choice` other than `none`/`auto` without tools is an error).
+pub fn tools(f: &Fields) -> ApiResult<Option<ToolCalling>> {
+    let list = match f.get("tools") {
+        None => Vec::new(),
+        Some(Value::Array(a)) => a
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                Tool::from_openai(t)
+                    .map_err(|e| ApiError::bad(format!("tools[{i}]"), e.to_string()))
+            })
+            .collect::<ApiResult<Vec<_>>>()?,
+        Some(v) => {
+            return Err(ApiError::bad(
+                "tools",
+                format!("`tools` must be an array, got {}", type_name(v)),
+            ))
+        }
+    };
+    let mut names: Vec<&str> = list.iter().map(|t| t.name.as_str()).collect();
+    names.sort_unstable();
+    if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+        return Err(ApiError::bad(
+            "tools",
+            format!("tool name {:?} is given twice", w[0]),
+        ));
+    }
+    let choice = match f.get("tool_choice") {
+        None => ToolChoice::Auto,
+        Some(Value::String(s)) => match s.as_str() {
+            "none" => ToolChoice::None,
+            "auto" => ToolChoice::Auto,
+            "required" | "any" => ToolChoice::Required,
+            other => {
+                return Err(ApiError::bad(
+                    "tool_choice",
+                    format!("tool_choice {other:?} is not one of none, auto, required"),
+                ))
+            }
+        },
+        Some(v @ Value::Object(_)) => {
+            let name = v
+                .pointer("/function/name")
+                .or_else(|| v.get("name"))
+                .and_then(|n| n.as_str())
+                .ok_or_else(|| {
+                    ApiError::bad(
+                        "tool_choice.function.name",
+                        "a named tool_choice needs `function.name`",
+                    )
+                })?;
+            if !list.iter().any(|t| t.name == name) {
+                return Err(ApiError::bad(
+                    "tool_choice.function.name",
+                    format!("function {name:?} is not among the tools"),
+                ));
+            }
+            ToolChoice::Function(name.to_string())
+        }
+        Some(v) => {
+            return Err(ApiError::bad(
+                "tool_choice",
+                format!(
+                    "`tool_choice` must be a string or an object, got {}",
+                    type_name(v)
+                ),
+            ))
+        }
+    };
+    let parallel = f.bool("parallel_tool_calls")?.unwrap_or(true);
+    if list.is_empty() {
+        return match choice {
+            ToolChoice::None | ToolChoice::Auto => Ok(None),
+            _ => Err(ApiError::bad("tool_choice", "tool_choice needs `tools`")),
+        };
+    }
+    // Compile each tool's parameters now, so that a bad schema is a 400 naming it.
+    for (i, t) in list.iter().enumerate() {
+        ruvllm_engine::schema::schema_to_grammar(&t.parameters, &SchemaOptions::default())
+            .map_err(|e| ApiError::bad(format!("tools[{i}].function.parameters"), e.to_string()))?;
+    }
+    Ok(Some(ToolCalling {
+        tools: list,
+        choice,
+        parallel,
+    }))
+}
+
+/// One content part list or string, as text (OpenAI allows `[{"type":"text","text":..}]`).
+fn content_text(v: Option<&Value>, param: &str) -> ApiResult<String> {
+    match v {
+        None | Some(Value::Null) => Ok(String::new()),
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(Value::Array(parts)) => {
+            let mut out = String::new();
+            for (j, p) in parts.iter().enumerate() {
+                match (p.get("type").and_then(|t| t.as_str()), p.get("text")) {
+                    (Some("text"), Some(Value::String(t))) => out.push_str(t),
+                    (ty, _) => {
+                        return Err(ApiError::bad(
+                            format!("{param}[{j}]"),
+                            format!(
+                                "content part type {} is not supported (text only)",
+                                ty.unwrap_or("(missing)")
+                            ),
+                        ))
+                    }
+                }
+            }
+            Ok(out)
+        }
+        Some(other) => Err(ApiError::bad(
+            param,
+            format!(
+                "content must be a string or an array of parts, got {}",
+                type_name(other)
+            ),
+        )),
+    }
+}
+
+/// `messages`: OpenAI or Ollama shape (Ollama's tool-call `arguments` are objects; both
+/// are accepted). `developer` becomes `system`.
+pub fn messages(f: &Fields) -> ApiResult<Vec<Message>> {
+    let arr = match f.get("messages") {
+        Some(Value::Array(a)) => a,
+        Some(v) => {
+            return Err(ApiError::bad(
+                "messages",
+                format!("`messages` must be an array, got {}", type_name(v)),
+            ))
+        }
+        None => return Err(ApiError::bad("messages", "`messages` is required")),
+    };
+    if arr.is_empty() {
+        return Err(ApiError::bad("messages", "`messages` must not be empty"));
+    }
+    let mut out = Vec::with_capacity(arr.len());
+    for (i, m) in arr.iter().enumerate() {
+        let p = format!("messages[{i}]");
+        let mf = Fields::of(m, "messages")?;
+        let role = mf
+            .str("role")
+            .map_err(|_| ApiError::bad(format!("{p}.role"), "`role` must be a string"))?
+            .ok_or_else(|| ApiError::bad(format!("{p}.role"), "`role` is required"))?;
+        let role = match role {
+            "developer" => "system",
+            r @ ("system" | "user" | "assistant" | "tool") => r,
+            other => {
+                return Err(ApiError::bad(
+                    format!("{p}.role"),
+                    format!(
+                        "role {other:?} is not one of system, developer, user, assistant, tool"
+                    ),
+                ))
+            }
+        };
+        let mut msg = Message::new(
+            role,
+            content_text(m.get("content"), &format!("{p}.content"))?,
+        );
+        if let Some(tc) = mf.get("tool_calls") {
+            if !tc.is_array() {
+                return Err(ApiError::bad(
+                    format!("{p}.tool_calls"),
+                    "`tool_calls` must be an array",
+                ));
+            }
+            msg.tool_calls = Some(tc.clone());
+        }
+        msg.tool_call_id = mf.str("tool_call_id")?.map(str::to_string);
+        msg.name = mf.str("name")?.map(str::to_string);
+        out.push(msg);
+    }
+    Ok(out)
+}
+
+/// Refuses OpenAI fields that change the output and are not supported.
+pub fn refuse_unsupported(f: &Fields) -> ApiResult<()> {
+    if let Some(n) = f.int("n", 1, 128)? {
+        if n != 1 {
+            return Err(ApiError::bad("n", "only n = 1 is supported"));
+        }
+    }
+    if f.bool("logprobs")? == Some(true) {
+        return Err(ApiError::bad("logprobs", "logprobs are not supported"));
+    }
+    if f.get("top_logprobs").is_some() {
+        return Err(ApiError::bad("top_logprobs", "logprobs are not supported"));
+    }
+    if let Some(b) = f.get("logit_bias") {
+        if b.as_object().is_some_and(|m| !m.is_empty()) {
+            return Err(ApiError::bad("logit_bias", "logit_bias is not supported"));
+        }
+    }
+    if let Some(b) = f.get("best_of") {
+        if b.as_u64() != Some(1) {
+            return Err(ApiError::bad("best_of", "only best_of = 1 is supported"));
+        }
+    }
+    if f.bool("echo")? == Some(true) {
+        return Err(ApiError::bad("echo", "echo is not supported"));
+    }
+    if f.get("suffix").is_some_and(|s| s.as_str() != Some("")) {
+        return Err(ApiError::bad("suffix", "suffix is not supported"));
+    }
+    Ok(())
+}
+
+/// How many `{` positions [`prompt_schema`] tries per message (bounds its cost).
+const PROMPT_SCHEMA_TRIES: usize = 32;
+
+/// A JSON Schema declared in the system messages, the way prompt-only structured-output
+/// libraries declare it (instructor's JSON and MD_JSON modes: "...match the following
+/// json_schema: {...}"; LangChain's output parsers: "...conforms to the JSON schema
+/// below: {...}"): the first JSON object after the word "schema" that looks like a schema
+/// (has `properties`, `$defs`, `anyOf`/`oneOf`, or `type: object`). Cost: at most
+/// [`PROMPT_SCHEMA_TRIES`] JSON parses per system message.
+pub fn prompt_schema(messages: &[Message]) -> Option<Value> {
+    for m in messages.iter().filter(|m| m.role == "system") {
+        let text = &m.content;
+        let Some(at) = text.to_ascii_lowercase().find("schema") else {
+            continue;
+        };
+        for (i, _) in text[at..].match_indices('{').take(PROMPT_SCHEMA_TRIES) {
+            let mut it = serde_json::Deserializer::from_str(&text[at + i..]).into_iter::<Value>();
+            if let Some(Ok(Value::Object(o))) = it.next() {
+                let schemaish = o.contains_key("properties")
+                    || o.contains_key("$defs")
+                    || o.contains_key("anyOf")
+                    || o.contains_key("oneOf")
+                    || o.get("type").and_then(|t| t.as_str()) == Some("object");
+                if schemaish {
+                    return Some(Value::Object(o));
+                }
+            }
+        }
+    }
+    None
+}
+
+/// Whether any message asks for the answer in a ```json code block.
+pub fn asks_for_json_fence(messages: &[Message]) -> bool {
+    messages
+        .iter()
+        .any(|m| m.role != "assistant" && m.content.contains("```json"))
+}
+
+/// Applies a schema the prompt declares ([`prompt_schema`]) to a JSON-mode request
+/// (`json_object` becomes that schema) or to a request without any format whose messages
+/// ask for a ```json code block (the answer becomes such a block holding an instance).
+/// Returns the new format and a note for the `x-ruvllm-constraint` header; a declared
+/// schema that does not compile leaves the request as it was (the note says why).
+pub fn apply_prompt_schema(
+    messages: &[Message],
+    format: Option<Constraint>,
+    json_object: bool,
+) -> (Option<Constraint>, Option<String>) {
+    let fence = format.is_none() && asks_for_json_fence(messages);
+    if !(json_object || fence) {
+        return (format, None);
+    }
+    let Some(schema) = prompt_schema(messages) else {
+        return (format, None);
+    };
+    let compiled = ruvllm_engine::schema::schema_to_grammar(&schema, &SchemaOptions::default());
+    if let Err(e) = compiled {
+        return (format, Some(format!("prompt-schema ignored: {e}")));
+    }
+    let Ok(c) = schema_constraint(&schema, "messages", false) else {
+        return (
+            format,
+            Some("prompt-schema ignored: not a valid JSON Schema".into()),
+        );
+    };
+    if fence {
+        let wrapped = Constraint {
+            c: OutputConstraint::Wrapped {
+                prefix: "```json\n".into(),
+                inner: Box::new(c.c),
+                suffix: "\n```".into(),
+            },
+            param: "messages".into(),
+        };
+        (Some(wrapped), Some("prompt-schema; json-fence".into()))
+    } else {
+        (Some(c), Some("prompt-schema".into()))
+    }
+}
