@@ -8,3 +8,6 @@ bash scripts/fetch-assets.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked
+# The server against real client libraries (openai, instructor, langchain-openai, ollama)
+# in a venv, using the binary the tests just built.
+bash tests/clients/run.sh target/debug/ruvllm

@@ -5,6 +5,7 @@ pub mod batch;
 pub mod e2e;
 pub mod grammar_cases;
 pub mod llg;
+pub mod load;
 pub mod maskbench;
 pub mod pyjson;
 pub mod test_suite;

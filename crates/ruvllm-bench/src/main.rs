@@ -108,6 +108,49 @@ enum Cmd {
         /// e.g. ../shared/data/json-schema-test-suite/tests/draft2020-12
         dir: PathBuf,
     },
+    /// Load: concurrent clients against a real `ruvllm serve` on loopback, with a mix of
+    /// schemas and tool calls; every answer validated.
+    Load {
+        /// The ruvllm binary (default: the one beside this binary).
+        #[arg(long)]
+        server_bin: Option<PathBuf>,
+        /// GGUF model for the server (default: the server's default).
+        #[arg(long)]
+        model: Option<PathBuf>,
+        /// Concurrent clients.
+        #[arg(long, default_value_t = 32)]
+        clients: usize,
+        /// Seconds of load per configuration.
+        #[arg(long, default_value_t = 120)]
+        secs: u64,
+        /// Server --max-batch values, one run each (e.g. 8,1 to measure batching).
+        #[arg(long, default_value = "8", value_delimiter = ',')]
+        batches: Vec<usize>,
+        /// Sampling temperature of the requests.
+        #[arg(long, default_value_t = 0.7)]
+        temperature: f32,
+        /// Where to write the JSON summary.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Where to write the Markdown report (docs/LOAD.md is generated this way).
+        #[arg(long)]
+        markdown: Option<PathBuf>,
+    },
+    /// Decode-step cost by batch size, with candle's Q8_0 product and with ours.
+    Steps {
+        /// GGUF model (default: the SmolLM2 asset).
+        #[arg(long)]
+        model: Option<PathBuf>,
+        /// Batch sizes.
+        #[arg(long, default_value = "1,2,4,8,16", value_delimiter = ',')]
+        batches: Vec<usize>,
+        /// Cached positions per sequence.
+        #[arg(long, default_value_t = 128)]
+        ctx: usize,
+        /// Timed steps per point (median reported).
+        #[arg(long, default_value_t = 9)]
+        reps: usize,
+    },
     /// MaskBench: JSON Schema masks scored on valid and invalid instances, token by token.
     Maskbench {
         /// tokenizer.json to use (MaskBench uses Llama 3.1's).
@@ -136,6 +179,71 @@ enum Cmd {
 fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.cmd {
+        Cmd::Steps {
+            model,
+            batches,
+            ctx,
+            reps,
+        } => {
+            let model = model.unwrap_or_else(ruvllm_bench::e2e::default_model);
+            println!("| own Q8_0 kernel | batch | ms/step | tok/s |");
+            println!("|---|---|---|---|");
+            for t in ruvllm_bench::load::forward_steps(&model, &batches, ctx, reps)? {
+                println!(
+                    "| {} | {} | {:.1} | {:.1} |",
+                    t.own_kernel, t.batch, t.ms_per_step, t.tokens_per_sec
+                );
+            }
+            Ok(())
+        }
+        Cmd::Load {
+            server_bin,
+            model,
+            clients,
+            secs,
+            batches,
+            temperature,
+            json,
+            markdown,
+        } => {
+            use ruvllm_bench::load;
+            let server_bin = server_bin
+                .or_else(load::sibling_binary)
+                .context("no ruvllm binary beside ruvllm-bench: build it (cargo build --release -p ruvllm-cli) or pass --server-bin")?;
+            let cfg = load::LoadConfig {
+                server_bin,
+                model,
+                clients,
+                duration: std::time::Duration::from_secs(secs),
+                batches: batches.clone(),
+                temperature,
+            };
+            let mut reports = Vec::new();
+            for b in &batches {
+                eprintln!("load: {clients} clients, {secs} s, --max-batch {b}");
+                let r = load::run_one(&cfg, *b)?;
+                eprintln!(
+                    "  ok {} failed {} invalid {} | {:.2} req/s {:.1} tok/s | p50 {:.2}s p99 {:.2}s | batch {:.2} | RSS {} -> {} KiB",
+                    r.ok, r.failed, r.invalid, r.req_per_sec, r.tokens_per_sec, r.p50, r.p99,
+                    r.mean_batch, r.rss_before_kib, r.rss_after_kib
+                );
+                for p in &r.problems {
+                    eprintln!("  problem: {p}");
+                }
+                reports.push(r);
+            }
+            if let Some(p) = json {
+                std::fs::write(&p, serde_json::to_string_pretty(&reports)?)?;
+            }
+            if let Some(p) = markdown {
+                let cmd = std::env::args().skip(1).collect::<Vec<_>>().join(" ");
+                let cmd = format!("cargo run --release -p ruvllm-bench -- {cmd}");
+                std::fs::write(&p, load::markdown(&cfg, &reports, &cmd))?;
+            }
+            let bad: u64 = reports.iter().map(|r| r.failed + r.invalid).sum();
+            anyhow::ensure!(bad == 0, "{bad} requests failed or were invalid");
+            Ok(())
+        }
         Cmd::E2e {
             model,
             threads,

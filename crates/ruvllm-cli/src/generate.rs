@@ -66,6 +66,11 @@ impl ModelArgs {
 
     /// Loads the model (progress bar on stderr).
     pub fn load(&self) -> Result<CandleBackend> {
+        self.load_with(None)
+    }
+
+    /// Loads the model with a prefix-cache budget in bytes (`None`: the default).
+    pub fn load_with(&self, prefix_cache_bytes: Option<usize>) -> Result<CandleBackend> {
         if let Some(n) = self.threads {
             if n == 0 {
                 bail!("--threads must be at least 1");
@@ -86,6 +91,7 @@ impl ModelArgs {
             },
             tokenizer: self.tokenizer.clone(),
             limits: None,
+            prefix_cache_bytes,
         };
         CandleBackend::load(&path, &opts).with_context(|| format!("loading {}", path.display()))
     }

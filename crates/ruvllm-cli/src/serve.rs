@@ -38,6 +38,10 @@ pub struct ServeArgs {
     /// Largest max_tokens a request may ask for (more: 400).
     #[arg(long, default_value_t = 8192)]
     max_tokens_limit: usize,
+    /// MiB of prompt KV caches kept for reuse by prompts sharing a prefix (system
+    /// messages, tool lists); 0 turns prefix caching off.
+    #[arg(long, default_value_t = 256)]
+    prefix_cache_mb: usize,
     /// Do not apply JSON Schemas declared in system prompts (instructor's JSON/MD_JSON
     /// modes, LangChain output parsers) as constraints.
     #[arg(long)]
@@ -49,7 +53,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
     if a.max_batch == 0 {
         bail!("--max-batch must be at least 1");
     }
-    let backend = a.model.load()?;
+    let backend = a.model.load_with(Some(a.prefix_cache_mb << 20))?;
     let config = ServerConfig {
         host: a.host,
         port: a.port,

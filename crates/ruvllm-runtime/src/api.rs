@@ -381,6 +381,8 @@ impl FinishReason {
 pub struct Usage {
     /// Prompt tokens.
     pub prompt_tokens: usize,
+    /// Prompt tokens whose keys and values came from the prefix cache (not recomputed).
+    pub cached_prompt_tokens: usize,
     /// Output tokens (sampled plus forced).
     pub completion_tokens: usize,
     /// Output tokens appended by jump-forward, not sampled.

@@ -353,7 +353,7 @@ fn worker(shared: Arc<Shared>) {
         // One forward pass for every ready sequence.
         let taken: Vec<usize> = ready
             .iter()
-            .map(|j| j.seq.feed().len().min(opts.prefill_chunk))
+            .map(|j| j.seq.pass_len(opts.prefill_chunk))
             .collect();
         let result = {
             let mut batch: Vec<(&[u32], &mut crate::model::KvCache)> = ready

@@ -29,6 +29,7 @@ pub mod chat;
 pub mod error;
 pub mod http;
 pub mod json;
+pub mod kernels;
 pub mod local;
 pub mod model;
 pub mod sampler;
@@ -47,6 +48,6 @@ pub use json::{
     SchemaViolation, ValidatedJson, ValidationStatus, Violation,
 };
 pub use local::{BackendOptions, CandleBackend, Sequence};
-pub use model::{KvCache, LoadOptions, Model, ModelConfig};
+pub use model::{BatchWeights, KvCache, LoadOptions, Model, ModelConfig};
 pub use sampler::{Sampler, SamplerConfig};
 pub use tools::{Tool, ToolCall, ToolCalling, ToolChoice, ToolEvent, ToolParser};

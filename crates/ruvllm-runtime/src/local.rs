@@ -48,6 +48,81 @@ pub struct BackendOptions {
     pub tokenizer: Option<PathBuf>,
     /// Engine limits for the constraints this backend compiles.
     pub limits: Option<Limits>,
+    /// Bytes of prompt KV caches kept for reuse by later prompts with the same prefix
+    /// (`None`: 256 MiB; `Some(0)`: off).
+    pub prefix_cache_bytes: Option<usize>,
+}
+
+/// Most tokens one forward pass of a single generation reads.
+const PASS_TOKENS: usize = 512;
+
+/// Prompts shorter than this are not stored in the prefix cache.
+const MIN_PREFIX: usize = 32;
+
+/// Prompt KV caches kept for reuse: a later prompt starting with the same tokens copies
+/// the cached positions instead of recomputing them (vLLM calls it automatic prefix
+/// caching). Lookup is the longest common prefix over the entries; eviction is least
+/// recently used, by bytes.
+#[derive(Default)]
+struct PrefixStore {
+    entries: Vec<PrefixEntry>,
+    bytes: usize,
+    max_bytes: usize,
+    tick: u64,
+}
+
+struct PrefixEntry {
+    tokens: Vec<u32>,
+    cache: Arc<KvCache>,
+    last_use: u64,
+}
+
+impl PrefixStore {
+    /// The entry sharing the longest prefix with `ids` (at least [`MIN_PREFIX`]).
+    fn best(&mut self, ids: &[u32]) -> Option<(Arc<KvCache>, usize)> {
+        self.tick += 1;
+        let tick = self.tick;
+        let (i, n) = self
+            .entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                let n = e.tokens.iter().zip(ids).take_while(|(a, b)| a == b).count();
+                (i, n)
+            })
+            .max_by_key(|&(_, n)| n)?;
+        if n < MIN_PREFIX {
+            return None;
+        }
+        self.entries[i].last_use = tick;
+        Some((self.entries[i].cache.clone(), n))
+    }
+
+    fn insert(&mut self, tokens: Vec<u32>, cache: KvCache) {
+        let size = cache.memory();
+        if size > self.max_bytes || self.entries.iter().any(|e| e.tokens == tokens) {
+            return;
+        }
+        while self.bytes + size > self.max_bytes {
+            let Some((i, _)) = self
+                .entries
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, e)| e.last_use)
+            else {
+                break;
+            };
+            let e = self.entries.swap_remove(i);
+            self.bytes -= e.cache.memory();
+        }
+        self.tick += 1;
+        self.bytes += size;
+        self.entries.push(PrefixEntry {
+            tokens,
+            cache: Arc::new(cache),
+            last_use: self.tick,
+        });
+    }
 }
 
 struct Inner {
@@ -61,6 +136,7 @@ struct Inner {
     name: String,
     limits: Limits,
     constraints: Mutex<HashMap<String, Arc<Constraint>>>,
+    prefixes: Mutex<PrefixStore>,
 }
 
 /// A local GGUF model with constrained decoding. Cheap to clone (shared weights); each
@@ -137,6 +213,10 @@ impl CandleBackend {
                 name,
                 limits: opts.limits.clone().unwrap_or_default(),
                 constraints: Mutex::new(HashMap::new()),
+                prefixes: Mutex::new(PrefixStore {
+                    max_bytes: opts.prefix_cache_bytes.unwrap_or(256 << 20),
+                    ..Default::default()
+                }),
             }),
         })
     }
@@ -351,6 +431,13 @@ pub struct Sequence {
     feed: Vec<u32>,
     /// The last tokens, for repetition penalties (empty when none is on).
     recent: std::collections::VecDeque<u32>,
+    /// Prompt tokens still at the front of `feed`.
+    prompt_left: usize,
+    /// The prompt, to store in the prefix cache once it has been read (`None`: do not).
+    store_prompt: Option<Vec<u32>>,
+    /// A cached prompt prefix to copy into `cache` when the sequence first runs (so that
+    /// queued sequences hold no KV memory).
+    reuse: Option<(Arc<KvCache>, usize)>,
     t0: Instant,
 }
 
@@ -375,10 +462,28 @@ impl Sequence {
         (&self.feed, &mut self.cache)
     }
 
-    /// Marks the first `n` feed tokens as read (a prompt fed in chunks); the logits of a
+    /// How many feed tokens the next forward pass should read, at most `cap`. The prompt
+    /// is read in passes of at most `cap` tokens, and its **last** token always goes in a
+    /// pass of its own (with any forced tokens after it): a prompt read whole and the same
+    /// prompt resumed from the prefix cache then compute its final logits identically,
+    /// so a seed reproduces its output whatever the cache held. When this is less than
+    /// [`Sequence::feed`]'s length, call [`Sequence::consumed`] after the pass (its
+    /// logits are not needed); otherwise [`Sequence::advance`].
+    pub fn pass_len(&self, cap: usize) -> usize {
+        let cap = cap.max(1);
+        if self.prompt_left > 1 {
+            (self.prompt_left - 1).min(cap)
+        } else {
+            self.feed.len().min(cap)
+        }
+    }
+
+    /// Marks the first `n` feed tokens as read (a prompt fed in passes); the logits of a
     /// partial feed are not used.
     pub fn consumed(&mut self, n: usize) {
-        self.feed.drain(..n.min(self.feed.len()));
+        let n = n.min(self.feed.len());
+        self.feed.drain(..n);
+        self.prompt_left = self.prompt_left.saturating_sub(n);
     }
 
     /// Counters so far.
@@ -408,6 +513,9 @@ impl Sequence {
     /// model must run on [`Sequence::feed`], `Ok(false)` when the generation is over.
     /// Cost: the engine's forced-token and end checks (microseconds).
     pub fn prepare(&mut self, on_text: &mut dyn FnMut(&str) -> bool) -> Result<bool> {
+        if let Some((src, n)) = self.reuse.take() {
+            self.cache = self.backend.inner.model.copy_prefix(&src, n)?;
+        }
         let vocab = self.backend.inner.vocab.clone();
         if let (Some(m), true) = (self.matcher.as_mut(), self.params.jump_forward) {
             let tm = Instant::now();
@@ -460,10 +568,14 @@ impl Sequence {
         let vocab = &inner.vocab;
         if self.usage.prompt_secs == 0.0 {
             self.usage.prompt_secs = self.t0.elapsed().as_secs_f64();
+            if let Some(ids) = self.store_prompt.take() {
+                self.backend.store_prefix(ids, &self.cache);
+            }
         } else {
             self.usage.forward_passes += 1;
         }
         self.feed.clear();
+        self.prompt_left = 0;
         let n_vocab = vocab.len().min(logits.len());
         if let Some(m) = self.matcher.as_mut() {
             let tm = Instant::now();
@@ -596,15 +708,26 @@ impl CandleBackend {
             None => None,
         };
         let seed = params.seed.unwrap_or_else(rand::random);
+        let reuse = self.reuse_prefix(&ids);
+        let cached = reuse.as_ref().map_or(0, |r| r.1);
+        let store_prompt =
+            (ids.len() >= MIN_PREFIX && cached + MIN_PREFIX <= ids.len()).then(|| ids.clone());
+        let mut ids = ids;
+        let prompt_tokens = ids.len();
+        ids.drain(..cached);
+        let prompt_left = ids.len();
         Ok(Sequence {
             backend: self.clone(),
             sampler: Sampler::new(params.sampler(), seed),
             seed,
             usage: Usage {
-                prompt_tokens: ids.len(),
+                prompt_tokens,
+                cached_prompt_tokens: cached,
                 ..Default::default()
             },
             cache: inner.model.new_cache(),
+            reuse,
+            store_prompt,
             mask: vec![0u32; inner.vocab.mask_words()],
             em: Emitter {
                 out: Vec::new(),
@@ -614,7 +737,7 @@ impl CandleBackend {
             },
             finish: FinishReason::Length,
             n_out: 0,
-            max_tokens: params.max_tokens.min(ctx - ids.len()),
+            max_tokens: params.max_tokens.min(ctx - prompt_tokens),
             recent: if params.sampler().penalizes() {
                 ids[ids.len().saturating_sub(PENALTY_WINDOW)..]
                     .iter()
@@ -624,11 +747,45 @@ impl CandleBackend {
                 Default::default()
             },
             feed: ids,
+            prompt_left,
             constraint,
             matcher,
             params: params.clone(),
             t0,
         })
+    }
+}
+
+impl CandleBackend {
+    /// The stored cache sharing the longest prefix with `ids` and that prefix's length
+    /// (always leaving at least one token to feed, whose logits start the generation).
+    fn reuse_prefix(&self, ids: &[u32]) -> Option<(Arc<KvCache>, usize)> {
+        self.inner
+            .prefixes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .best(&ids[..ids.len() - 1])
+    }
+
+    /// Stores the keys and values of a prompt that has just been read (`cache` holds it
+    /// and maybe forced tokens after it).
+    fn store_prefix(&self, ids: Vec<u32>, cache: &KvCache) {
+        if self
+            .inner
+            .prefixes
+            .lock()
+            .map(|p| p.max_bytes == 0)
+            .unwrap_or(true)
+        {
+            return;
+        }
+        if let Ok(copy) = self.inner.model.copy_prefix(cache, ids.len()) {
+            self.inner
+                .prefixes
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(ids, copy);
+        }
     }
 }
 
@@ -640,12 +797,17 @@ impl LlmBackend for CandleBackend {
         on_text: &mut dyn FnMut(&str) -> bool,
     ) -> Result<Generation> {
         let mut seq = self.start(prompt, params)?;
-        while seq.prepare(on_text)? {
+        let mut ready = seq.prepare(on_text)?;
+        while ready {
+            let n = seq.pass_len(PASS_TOKENS);
             let (feed, cache) = seq.feed_and_cache();
-            let mut logits = self.inner.model.forward(feed, cache)?;
-            if !seq.advance(&mut logits, on_text)? {
-                break;
+            let full = n == feed.len();
+            let mut logits = self.inner.model.forward(&feed[..n], cache)?;
+            if !full {
+                seq.consumed(n);
+                continue;
             }
+            ready = seq.advance(&mut logits, on_text)? && seq.prepare(on_text)?;
         }
         seq.finish(on_text)
     }

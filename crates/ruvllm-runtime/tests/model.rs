@@ -302,7 +302,7 @@ fn scheduler_batches_and_gives_the_same_outputs() {
     let params = |i: usize| GenerateParams {
         temperature: 0.0,
         max_tokens: 24,
-        json_mode: (i == 2).then(|| JsonModeConfig::default()),
+        json_mode: (i == 2).then(JsonModeConfig::default),
         ..Default::default()
     };
     let streams: Vec<_> = questions
@@ -355,5 +355,60 @@ fn scheduler_batches_and_gives_the_same_outputs() {
             "the dropped stream was not cancelled"
         );
         std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn prompt_prefixes_are_reused() {
+    // A fresh backend, so that other tests' prompts are not in its prefix cache.
+    let b = CandleBackend::load(&model_path(), &BackendOptions::default()).unwrap();
+    let system = "You are a careful assistant. You answer questions about geography in one \
+                  short sentence, without any introduction, and you never make things up.";
+    let ask = |q: &str| {
+        b.complete(
+            &Prompt::Chat {
+                messages: vec![Message::system(system), Message::user(q)],
+                tools: None,
+            },
+            &greedy(20),
+            &mut |_| true,
+        )
+        .unwrap()
+    };
+    let first = ask("What is the capital of France?");
+    assert_eq!(first.usage.cached_prompt_tokens, 0);
+    let other = ask("What is the capital of Spain?");
+    assert!(
+        other.usage.cached_prompt_tokens >= 32,
+        "the shared system prompt was recomputed: {:?}",
+        other.usage
+    );
+    assert!(other.usage.cached_prompt_tokens < other.usage.prompt_tokens);
+    // The same prompt again: everything but the last token comes from the cache, and the
+    // greedy answer is the same.
+    let again = ask("What is the capital of France?");
+    assert_eq!(
+        again.usage.cached_prompt_tokens,
+        again.usage.prompt_tokens - 1
+    );
+    assert_eq!(again.text, first.text);
+    // Turned off, nothing is reused.
+    let off = CandleBackend::load(
+        &model_path(),
+        &BackendOptions {
+            prefix_cache_bytes: Some(0),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    for _ in 0..2 {
+        let g = off
+            .complete(
+                &Prompt::User("Hello there, how are you today?".repeat(4)),
+                &greedy(2),
+                &mut |_| true,
+            )
+            .unwrap();
+        assert_eq!(g.usage.cached_prompt_tokens, 0);
     }
 }

@@ -136,6 +136,7 @@ fn usage_json(g: &Generation) -> Value {
         "prompt_tokens": g.usage.prompt_tokens,
         "completion_tokens": g.usage.completion_tokens,
         "total_tokens": g.usage.prompt_tokens + g.usage.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": g.usage.cached_prompt_tokens},
     })
 }
 

@@ -2911,7 +2911,8 @@ fn format_regex(f: &str) -> Option<String> {
             let label = r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]?[A-Za-z0-9])?|[A-Za-z0-9][A-Za-z0-9-][A-Za-z0-9](?:[A-Za-z0-9-]{0,58}[A-Za-z0-9])?)";
             format!(r"(?:{label}\.){{0,3}}{label}")
         }
-        "email" => r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]{1,32}(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]{1,32}){0,3}@(?:[A-Za-z0-9](?:[A-Za-z0-9]?[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9](?:[A-Za-z0-9-]{0,27}[A-Za-z0-9])?)?\.){1,3}[A-Za-z]{2,12}".into(),
+        // The local part stays within RFC 5321's 64 characters (32 + 2 x (1 + 15)).
+        "email" => r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]{1,32}(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]{1,15}){0,2}@(?:[A-Za-z0-9](?:[A-Za-z0-9]?[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9](?:[A-Za-z0-9-]{0,27}[A-Za-z0-9])?)?\.){1,3}[A-Za-z]{2,12}".into(),
         "idn-email" => return format_regex("email"),
         "idn-hostname" => return format_regex("hostname"),
         // RFC 4291 text forms without an embedded IPv4 part or zone (a subset).

@@ -1,0 +1,490 @@
+//! The server over real HTTP (ureq) on the default model: wire shapes, errors and limits,
+//! admission (503), cancellation on disconnect, and the non-OpenAI dialects. The Python
+//! client tests (`tests/clients/`) cover the client libraries themselves.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use ruvllm_runtime::{BackendOptions, CandleBackend, SchedulerOptions};
+use ruvllm_server::ServerConfig;
+use serde_json::{json, Value};
+
+fn backend() -> CandleBackend {
+    static B: OnceLock<CandleBackend> = OnceLock::new();
+    B.get_or_init(|| {
+        let p = match std::env::var("RUVLLM_MODEL") {
+            Ok(p) => PathBuf::from(p),
+            Err(_) => PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../../assets/models/SmolLM2-135M-Instruct.Q4_1.gguf"),
+        };
+        assert!(
+            p.exists(),
+            "{} is missing: run scripts/fetch-assets.sh",
+            p.display()
+        );
+        CandleBackend::load(&p, &BackendOptions::default()).unwrap()
+    })
+    .clone()
+}
+
+/// Starts a server on a free loopback port (on its own thread and runtime).
+fn start(config: ServerConfig) -> SocketAddr {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let b = backend();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(ruvllm_server::serve(
+            b,
+            ServerConfig { port: 0, ..config },
+            |a| tx.send(a).unwrap(),
+        ))
+        .unwrap();
+    });
+    rx.recv_timeout(Duration::from_secs(60)).unwrap()
+}
+
+fn shared() -> SocketAddr {
+    static A: OnceLock<SocketAddr> = OnceLock::new();
+    *A.get_or_init(|| start(ServerConfig::default()))
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::new_with_config(
+        ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(120)))
+            .build(),
+    )
+}
+
+/// POSTs JSON text; returns status, headers of interest and the body text.
+fn post_raw(
+    addr: SocketAddr,
+    path: &str,
+    body: &[u8],
+    auth: Option<&str>,
+) -> (u16, Option<String>, String) {
+    let mut req = agent()
+        .post(&format!("http://{addr}{path}"))
+        .header("Content-Type", "application/json");
+    if let Some(k) = auth {
+        req = req.header("Authorization", &format!("Bearer {k}"));
+    }
+    let mut r = req.send(body).unwrap();
+    let retry = r
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_string());
+    let text = r.body_mut().read_to_string().unwrap();
+    (r.status().as_u16(), retry, text)
+}
+
+fn post(addr: SocketAddr, path: &str, body: Value) -> (u16, Value) {
+    let (s, _, t) = post_raw(addr, path, body.to_string().as_bytes(), None);
+    (s, serde_json::from_str(&t).unwrap_or(Value::String(t)))
+}
+
+fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let mut r = agent().get(&format!("http://{addr}{path}")).call().unwrap();
+    (r.status().as_u16(), r.body_mut().read_to_string().unwrap())
+}
+
+fn user(text: &str) -> Value {
+    json!([{"role": "user", "content": text}])
+}
+
+#[test]
+fn bad_requests_are_400s_naming_the_field() {
+    let a = shared();
+    let cases: Vec<(Value, &str)> = vec![
+        (
+            json!({"messages": user("hi"), "temperature": "hot"}),
+            "temperature",
+        ),
+        (
+            json!({"messages": user("hi"), "temperature": 7}),
+            "temperature",
+        ),
+        (
+            json!({"messages": user("hi"), "max_tokens": 0}),
+            "max_tokens",
+        ),
+        (
+            json!({"messages": user("hi"), "max_tokens": 100000}),
+            "max_tokens",
+        ),
+        (json!({"messages": [{"content": "x"}]}), "messages[0].role"),
+        (
+            json!({"messages": [{"role": "wizard", "content": "x"}]}),
+            "messages[0].role",
+        ),
+        (
+            json!({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}),
+            "messages[0].content[0]",
+        ),
+        (json!({}), "messages"),
+        (json!({"messages": user("hi"), "n": 2}), "n"),
+        (
+            json!({"messages": user("hi"), "logprobs": true}),
+            "logprobs",
+        ),
+        (json!({"messages": user("hi"), "stop": [1]}), "stop"),
+        (
+            json!({"messages": user("hi"), "response_format": {"type": "xml"}}),
+            "response_format.type",
+        ),
+        (
+            json!({"messages": user("hi"), "response_format": {"type": "json_schema"}}),
+            "response_format.json_schema",
+        ),
+        (
+            json!({"messages": user("hi"), "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "minProperties": "two"}}}}),
+            "response_format.json_schema.schema",
+        ),
+        (
+            json!({"messages": user("hi"), "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": 5}}}]}),
+            "tools[0].function.parameters",
+        ),
+        (
+            json!({"messages": user("hi"), "tools": [{"type": "function", "function": {"name": "bad name"}}]}),
+            "tools[0]",
+        ),
+        (
+            json!({"messages": user("hi"), "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": {"type": "function", "function": {"name": "g"}}}),
+            "tool_choice.function.name",
+        ),
+        (
+            json!({"messages": user("hi"), "tool_choice": "required"}),
+            "tool_choice",
+        ),
+        (
+            json!({"messages": user("hi"), "guided_regex": "a+", "guided_choice": ["x"]}),
+            "guided_choice",
+        ),
+        (
+            json!({"messages": user("hi"), "guided_regex": "(unclosed"}),
+            "guided_regex",
+        ),
+        (
+            json!({"messages": user("hi"), "grammar": "root ::= undefined-rule"}),
+            "grammar",
+        ),
+        (
+            json!({"messages": user("hi"), "structured_outputs": {"choice": []}}),
+            "structured_outputs.choice",
+        ),
+    ];
+    for (body, param) in cases {
+        let (s, v) = post(a, "/v1/chat/completions", body.clone());
+        assert_eq!(s, 400, "{body} -> {v}");
+        assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
+        assert_eq!(v["error"]["param"], param, "{body} -> {v}");
+        assert!(v["error"]["message"].as_str().unwrap().len() > 5);
+    }
+    // Not JSON, not UTF-8, not an object.
+    for raw in [&b"{\"messages\": ["[..], &b"\xff\xfe{}"[..], &b"[1,2]"[..]] {
+        let (s, _, t) = post_raw(a, "/v1/chat/completions", raw, None);
+        assert_eq!(s, 400, "{t}");
+        let v: Value = serde_json::from_str(&t).unwrap();
+        assert_eq!(v["error"]["param"], "body");
+    }
+    // Unknown model and unknown path: 404 in the error shape.
+    let (s, v) = post(
+        a,
+        "/v1/chat/completions",
+        json!({"model": "gpt-9", "messages": user("hi")}),
+    );
+    assert_eq!(s, 404);
+    assert_eq!(v["error"]["code"], "model_not_found");
+    let (s, t) = get(a, "/v1/nothing");
+    assert_eq!(s, 404);
+    assert!(t.contains("\"error\""));
+    // Ollama's error shape is a plain string; llama.cpp's carries the code.
+    let (s, v) = post(
+        a,
+        "/api/chat",
+        json!({"messages": user("hi"), "options": {"temperature": "x"}}),
+    );
+    assert_eq!(s, 400);
+    assert!(
+        v["error"].as_str().unwrap().contains("options.temperature"),
+        "{v}"
+    );
+    let (s, v) = post(
+        a,
+        "/completion",
+        json!({"prompt": "x", "grammar": "root ::= ("}),
+    );
+    assert_eq!(s, 400);
+    assert_eq!(v["error"]["code"], 400);
+}
+
+#[test]
+fn chat_answer_shape_and_usage() {
+    let a = shared();
+    let (s, v) = post(
+        a,
+        "/v1/chat/completions",
+        json!({"messages": user("What is the capital of France?"), "temperature": 0, "max_tokens": 24}),
+    );
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["object"], "chat.completion");
+    assert!(v["id"].as_str().unwrap().starts_with("chatcmpl-"));
+    let ch = &v["choices"][0];
+    assert_eq!(ch["message"]["role"], "assistant");
+    assert!(ch["message"]["refusal"].is_null());
+    assert!(
+        !ch["message"]["content"].as_str().unwrap().is_empty(),
+        "{v}"
+    );
+    assert!(ch["finish_reason"] == "stop" || ch["finish_reason"] == "length");
+    let u = &v["usage"];
+    assert_eq!(
+        u["total_tokens"].as_u64().unwrap(),
+        u["prompt_tokens"].as_u64().unwrap() + u["completion_tokens"].as_u64().unwrap()
+    );
+}
+
+/// Reads an SSE body into its `data:` payloads.
+fn sse_events(body: &str) -> Vec<String> {
+    body.split("\n\n")
+        .filter(|e| !e.trim().is_empty())
+        .map(|e| {
+            e.strip_prefix("data: ")
+                .unwrap_or_else(|| panic!("not an SSE data event: {e:?}"))
+                .to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn streamed_tool_call_deltas_follow_openai() {
+    let a = shared();
+    let tool = json!({"type": "function", "function": {"name": "add", "parameters": {
+        "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+        "required": ["a", "b"], "additionalProperties": false}}});
+    let body = json!({"messages": user("Add 2 and 3."), "tools": [tool],
+        "tool_choice": {"type": "function", "function": {"name": "add"}},
+        "stream": true, "temperature": 0});
+    let (s, _, text) = post_raw(a, "/v1/chat/completions", body.to_string().as_bytes(), None);
+    assert_eq!(s, 200);
+    let events = sse_events(&text);
+    assert_eq!(events.last().unwrap(), "[DONE]");
+    let chunks: Vec<Value> = events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    let id = chunks[0]["id"].clone();
+    let mut args = String::new();
+    let mut names = 0;
+    for c in &chunks {
+        assert_eq!(c["id"], id);
+        assert_eq!(c["object"], "chat.completion.chunk");
+        if let Some(tc) = c["choices"][0]["delta"]["tool_calls"].as_array() {
+            assert_eq!(tc[0]["index"], 0);
+            if tc[0]["function"].get("name").is_some() {
+                names += 1;
+                assert_eq!(tc[0]["function"]["name"], "add");
+                assert_eq!(tc[0]["type"], "function");
+                assert!(tc[0]["id"].as_str().unwrap().starts_with("call_"));
+            } else {
+                assert!(tc[0].get("id").is_none() && tc[0].get("type").is_none());
+            }
+            args.push_str(tc[0]["function"]["arguments"].as_str().unwrap());
+        }
+    }
+    assert_eq!(names, 1);
+    let v: Value = serde_json::from_str(&args).unwrap();
+    assert!(v["a"].is_i64() && v["b"].is_i64(), "{v}");
+    assert_eq!(
+        chunks.last().unwrap()["choices"][0]["finish_reason"],
+        "tool_calls"
+    );
+}
+
+#[test]
+fn llama_cpp_and_ollama_dialects() {
+    let a = shared();
+    let (s, v) = post(
+        a,
+        "/completion",
+        json!({"prompt": "Q: Is water wet? A:", "grammar": "root ::= \" yes\" | \" no\"", "temperature": 0}),
+    );
+    assert_eq!(s, 200, "{v}");
+    assert!(v["content"] == " yes" || v["content"] == " no", "{v}");
+    assert_eq!(v["stop"], true);
+    assert_eq!(v["stop_type"], "eos");
+    assert!(v["timings"]["prompt_n"].as_u64().unwrap() > 0);
+    let (_, v) = post(
+        a,
+        "/completion",
+        json!({"prompt": "A person: ", "json_schema": {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}}, "required": ["name"], "additionalProperties": false}, "temperature": 0}),
+    );
+    let p: Value = serde_json::from_str(v["content"].as_str().unwrap()).unwrap();
+    assert!(p["name"].is_string());
+    let (_, v) = post(
+        a,
+        "/completion",
+        json!({"prompt": "Once upon a time", "n_predict": 4, "temperature": 0}),
+    );
+    assert_eq!(v["stop_type"], "limit");
+    assert_eq!(v["tokens_predicted"], 4);
+    // llama.cpp streaming: data events, the last with stop: true.
+    let body = json!({"prompt": "1, 2, 3,", "n_predict": 6, "temperature": 0, "stream": true});
+    let (_, _, text) = post_raw(a, "/completion", body.to_string().as_bytes(), None);
+    let ev: Vec<Value> = sse_events(&text)
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    assert_eq!(ev.last().unwrap()["stop"], true);
+    assert!(ev[..ev.len() - 1].iter().all(|e| e["stop"] == false));
+    // Ollama: raw generate without streaming; NDJSON when streaming (the default).
+    let (s, v) = post(
+        a,
+        "/api/generate",
+        json!({"prompt": "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n", "raw": true, "stream": false, "options": {"temperature": 0, "num_predict": 8}}),
+    );
+    assert_eq!(s, 200);
+    assert_eq!(v["done"], true);
+    assert!(v["eval_count"].as_u64().unwrap() > 0);
+    let (_, _, text) = post_raw(
+        a,
+        "/api/chat",
+        json!({"messages": user("Hi"), "options": {"temperature": 0, "num_predict": 8}})
+            .to_string()
+            .as_bytes(),
+        None,
+    );
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.last().unwrap()["done"], true);
+    assert!(lines.last().unwrap()["total_duration"].as_u64().unwrap() > 0);
+    let (s, t) = get(a, "/api/tags");
+    assert_eq!(s, 200);
+    assert!(t.contains("SmolLM2-135M-Instruct.Q4_1:latest"));
+    let (s, t) = get(a, "/api/version");
+    assert_eq!(s, 200);
+    assert!(t.contains("version"));
+}
+
+#[test]
+fn health_and_metrics() {
+    let a = shared();
+    post(
+        a,
+        "/v1/completions",
+        json!({"prompt": "Hello", "max_tokens": 2}),
+    );
+    let (s, t) = get(a, "/health");
+    assert_eq!(s, 200);
+    assert!(t.contains("\"ok\""));
+    let (s, t) = get(a, "/metrics");
+    assert_eq!(s, 200);
+    for name in [
+        "ruvllm_requests_total{path=\"/v1/completions\",status=\"200\"}",
+        "ruvllm_completion_tokens_total",
+        "ruvllm_mask_seconds_total",
+        "ruvllm_queue_depth",
+    ] {
+        assert!(t.contains(name), "{name} missing from\n{t}");
+    }
+}
+
+#[test]
+fn api_key_and_body_limit() {
+    let a = start(ServerConfig {
+        api_key: Some("sekret".into()),
+        max_body_bytes: 2048,
+        ..ServerConfig::default()
+    });
+    let body = json!({"messages": user("hi"), "max_tokens": 1}).to_string();
+    let (s, _, t) = post_raw(a, "/v1/chat/completions", body.as_bytes(), None);
+    assert_eq!(s, 401, "{t}");
+    assert!(t.contains("invalid_api_key"));
+    let (s, _, _) = post_raw(a, "/v1/chat/completions", body.as_bytes(), Some("wrong"));
+    assert_eq!(s, 401);
+    let (s, _, t) = post_raw(a, "/v1/chat/completions", body.as_bytes(), Some("sekret"));
+    assert_eq!(s, 200, "{t}");
+    let (s, _) = get(a, "/health");
+    assert_eq!(s, 200, "health needs no key");
+    let big = json!({"messages": user(&"x".repeat(4096))}).to_string();
+    let (s, _, t) = post_raw(a, "/v1/chat/completions", big.as_bytes(), Some("sekret"));
+    assert_eq!(s, 413, "{t}");
+    assert!(t.contains("too large"));
+}
+
+/// Sends a streaming request by hand and returns the open socket after the headers.
+fn open_stream(a: SocketAddr, max_tokens: usize) -> BufReader<TcpStream> {
+    let body = json!({"messages": user("Tell me a very long story about the sea."),
+        "max_tokens": max_tokens, "stream": true, "temperature": 0.7, "seed": 1})
+    .to_string();
+    let mut s = TcpStream::connect(a).unwrap();
+    write!(
+        s,
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut r = BufReader::new(s);
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    assert!(line.starts_with("HTTP/1.1 200"), "{line}");
+    loop {
+        line.clear();
+        r.read_line(&mut line).unwrap();
+        if line == "\r\n" {
+            break;
+        }
+    }
+    r
+}
+
+#[test]
+fn full_queue_is_503_and_a_disconnect_frees_the_place() {
+    let a = start(ServerConfig {
+        scheduler: SchedulerOptions {
+            max_batch: 1,
+            max_waiting: 0,
+            ..Default::default()
+        },
+        ..ServerConfig::default()
+    });
+    let mut first = open_stream(a, 2000);
+    // Read until text arrives: the generation is decoding and holds the only place.
+    let mut line = String::new();
+    while !line.contains("\"content\":\"") || line.contains("\"content\":\"\"") {
+        line.clear();
+        first.read_line(&mut line).unwrap();
+    }
+    let body = json!({"messages": user("hi"), "max_tokens": 1}).to_string();
+    let (s, retry, t) = post_raw(a, "/v1/chat/completions", body.as_bytes(), None);
+    assert_eq!(s, 503, "{t}");
+    assert_eq!(retry.as_deref(), Some("1"));
+    // The client goes away: its place is free again at once.
+    drop(first);
+    let t0 = Instant::now();
+    loop {
+        let (s, _, t) = post_raw(a, "/v1/chat/completions", body.as_bytes(), None);
+        if s == 200 {
+            break;
+        }
+        assert_eq!(s, 503, "{t}");
+        assert!(
+            t0.elapsed() < Duration::from_secs(2),
+            "the place was not freed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    eprintln!("place freed {:?} after the disconnect", t0.elapsed());
+    let (_, m) = get(a, "/metrics");
+    assert!(m.contains("ruvllm_generations_cancelled_total 1"), "{m}");
+}
