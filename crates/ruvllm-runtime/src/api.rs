@@ -350,7 +350,10 @@ pub enum Prompt {
     Chat {
         /// The messages.
         messages: Vec<Message>,
-        /// Tool definitions passed to the template as `tools`.
+        /// OpenAI tool definitions: passed to the template as `tools`, or written into
+        /// the system message when the template does not render them (see
+        /// [`crate::tools::inject_tools`]). Constrain the answer with
+        /// [`OutputConstraint::Tools`].
         tools: Option<Value>,
     },
     /// Text given to the model as is (no template).
