@@ -546,7 +546,7 @@ pub fn messages(f: &Fields) -> ApiResult<Vec<Message>> {
     let mut out = Vec::with_capacity(arr.len());
     for (i, m) in arr.iter().enumerate() {
         let p = format!("messages[{i}]");
-        let mf = Fields::of(m, "messages")?;
+        let mf = Fields::of(m, &p)?;
         let role = mf
             .str("role")
             .map_err(|_| ApiError::bad(format!("{p}.role"), "`role` must be a string"))?

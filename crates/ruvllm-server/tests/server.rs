@@ -130,6 +130,11 @@ fn bad_requests_are_400s_naming_the_field() {
             "messages[0].content[0]",
         ),
         (json!({}), "messages"),
+        (json!({"messages": ["hi"]}), "messages[0]"),
+        (
+            json!({"messages": [{"role": "user", "content": "x", "tool_call_id": 5}]}),
+            "messages[0].tool_call_id",
+        ),
         (json!({"messages": user("hi"), "n": 2}), "n"),
         (
             json!({"messages": user("hi"), "logprobs": true}),
