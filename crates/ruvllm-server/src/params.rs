@@ -621,30 +621,45 @@ const PROMPT_SCHEMA_TRIES: usize = 32;
 /// A JSON Schema declared in the system messages, the way prompt-only structured-output
 /// libraries declare it (instructor's JSON and MD_JSON modes: "...match the following
 /// json_schema: {...}"; LangChain's output parsers: "...conforms to the JSON schema
-/// below: {...}"): the first JSON object after the word "schema" that looks like a schema
-/// (has `properties`, `$defs`, `anyOf`/`oneOf`, or `type: object`). Cost: at most
-/// [`PROMPT_SCHEMA_TRIES`] JSON parses per system message.
+/// below: {...}"): a JSON object after the word "schema" that looks like a schema
+/// (has `properties`, `$defs`, `anyOf`/`oneOf`, or `type: object`); when there are several,
+/// the last. Cost: at most [`PROMPT_SCHEMA_TRIES`] JSON parses per system message.
 pub fn prompt_schema(messages: &[Message]) -> Option<Value> {
+    let schemaish = |o: &Map<String, Value>| {
+        o.contains_key("properties")
+            || o.contains_key("$defs")
+            || o.contains_key("anyOf")
+            || o.contains_key("oneOf")
+            || o.get("type").and_then(|t| t.as_str()) == Some("object")
+    };
+    let mut found = None;
     for m in messages.iter().filter(|m| m.role == "system") {
         let text = &m.content;
         let Some(at) = text.to_ascii_lowercase().find("schema") else {
             continue;
         };
-        for (i, _) in text[at..].match_indices('{').take(PROMPT_SCHEMA_TRIES) {
-            let mut it = serde_json::Deserializer::from_str(&text[at + i..]).into_iter::<Value>();
-            if let Some(Ok(Value::Object(o))) = it.next() {
-                let schemaish = o.contains_key("properties")
-                    || o.contains_key("$defs")
-                    || o.contains_key("anyOf")
-                    || o.contains_key("oneOf")
-                    || o.get("type").and_then(|t| t.as_str()) == Some("object");
-                if schemaish {
-                    return Some(Value::Object(o));
+        // Top-level JSON objects after the word, each skipped whole once parsed (so a
+        // schema's own sub-objects are never taken for it); the last schema-like one
+        // wins (LangChain shows an example schema before the real one).
+        let mut pos = at;
+        for _ in 0..PROMPT_SCHEMA_TRIES {
+            let Some(i) = text[pos..].find('{') else {
+                break;
+            };
+            let start = pos + i;
+            let mut it = serde_json::Deserializer::from_str(&text[start..]).into_iter::<Value>();
+            match it.next() {
+                Some(Ok(Value::Object(o))) => {
+                    if schemaish(&o) {
+                        found = Some(Value::Object(o));
+                    }
+                    pos = start + it.byte_offset().max(1);
                 }
+                _ => pos = start + 1,
             }
         }
     }
-    None
+    found
 }
 
 /// Whether any message asks for the answer in a ```json code block.
@@ -693,5 +708,66 @@ pub fn apply_prompt_schema(
         (Some(wrapped), Some("prompt-schema; json-fence".into()))
     } else {
         (Some(c), Some("prompt-schema".into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn sys(text: &str) -> Message {
+        Message::system(text)
+    }
+
+    #[test]
+    fn prompt_schema_finds_instructor_and_langchain_styles() {
+        let schema = json!({"properties": {"name": {"type": "string"}}, "required": ["name"], "type": "object"});
+        let instructor = format!(
+            "As a genius expert, provide the parsed objects in json that match the following json_schema:\n\n{}\n\nMake sure to return an instance",
+            serde_json::to_string_pretty(&schema).unwrap()
+        );
+        assert_eq!(prompt_schema(&[sys(&instructor)]), Some(schema.clone()));
+        // LangChain's PydanticOutputParser: an example schema first, then the real one.
+        let langchain = format!(
+            "The output should be formatted as a JSON instance that conforms to the JSON schema below.\n\nAs an example, for the schema {{\"properties\": {{\"foo\": {{\"title\": \"Foo\", \"type\": \"array\", \"items\": {{\"type\": \"string\"}}}}}}, \"required\": [\"foo\"]}}\nthe object {{\"foo\": [\"bar\", \"baz\"]}} is a well-formatted instance of the schema. The object {{\"properties\": {{\"foo\": [\"bar\", \"baz\"]}}}} is not well-formatted.\n\nHere is the output schema:\n```\n{schema}\n```"
+        );
+        assert_eq!(prompt_schema(&[sys(&langchain)]), Some(schema.clone()));
+        // No "schema" word, or only in a user message: nothing.
+        assert_eq!(prompt_schema(&[sys(&schema.to_string())]), None);
+        assert_eq!(prompt_schema(&[Message::user(instructor.clone())]), None);
+    }
+
+    #[test]
+    fn prompt_schema_applies_only_to_json_requests() {
+        let s = "Match this json_schema: {\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}}}";
+        let msgs = vec![sys(s), Message::user("go")];
+        let json_object = Some(Constraint {
+            c: OutputConstraint::JsonObject {
+                whitespace: Whitespace::Compact,
+            },
+            param: "response_format".into(),
+        });
+        let (c, note) = apply_prompt_schema(&msgs, json_object, true);
+        assert!(matches!(c.unwrap().c, OutputConstraint::JsonSchema { .. }));
+        assert_eq!(note.as_deref(), Some("prompt-schema"));
+        // No format and no ```json request: untouched.
+        let (c, note) = apply_prompt_schema(&msgs, None, false);
+        assert!(c.is_none() && note.is_none());
+        // No format, but the user asks for a ```json block: a fenced instance.
+        let mut fenced = msgs.clone();
+        fenced[1] = Message::user("Answer in a ```json codeblock.");
+        let (c, _) = apply_prompt_schema(&fenced, None, false);
+        match c.unwrap().c {
+            OutputConstraint::Wrapped { prefix, suffix, .. } => {
+                assert_eq!((prefix.as_str(), suffix.as_str()), ("```json\n", "\n```"))
+            }
+            other => panic!("{other:?}"),
+        }
+        // A declared schema that does not compile leaves the request as it was.
+        let bad = vec![sys("json_schema: {\"type\": \"object\", \"properties\": {\"a\": {\"$dynamicRef\": \"#x\"}}}")];
+        let (c, note) = apply_prompt_schema(&bad, None, true);
+        assert!(c.is_none());
+        assert!(note.unwrap().starts_with("prompt-schema ignored"));
     }
 }
