@@ -72,13 +72,10 @@ impl std::fmt::Debug for ChatTemplate {
     }
 }
 
-fn today() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = (secs / 86_400) as i64 + 719_468;
+/// The UTC calendar date `(year, month 1-12, day 1-31)` of a Unix time in seconds
+/// (Howard Hinnant's days-to-civil algorithm). O(1).
+pub fn civil_date(unix_secs: u64) -> (i64, u32, u32) {
+    let z = (unix_secs / 86_400) as i64 + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z - era * 146_097;
     let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
@@ -86,7 +83,15 @@ fn today() -> String {
     let mp = (5 * doy + 2) / 153;
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
+    (yoe + era * 400 + i64::from(m <= 2), m as u32, d as u32)
+}
+
+fn today() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let (y, m, d) = civil_date(secs);
     const MONTHS: [&str; 12] = [
         "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
     ];
@@ -168,6 +173,13 @@ mod tests {
         );
         let e = t.render(&[Message::system("s")], None, false).unwrap_err();
         assert!(e.to_string().contains("first must be user"), "{e}");
+    }
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(civil_date(0), (1970, 1, 1));
+        assert_eq!(civil_date(951_782_400), (2000, 2, 29));
+        assert_eq!(civil_date(1_795_252_230), (2026, 11, 21));
     }
 
     #[test]
