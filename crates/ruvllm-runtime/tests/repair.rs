@@ -264,3 +264,50 @@ proptest::proptest! {
         let _ = repair_json(&junk);
     }
 }
+
+/// Crash reproducers from `cargo fuzz run repair` (fuzz/): whatever repair returns must
+/// serialize and read back with serde_json's default limits.
+#[test]
+fn fuzz_regressions_read_back() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz-regressions");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if !path
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("repair-")
+        {
+            continue;
+        }
+        n += 1;
+        let text = String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned();
+        match repair_json(&text) {
+            Ok((v, _)) => {
+                let s = serde_json::to_string(&v).unwrap();
+                let back: Value = serde_json::from_str(&s).unwrap_or_else(|e| {
+                    panic!(
+                        "{}: repaired output does not read back: {e}",
+                        path.display()
+                    )
+                });
+                assert_eq!(back, v);
+            }
+            Err(e) => assert!(
+                matches!(e, RepairError::TooDeep { .. }),
+                "{}: {e}",
+                path.display()
+            ),
+        }
+    }
+    assert!(n >= 1, "no reproducers in {}", dir.display());
+    // Nesting right at the limit still reads back; one more level is refused.
+    let deep = |d: usize| format!("{}1{}", "[".repeat(d), "]".repeat(d));
+    let (v, _) = repair_json(&deep(ruvllm_runtime::json::MAX_DEPTH)).unwrap();
+    let _: Value = serde_json::from_str(&serde_json::to_string(&v).unwrap()).unwrap();
+    assert!(matches!(
+        repair_json(&deep(ruvllm_runtime::json::MAX_DEPTH + 2)),
+        Err(RepairError::TooDeep { .. })
+    ));
+}

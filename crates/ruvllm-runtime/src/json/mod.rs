@@ -26,7 +26,7 @@ use std::sync::Arc;
 use serde_json::Value;
 use thiserror::Error;
 
-pub use repair::{repair_json, Repair, RepairError};
+pub use repair::{repair_json, Repair, RepairError, MAX_DEPTH};
 
 /// A compiled JSON Schema: the schema document and its validator. Cheap to clone (shared).
 #[derive(Clone)]

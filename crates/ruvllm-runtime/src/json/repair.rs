@@ -22,8 +22,10 @@
 use serde_json::{Map, Number, Value};
 use thiserror::Error;
 
-/// Deepest nesting accepted.
-pub const MAX_DEPTH: usize = 256;
+/// Deepest nesting accepted: below serde_json's default recursion limit (128), so that
+/// whatever repair returns can be serialized and read back by ordinary JSON readers
+/// (found by the `repair` fuzz target: a 130-deep repaired value did not read back).
+pub const MAX_DEPTH: usize = 120;
 /// Largest input accepted, in bytes.
 pub const MAX_INPUT: usize = 16 << 20;
 /// How many candidate starts (`{` or `[` in surrounding prose) are tried.
