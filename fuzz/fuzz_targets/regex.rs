@@ -1,15 +1,7 @@
-//! The regex front end on arbitrary patterns: an error or a grammar, never a panic.
+//! The regex front end on arbitrary patterns, then the compiler on what it accepts.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use ruvllm_engine::{CompiledGrammar, Grammar};
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else { return };
-    let limits = ruvllm_engine::Limits {
-        max_compile_time: std::time::Duration::from_millis(500),
-        ..Default::default()
-    };
-    if let Ok(g) = Grammar::from_regex(text, &limits) {
-        let _ = CompiledGrammar::new(&g, &limits);
-    }
+    ruvllm_fuzz::front_end_then_compile(data, ruvllm_engine::Grammar::from_regex);
 });
