@@ -3,6 +3,7 @@
 
 pub mod batch;
 pub mod e2e;
+pub mod faults;
 pub mod grammar_cases;
 pub mod llg;
 pub mod load;

@@ -30,6 +30,10 @@ pub struct LoadConfig {
     pub batches: Vec<usize>,
     /// Sampling temperature of the requests.
     pub temperature: f32,
+    /// Extra clients that inject faults (see [`crate::faults`]); 0 = none.
+    pub fault_clients: usize,
+    /// RSS is judged after this much of the run (the prefix cache fills up first).
+    pub warmup: Duration,
 }
 
 /// One request kind of the mix.
@@ -342,6 +346,18 @@ pub struct LoadReport {
     pub mean_batch: f64,
     /// Requests per kind.
     pub per_kind: Vec<(Kind, u64)>,
+    /// Faults injected and unexpected answers to them.
+    pub faults: crate::faults::FaultCounts,
+    /// Server RSS samples (seconds into the run, KiB), every 10 s.
+    pub rss_samples: Vec<(f64, u64)>,
+    /// Server RSS at the end of the warm-up, KiB.
+    pub rss_warm_kib: u64,
+    /// Highest and lowest RSS after the warm-up, KiB.
+    pub rss_after_warm_max_kib: u64,
+    /// Lowest RSS after the warm-up, KiB.
+    pub rss_after_warm_min_kib: u64,
+    /// Whether the server process was still running at the end (no crash).
+    pub server_alive: bool,
     /// The first problems seen.
     pub problems: Vec<String>,
 }
@@ -474,7 +490,49 @@ pub fn run_one(cfg: &LoadConfig, max_batch: usize) -> Result<LoadReport> {
     });
     let t0 = Instant::now();
     let deadline = t0 + cfg.duration;
+    let faults = Mutex::new(crate::faults::FaultCounts {
+        sent: vec![0; crate::faults::FAULTS.len()],
+        ..Default::default()
+    });
+    let samples = Mutex::new(Vec::<(f64, u64)>::new());
+    let host = url.trim_start_matches("http://").to_string();
     std::thread::scope(|s| {
+        s.spawn(|| {
+            while Instant::now() < deadline {
+                samples
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((t0.elapsed().as_secs_f64(), rss_kib(pid)));
+                std::thread::sleep(Duration::from_secs(10).min(deadline - Instant::now()));
+            }
+        });
+        for c in 0..cfg.fault_clients {
+            let (faults, host) = (&faults, &host);
+            s.spawn(move || {
+                let mut i = c as u64;
+                while Instant::now() < deadline {
+                    let k = (i as usize) % crate::faults::FAULTS.len();
+                    let f = crate::faults::FAULTS[k];
+                    let r = crate::faults::send(
+                        f,
+                        i / crate::faults::FAULTS.len() as u64,
+                        host,
+                        4 << 20,
+                    );
+                    let mut g = faults.lock().unwrap_or_else(|e| e.into_inner());
+                    g.sent[k] += 1;
+                    if let Err(e) = r {
+                        g.unexpected += 1;
+                        if g.problems.len() < 10 {
+                            g.problems.push(e);
+                        }
+                    }
+                    drop(g);
+                    i += 1;
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            });
+        }
         for c in 0..cfg.clients {
             let url = url.clone();
             let shared = &shared;
@@ -525,11 +583,24 @@ pub fn run_one(cfg: &LoadConfig, max_batch: usize) -> Result<LoadReport> {
     });
     let secs = t0.elapsed().as_secs_f64();
     let rss_after = rss_kib(pid);
-    let mut m = a
+    let mut server = server;
+    let server_alive = matches!(server.child.try_wait(), Ok(None));
+    let samples = samples.into_inner().unwrap_or_else(|e| e.into_inner());
+    let warm_secs = cfg.warmup.as_secs_f64();
+    let after: Vec<u64> = samples
+        .iter()
+        .filter(|(t, _)| *t >= warm_secs)
+        .map(|x| x.1)
+        .chain([rss_after])
+        .collect();
+    let rss_warm = after.first().copied().unwrap_or(rss_after);
+    // A dead server has no metrics; the report still comes back (server_alive: false).
+    let mtext = a
         .get(&format!("{url}/metrics"))
         .call()
-        .context("reading /metrics")?;
-    let mtext = m.body_mut().read_to_string()?;
+        .ok()
+        .and_then(|mut m| m.body_mut().read_to_string().ok())
+        .unwrap_or_default();
     let passes = metric(&mtext, "ruvllm_forward_passes_total");
     let batched = metric(&mtext, "ruvllm_batched_sequences_total");
     let mut g = shared.into_inner().unwrap_or_else(|e| e.into_inner());
@@ -551,6 +622,12 @@ pub fn run_one(cfg: &LoadConfig, max_batch: usize) -> Result<LoadReport> {
         mean_batch: if passes > 0.0 { batched / passes } else { 0.0 },
         per_kind: KINDS.iter().copied().zip(g.per_kind).collect(),
         problems: g.problems,
+        faults: faults.into_inner().unwrap_or_else(|e| e.into_inner()),
+        rss_samples: samples,
+        rss_warm_kib: rss_warm,
+        rss_after_warm_max_kib: after.iter().copied().max().unwrap_or(0),
+        rss_after_warm_min_kib: after.iter().copied().min().unwrap_or(0),
+        server_alive,
     })
 }
 
@@ -609,6 +686,40 @@ pub fn markdown(cfg: &LoadConfig, reports: &[LoadReport], command: &str) -> Stri
     if let Some(r) = reports.first() {
         for (k, n) in &r.per_kind {
             s.push_str(&format!("- {k:?}: {n}\n"));
+        }
+    }
+    for r in reports
+        .iter()
+        .filter(|r| r.faults.sent.iter().sum::<u64>() > 0)
+    {
+        s.push_str(&format!(
+            "\n## Faults injected (max batch {})\n\n{} fault clients, one fault every 200 ms \
+             each, beside the {} ordinary clients:\n\n| fault | sent |\n|---|---|\n",
+            r.max_batch, cfg.fault_clients, r.clients
+        ));
+        for (f, n) in crate::faults::FAULTS.iter().zip(&r.faults.sent) {
+            s.push_str(&format!("| {f:?} | {n} |\n"));
+        }
+        s.push_str(&format!(
+            "\nUnexpected answers to faults: **{}**. Server process alive at the end: **{}**.\n\n\
+             RSS after a {} s warm-up: {:.0} MiB; afterwards between {:.0} and {:.0} MiB \
+             (max/warm = **{:.3}**). Samples every 10 s (s: MiB): {}\n",
+            r.faults.unexpected,
+            if r.server_alive { "yes" } else { "NO" },
+            cfg.warmup.as_secs(),
+            r.rss_warm_kib as f64 / 1024.0,
+            r.rss_after_warm_min_kib as f64 / 1024.0,
+            r.rss_after_warm_max_kib as f64 / 1024.0,
+            r.rss_after_warm_max_kib as f64 / r.rss_warm_kib.max(1) as f64,
+            r.rss_samples
+                .iter()
+                .step_by(6)
+                .map(|(t, k)| format!("{:.0}: {:.0}", t, *k as f64 / 1024.0))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        for p in &r.faults.problems {
+            s.push_str(&format!("- unexpected: {}\n", p.replace('\n', " ")));
         }
     }
     let problems: Vec<&String> = reports.iter().flat_map(|r| &r.problems).collect();

@@ -135,6 +135,13 @@ enum Cmd {
         /// Where to write the Markdown report (docs/LOAD.md is generated this way).
         #[arg(long)]
         markdown: Option<PathBuf>,
+        /// Extra clients injecting faults (dropped streams, early closes, malformed,
+        /// oversized and hostile requests); the soak run of docs/RELIABILITY.md.
+        #[arg(long, default_value_t = 0)]
+        faults: usize,
+        /// Seconds of warm-up before RSS is judged.
+        #[arg(long, default_value_t = 300)]
+        warmup_secs: u64,
     },
     /// Decode-step cost by batch size, with candle's Q8_0 product and with ours.
     Steps {
@@ -205,6 +212,8 @@ fn main() -> Result<()> {
             temperature,
             json,
             markdown,
+            faults,
+            warmup_secs,
         } => {
             use ruvllm_bench::load;
             let server_bin = server_bin
@@ -217,6 +226,8 @@ fn main() -> Result<()> {
                 duration: std::time::Duration::from_secs(secs),
                 batches: batches.clone(),
                 temperature,
+                fault_clients: faults,
+                warmup: std::time::Duration::from_secs(warmup_secs),
             };
             let mut reports = Vec::new();
             for b in &batches {
@@ -240,8 +251,23 @@ fn main() -> Result<()> {
                 let cmd = format!("cargo run --release -p ruvllm-bench -- {cmd}");
                 std::fs::write(&p, load::markdown(&cfg, &reports, &cmd))?;
             }
-            let bad: u64 = reports.iter().map(|r| r.failed + r.invalid).sum();
-            anyhow::ensure!(bad == 0, "{bad} requests failed or were invalid");
+            for r in &reports {
+                if r.faults.sent.iter().sum::<u64>() > 0 {
+                    eprintln!(
+                        "  faults {:?} unexpected {} | alive {} | RSS warm {} KiB, after warm-up {}..{} KiB",
+                        r.faults.sent, r.faults.unexpected, r.server_alive, r.rss_warm_kib,
+                        r.rss_after_warm_min_kib, r.rss_after_warm_max_kib
+                    );
+                    for p in &r.faults.problems {
+                        eprintln!("  fault problem: {p}");
+                    }
+                }
+            }
+            let bad: u64 = reports
+                .iter()
+                .map(|r| r.failed + r.invalid + r.faults.unexpected + u64::from(!r.server_alive))
+                .sum();
+            anyhow::ensure!(bad == 0, "{bad} requests failed, were invalid or answered a fault unexpectedly (or the server died)");
             Ok(())
         }
         Cmd::E2e {
