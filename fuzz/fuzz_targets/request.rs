@@ -15,7 +15,7 @@ fuzz_target!(|data: &[u8]| {
     let _ = params::tools(&f);
     if let Ok(msgs) = params::messages(&f) {
         let _ = params::prompt_schema(&msgs);
-        let _ = params::apply_prompt_schema(&msgs, None, true);
+        let _ = params::apply_prompt_schema(&msgs, None, true, &ruvllm_engine::Limits::default());
     }
     for k in ["temperature", "top_p", "min_p"] {
         let _ = f.num(k, 0.0, 2.0);

@@ -41,6 +41,7 @@ pub fn run_file(
         whitespace: Whitespace::Flexible(20),
         strict: false,
         any_order: true,
+        plain_integers: false,
     };
     let Ok(g) = schema_to_grammar(&case.schema, &opts) else {
         return Ok(());

@@ -559,7 +559,8 @@ pub fn run_one(cfg: &LoadConfig, max_batch: usize) -> Result<LoadReport> {
                             }
                             Err(e) => {
                                 g.invalid += 1;
-                                if g.problems.len() < 10 {
+                                // Every invalid answer is kept (there should be none).
+                                if g.problems.len() < 100 {
                                     g.problems.push(format!("{kind:?} invalid: {e}"));
                                 }
                             }

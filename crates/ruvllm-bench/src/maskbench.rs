@@ -169,6 +169,7 @@ pub fn run_ruvllm(vocab: &Arc<Vocabulary>, case: &FileCase, st: &mut EngineStats
         whitespace: Whitespace::Flexible(20),
         strict: false,
         any_order: true,
+        plain_integers: false,
     };
     let t0 = Instant::now();
     let compiled = schema_to_grammar(&case.schema, &opts)

@@ -29,6 +29,9 @@ pub struct ModelArgs {
     /// Q8_0 at load, which decodes about 3x faster on x86).
     #[arg(long)]
     pub keep_weights: bool,
+    /// Budgets.
+    #[command(flatten)]
+    pub limits: crate::limits::LimitArgs,
 }
 
 impl ModelArgs {
@@ -90,8 +93,11 @@ impl ModelArgs {
                 ..Default::default()
             },
             tokenizer: self.tokenizer.clone(),
-            limits: None,
+            limits: Some(self.limits.limits()),
             prefix_cache_bytes,
+            constraint_cache_bytes: Some(self.limits.constraint_cache_mb << 20),
+            max_prompt_tokens: (self.limits.max_prompt_tokens > 0)
+                .then_some(self.limits.max_prompt_tokens),
         };
         CandleBackend::load(&path, &opts).with_context(|| format!("loading {}", path.display()))
     }

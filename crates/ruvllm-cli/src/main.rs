@@ -26,6 +26,7 @@ struct Cli {
 }
 
 mod generate;
+mod limits;
 mod serve;
 
 #[derive(Subcommand)]

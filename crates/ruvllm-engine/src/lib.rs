@@ -71,6 +71,8 @@ pub struct Limits {
     pub max_grammar_bytes: usize,
     /// Nesting of groups and postfix operators (default 200).
     pub max_nesting: usize,
+    /// Nesting of JSON Schema sub-schemas (default 64).
+    pub max_schema_depth: usize,
     /// Rules, in the source and after compiling (default 100,000).
     pub max_rules: usize,
     /// Expression nodes in the source (default 1,000,000).
@@ -108,6 +110,7 @@ impl Default for Limits {
         Limits {
             max_grammar_bytes: 1 << 20,
             max_nesting: 200,
+            max_schema_depth: 64,
             max_rules: 100_000,
             max_grammar_nodes: 1_000_000,
             max_repeat: 10_000,

@@ -526,6 +526,7 @@ fn whitespace_policies() {
             whitespace: Whitespace::Bounded,
             strict: true,
             any_order: false,
+            plain_integers: false,
         },
     )
     .unwrap();
@@ -671,4 +672,43 @@ fn random_walks_under_maskbench_schemas_validate() {
         completed >= 100,
         "only {completed} walks completed ({out_of_range} had out-of-range numbers)"
     );
+}
+
+/// `plain_integers`: integers only as plain digits; the default keeps the exact language
+/// (`1.0` and `1e0` are integers to a validator).
+#[test]
+fn plain_integers_option() {
+    for s in [
+        json!({"type": "integer"}),
+        json!({"type": "integer", "minimum": 1, "maximum": 9}),
+    ] {
+        let exact = Constraint::new(
+            &schema_to_grammar(&s, &SchemaOptions::default()).unwrap(),
+            dummy_vocab(),
+            &Limits::default(),
+        )
+        .unwrap();
+        let plain = Constraint::new(
+            &schema_to_grammar(
+                &s,
+                &SchemaOptions {
+                    plain_integers: true,
+                    ..SchemaOptions::default()
+                },
+            )
+            .unwrap(),
+            dummy_vocab(),
+            &Limits::default(),
+        )
+        .unwrap();
+        let v = oracle(&s);
+        for t in ["1", "9"] {
+            assert!(accepts(&exact, t) && accepts(&plain, t), "{s} {t}");
+        }
+        for t in ["1.0", "1.000", "9.0"] {
+            assert!(v.is_valid(&serde_json::from_str(t).unwrap()), "{t}");
+            assert!(accepts(&exact, t), "exact refused {t}");
+            assert!(!accepts(&plain, t), "plain accepted {t}");
+        }
+    }
 }

@@ -15,7 +15,9 @@ use std::task::{Context, Poll};
 
 use futures::channel::mpsc;
 use futures::Stream;
-use ruvllm_engine::schema::{schema_to_grammar, SchemaOptions, Whitespace};
+use ruvllm_engine::schema::{
+    schema_to_grammar, schema_to_grammar_limited, SchemaOptions, Whitespace,
+};
 use ruvllm_engine::{Expr, Grammar, Limits};
 use serde_json::{json, Value};
 
@@ -80,6 +82,7 @@ impl JsonModeConfig {
                     whitespace: self.whitespace,
                     strict: false,
                     any_order: self.any_order,
+                    plain_integers: true,
                 },
             },
             (None, None) => OutputConstraint::Json {
@@ -143,13 +146,9 @@ impl OutputConstraint {
         match self {
             OutputConstraint::Json { whitespace } => format!("json/{whitespace:?}"),
             OutputConstraint::JsonObject { whitespace } => format!("json_object/{whitespace:?}"),
-            OutputConstraint::JsonSchema { schema, options } => format!(
-                "schema/{:?}/{}/{}/{}",
-                options.whitespace,
-                options.strict,
-                options.any_order,
-                schema.as_value()
-            ),
+            OutputConstraint::JsonSchema { schema, options } => {
+                format!("schema/{options:?}/{}", schema.as_value())
+            }
             OutputConstraint::Gbnf(g) => format!("gbnf/{g}"),
             OutputConstraint::Regex(r) => format!("regex/{r}"),
             OutputConstraint::Choice(c) => format!("choice/{}", Value::from(c.clone())),
@@ -168,10 +167,7 @@ impl OutputConstraint {
                 text,
                 options,
             } => format!(
-                "tools/{:?}/{}/{}/{}/{}",
-                options.whitespace,
-                options.strict,
-                options.any_order,
+                "tools/{options:?}/{}/{}",
                 calling.cache_key(),
                 text.as_ref().map(|t| t.cache_key()).unwrap_or_default()
             ),
@@ -194,7 +190,7 @@ impl OutputConstraint {
                 schema_to_grammar(&json!({"type": "object"}), &json_opts(*whitespace))?
             }
             OutputConstraint::JsonSchema { schema, options } => {
-                schema_to_grammar(schema.as_value(), options)?
+                schema_to_grammar_limited(schema.as_value(), options, limits)?
             }
             OutputConstraint::Gbnf(text) => Grammar::from_gbnf(text, limits)?,
             OutputConstraint::Regex(re) => Grammar::from_regex(re, limits)?,
@@ -229,7 +225,7 @@ impl OutputConstraint {
                     Some(t) => t.grammar(limits)?,
                     None => None,
                 };
-                return calling.grammar(text, options);
+                return calling.grammar(text, options, limits);
             }
         }))
     }
@@ -561,12 +557,12 @@ impl TextSink {
     /// sent as the last item).
     pub fn finish(self, r: Result<Generation>) {
         let err = match &r {
-            Err(e) if !matches!(e, RuntimeError::Cancelled) => Some(e.to_string()),
+            Err(e) if !matches!(e, RuntimeError::Cancelled) => Some(e.duplicate()),
             _ => None,
         };
         *self.outcome.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
-        if let Some(msg) = err {
-            let _ = self.tx.unbounded_send(Err(RuntimeError::Model(msg)));
+        if let Some(e) = err {
+            let _ = self.tx.unbounded_send(Err(e));
         }
     }
 }
@@ -604,7 +600,7 @@ impl TextStream {
         let g = self.outcome.lock().unwrap_or_else(|e| e.into_inner());
         g.as_ref().map(|r| match r {
             Ok(g) => Ok(g.clone()),
-            Err(e) => Err(RuntimeError::Model(e.to_string())),
+            Err(e) => Err(e.duplicate()),
         })
     }
 }

@@ -309,6 +309,7 @@ fn worker(shared: Arc<Shared>) {
     let opts = shared.opts.clone();
     let model = shared.backend.model();
     let mut active: Vec<Job> = Vec::new();
+    let mut gone: Vec<Job> = Vec::new();
     loop {
         {
             let mut q = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
@@ -318,12 +319,25 @@ fn worker(shared: Arc<Shared>) {
                 }
                 q = shared.wake.wait(q).unwrap_or_else(|e| e.into_inner());
             }
+            // A waiting generation whose client left gives its place back now, not when
+            // it reaches the batch (else abandoned requests can fill the queue: 503s).
+            let mut i = 0;
+            while i < q.len() {
+                if q[i].sink.is_closed() {
+                    gone.extend(q.remove(i));
+                } else {
+                    i += 1;
+                }
+            }
             while active.len() < opts.max_batch {
                 match q.pop_front() {
                     Some(j) => active.push(j),
                     None => break,
                 }
             }
+        }
+        for job in gone.drain(..) {
+            end(&shared, job, Err(RuntimeError::Cancelled));
         }
         shared
             .counters

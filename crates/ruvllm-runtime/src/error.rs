@@ -51,6 +51,27 @@ pub enum RuntimeError {
         /// What is wrong.
         msg: String,
     },
+    /// A tool's parameter schema does not compile.
+    #[error("tool {name:?} (tools[{index}]) parameters: {source}")]
+    ToolSchema {
+        /// The tool's index in the request's list.
+        index: usize,
+        /// The tool's name.
+        name: String,
+        /// Why.
+        source: SchemaError,
+    },
+    /// The prompt is longer than the configured budget
+    /// ([`crate::BackendOptions::max_prompt_tokens`]).
+    #[error("the prompt is {}{tokens} tokens, the limit is {limit} (--max-prompt-tokens)", if *.at_least { "at least " } else { "" })]
+    PromptTooLong {
+        /// Prompt tokens (a lower bound when `at_least`).
+        tokens: usize,
+        /// Whether the prompt was refused before tokenizing, from its length in bytes.
+        at_least: bool,
+        /// The limit.
+        limit: usize,
+    },
     /// The prompt plus the output would exceed the model's context.
     #[error("context full: {needed} positions needed, the model allows {limit}")]
     ContextFull {
@@ -71,6 +92,59 @@ pub enum RuntimeError {
     /// The consumer of a stream went away.
     #[error("cancelled")]
     Cancelled,
+}
+
+impl RuntimeError {
+    /// A copy of this error with its variant kept (an I/O error keeps its kind and
+    /// message), so that a generation's outcome can be read more than once and a server
+    /// still tells a budget refusal from a model failure. Cost: clones the error's data.
+    pub fn duplicate(&self) -> RuntimeError {
+        use RuntimeError as E;
+        match self {
+            E::Io { path, source } => E::Io {
+                path: path.clone(),
+                source: std::io::Error::new(source.kind(), source.to_string()),
+            },
+            E::Model(m) => E::Model(m.clone()),
+            E::Tokenizer(m) => E::Tokenizer(m.clone()),
+            E::Template(m) => E::Template(m.clone()),
+            E::Grammar(e) => E::Grammar(e.clone()),
+            E::Schema(e) => E::Schema(e.clone()),
+            E::JsonSchema(e) => E::JsonSchema(e.clone()),
+            E::Vocab(e) => E::Model(e.to_string()), // load-time only; not Clone
+            E::Match(e) => E::Match(e.clone()),
+            E::Json(e) => E::Json(e.clone()),
+            E::Params { param, msg } => E::Params {
+                param,
+                msg: msg.clone(),
+            },
+            E::ToolSchema {
+                index,
+                name,
+                source,
+            } => E::ToolSchema {
+                index: *index,
+                name: name.clone(),
+                source: source.clone(),
+            },
+            E::PromptTooLong {
+                tokens,
+                at_least,
+                limit,
+            } => E::PromptTooLong {
+                tokens: *tokens,
+                at_least: *at_least,
+                limit: *limit,
+            },
+            E::ContextFull { needed, limit } => E::ContextFull {
+                needed: *needed,
+                limit: *limit,
+            },
+            E::Http(m) => E::Http(m.clone()),
+            E::Busy { limit } => E::Busy { limit: *limit },
+            E::Cancelled => E::Cancelled,
+        }
+    }
 }
 
 /// The runtime's result type.

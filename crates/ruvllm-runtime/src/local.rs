@@ -51,6 +51,59 @@ pub struct BackendOptions {
     /// Bytes of prompt KV caches kept for reuse by later prompts with the same prefix
     /// (`None`: 256 MiB; `Some(0)`: off).
     pub prefix_cache_bytes: Option<usize>,
+    /// Bytes of compiled constraints (with their token tables) kept for reuse by later
+    /// requests with the same constraint (`None`: 256 MiB). Least recently used first out.
+    pub constraint_cache_bytes: Option<usize>,
+    /// Longest prompt in tokens (`None`: the model's context less one position). A longer
+    /// one is refused with [`RuntimeError::PromptTooLong`].
+    pub max_prompt_tokens: Option<usize>,
+}
+
+/// Compiled constraints kept for reuse, least recently used evicted first, bounded by
+/// entries and by the bytes of their token tables (which grow as masks are computed, so
+/// the bound is enforced at each insertion over the tables' current sizes).
+#[derive(Default)]
+struct ConstraintCache {
+    entries: HashMap<String, (Arc<Constraint>, u64)>,
+    max_bytes: usize,
+    tick: u64,
+}
+
+impl ConstraintCache {
+    fn get(&mut self, key: &str) -> Option<Arc<Constraint>> {
+        self.tick += 1;
+        let tick = self.tick;
+        self.entries.get_mut(key).map(|e| {
+            e.1 = tick;
+            e.0.clone()
+        })
+    }
+
+    /// Entries and bytes of their token tables now.
+    fn usage(&self) -> (usize, usize) {
+        let bytes = self.entries.values().map(|e| e.0.table_usage().1).sum();
+        (self.entries.len(), bytes)
+    }
+
+    fn insert(&mut self, key: String, c: Arc<Constraint>) {
+        self.tick += 1;
+        self.entries.insert(key, (c, self.tick));
+        loop {
+            let (n, bytes) = self.usage();
+            if n <= 1 || (n <= MAX_CACHED_CONSTRAINTS && bytes <= self.max_bytes) {
+                break;
+            }
+            let oldest = self
+                .entries
+                .iter()
+                .min_by_key(|(_, e)| e.1)
+                .map(|(k, _)| k.clone());
+            match oldest {
+                Some(k) => self.entries.remove(&k),
+                None => break,
+            };
+        }
+    }
 }
 
 /// Most tokens one forward pass of a single generation reads.
@@ -135,7 +188,10 @@ struct Inner {
     eos: Vec<u32>,
     name: String,
     limits: Limits,
-    constraints: Mutex<HashMap<String, Arc<Constraint>>>,
+    max_prompt_tokens: usize,
+    /// The longest token's byte length (a prompt of n bytes has at least n / this tokens).
+    max_token_bytes: usize,
+    constraints: Mutex<ConstraintCache>,
     prefixes: Mutex<PrefixStore>,
 }
 
@@ -197,6 +253,11 @@ impl CandleBackend {
             &token_text(eos.first().copied()),
         )?;
         let model = Model::load(path, &opts.load)?;
+        let ctx = model.config().context_length;
+        let max_token_bytes = (0..vocab.len() as u32)
+            .map(|t| vocab.token_bytes(t).len())
+            .max()
+            .unwrap_or(1);
         let name = path
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
@@ -212,7 +273,15 @@ impl CandleBackend {
                 eos,
                 name,
                 limits: opts.limits.clone().unwrap_or_default(),
-                constraints: Mutex::new(HashMap::new()),
+                max_prompt_tokens: opts
+                    .max_prompt_tokens
+                    .unwrap_or(usize::MAX)
+                    .min(ctx.saturating_sub(1)),
+                max_token_bytes,
+                constraints: Mutex::new(ConstraintCache {
+                    max_bytes: opts.constraint_cache_bytes.unwrap_or(256 << 20),
+                    ..Default::default()
+                }),
                 prefixes: Mutex::new(PrefixStore {
                     max_bytes: opts.prefix_cache_bytes.unwrap_or(256 << 20),
                     ..Default::default()
@@ -290,7 +359,7 @@ impl CandleBackend {
             .unwrap_or_else(|e| e.into_inner())
             .get(&key)
         {
-            return Ok(Some(hit.clone()));
+            return Ok(Some(hit));
         }
         let limits = &self.inner.limits;
         let Some(g) = c.grammar(limits)? else {
@@ -302,11 +371,23 @@ impl CandleBackend {
             .constraints
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        if cache.len() >= MAX_CACHED_CONSTRAINTS {
-            cache.clear();
-        }
         cache.insert(key, cons.clone());
         Ok(Some(cons))
+    }
+
+    /// The engine limits constraints are compiled under.
+    pub fn limits(&self) -> &Limits {
+        &self.inner.limits
+    }
+
+    /// Compiled constraints cached now and the bytes of their token tables. Cost: one
+    /// pass over the cache.
+    pub fn constraint_cache_usage(&self) -> (usize, usize) {
+        self.inner
+            .constraints
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .usage()
     }
 }
 
@@ -386,8 +467,12 @@ impl Emitter {
         }
     }
 
-    /// Sends everything left (at the end of the generation).
+    /// Sends everything left (at the end of the generation). A character cut in half by
+    /// the token limit is dropped rather than sent as U+FFFD, which the constraint may
+    /// not allow.
     fn finish(&mut self, on_text: &mut dyn FnMut(&str) -> bool) -> Result<()> {
+        let keep = self.out.len() - incomplete_tail(&self.out);
+        self.out.truncate(keep.max(self.sent));
         if self.sent < self.out.len() {
             let s = String::from_utf8_lossy(&self.out[self.sent..]).into_owned();
             self.sent = self.out.len();
@@ -397,6 +482,24 @@ impl Emitter {
         }
         Ok(())
     }
+}
+
+/// Bytes at the end of `b` that start a UTF-8 character without finishing it (0 to 3).
+fn incomplete_tail(b: &[u8]) -> usize {
+    for back in 1..=b.len().min(4) {
+        let c = b[b.len() - back];
+        if c & 0xC0 == 0x80 {
+            continue; // a continuation byte: look further back for the lead
+        }
+        let need = match c {
+            0xC0..=0xDF => 2,
+            0xE0..=0xEF => 3,
+            0xF0..=0xF7 => 4,
+            _ => return 0,
+        };
+        return if back < need { back } else { 0 };
+    }
+    0
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
@@ -685,11 +788,29 @@ impl CandleBackend {
         let t0 = Instant::now();
         let inner = &self.inner;
         let ctx = inner.model.config().context_length;
-        let ids = self.encode(&self.render(prompt)?)?;
+        let text = self.render(prompt)?;
+        // No token is longer than `max_token_bytes`: a text that long cannot fit in the
+        // budget, and is refused before the tokenizer spends time on it.
+        let lower_bound = text.len() / inner.max_token_bytes.max(1);
+        if lower_bound > inner.max_prompt_tokens {
+            return Err(RuntimeError::PromptTooLong {
+                tokens: lower_bound,
+                at_least: true,
+                limit: inner.max_prompt_tokens,
+            });
+        }
+        let ids = self.encode(&text)?;
         if ids.is_empty() {
             return Err(RuntimeError::Params {
                 param: "prompt",
                 msg: "the prompt encodes to no tokens".into(),
+            });
+        }
+        if ids.len() > inner.max_prompt_tokens {
+            return Err(RuntimeError::PromptTooLong {
+                tokens: ids.len(),
+                at_least: false,
+                limit: inner.max_prompt_tokens,
             });
         }
         if ids.len() >= ctx {
@@ -810,5 +931,25 @@ impl LlmBackend for CandleBackend {
             ready = seq.advance(&mut logits, on_text)? && seq.prepare(on_text)?;
         }
         seq.finish(on_text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::incomplete_tail;
+
+    #[test]
+    fn incomplete_tail_finds_cut_characters() {
+        let e = "é".as_bytes(); // C3 A9
+        let euro = "€".as_bytes(); // E2 82 AC
+        let emoji = "😀".as_bytes(); // F0 9F 98 80
+        assert_eq!(incomplete_tail(b""), 0);
+        assert_eq!(incomplete_tail(b"abc"), 0);
+        assert_eq!(incomplete_tail(e), 0);
+        assert_eq!(incomplete_tail(&e[..1]), 1);
+        assert_eq!(incomplete_tail(&euro[..2]), 2);
+        assert_eq!(incomplete_tail(&[b"x", &emoji[..3]].concat()), 3);
+        assert_eq!(incomplete_tail(emoji), 0);
+        assert_eq!(incomplete_tail(&[0x80, 0x80]), 0); // stray continuation bytes: not a cut
     }
 }

@@ -36,7 +36,8 @@
 //! and turns earlier assistant calls and tool results into the same text format.
 
 use ruvllm_engine::grammar::{Expr, Grammar};
-use ruvllm_engine::schema::{schema_to_grammar, SchemaOptions};
+use ruvllm_engine::schema::{schema_to_grammar_limited, SchemaOptions};
+use ruvllm_engine::Limits;
 use serde_json::{json, Value};
 
 use crate::chat::Message;
@@ -242,7 +243,12 @@ impl ToolCalling {
     /// text answer (the response format) for `auto`; `None` means free text. With
     /// `tool_choice: none` this is `text` itself (`None`: unconstrained). Cost: compiling
     /// each callable tool's schema.
-    pub fn grammar(&self, text: Option<Grammar>, opts: &SchemaOptions) -> Result<Option<Grammar>> {
+    pub fn grammar(
+        &self,
+        text: Option<Grammar>,
+        opts: &SchemaOptions,
+        limits: &Limits,
+    ) -> Result<Option<Grammar>> {
         let callable = self.callable()?;
         if callable.is_empty() {
             return Ok(text);
@@ -250,11 +256,17 @@ impl ToolCalling {
         let mut g = Grammar::single("root", Expr::Empty);
         let mut calls = Vec::new();
         for (i, t) in callable.iter().enumerate() {
-            let args =
-                schema_to_grammar(&t.parameters, opts).map_err(|e| RuntimeError::Params {
-                    param: "tools",
-                    msg: format!("tool {:?} parameters: {e}", t.name),
-                })?;
+            let args = schema_to_grammar_limited(&t.parameters, opts, limits).map_err(|e| {
+                RuntimeError::ToolSchema {
+                    index: self
+                        .tools
+                        .iter()
+                        .position(|x| x.name == t.name)
+                        .unwrap_or(i),
+                    name: t.name.clone(),
+                    source: e,
+                }
+            })?;
             let args = g.embed(args, &format!("tool{i}-"));
             let name = serde_json::to_string(&t.name).unwrap_or_default();
             calls.push(Expr::Seq(vec![
@@ -690,7 +702,7 @@ mod tests {
             parallel: true,
         };
         let g = tc
-            .grammar(None, &SchemaOptions::default())
+            .grammar(None, &SchemaOptions::default(), &Limits::default())
             .unwrap()
             .unwrap();
         assert!(accepts(&g, &call("add", r#"{"a":1,"b":2}"#)));
@@ -718,14 +730,14 @@ mod tests {
             call("add", r#"{"a":1,"b":2}"#)
         );
         let g = tc
-            .grammar(None, &SchemaOptions::default())
+            .grammar(None, &SchemaOptions::default(), &Limits::default())
             .unwrap()
             .unwrap();
         assert!(accepts(&g, &two));
         assert!(!accepts(&g, ""));
         tc.parallel = false;
         let g = tc
-            .grammar(None, &SchemaOptions::default())
+            .grammar(None, &SchemaOptions::default(), &Limits::default())
             .unwrap()
             .unwrap();
         assert!(!accepts(&g, &two));
@@ -740,7 +752,7 @@ mod tests {
             parallel: true,
         };
         let g = tc
-            .grammar(None, &SchemaOptions::default())
+            .grammar(None, &SchemaOptions::default(), &Limits::default())
             .unwrap()
             .unwrap();
         assert!(accepts(
@@ -759,7 +771,7 @@ mod tests {
         // With a response format, text must follow it.
         let text = Grammar::from_regex("[0-9]+", &Limits::default()).unwrap();
         let g = tc
-            .grammar(Some(text), &SchemaOptions::default())
+            .grammar(Some(text), &SchemaOptions::default(), &Limits::default())
             .unwrap()
             .unwrap();
         assert!(accepts(&g, "42"));
@@ -774,14 +786,18 @@ mod tests {
             choice: ToolChoice::Function("missing".into()),
             parallel: true,
         };
-        assert!(tc.grammar(None, &SchemaOptions::default()).is_err());
+        assert!(tc
+            .grammar(None, &SchemaOptions::default(), &Limits::default())
+            .is_err());
         assert!(Tool::new("bad name", None, json!({})).is_err());
         let tc = ToolCalling {
             tools: vec![Tool::new("f", None, json!({"type": 5})).unwrap()],
             choice: ToolChoice::Required,
             parallel: true,
         };
-        let e = tc.grammar(None, &SchemaOptions::default()).unwrap_err();
+        let e = tc
+            .grammar(None, &SchemaOptions::default(), &Limits::default())
+            .unwrap_err();
         assert!(e.to_string().contains("tool \"f\" parameters"), "{e}");
     }
 

@@ -7,6 +7,7 @@
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use ruvllm_engine::MatchError;
 use ruvllm_runtime::RuntimeError;
 use serde_json::json;
 
@@ -45,7 +46,7 @@ impl ApiError {
     pub fn bad(param: impl Into<String>, message: impl Into<String>) -> ApiError {
         ApiError {
             status: StatusCode::BAD_REQUEST,
-            message: message.into(),
+            message: name_flags(message.into()),
             kind: "invalid_request_error",
             param: Some(param.into()),
             code: None,
@@ -93,7 +94,14 @@ impl ApiError {
             RuntimeError::Schema(_) | RuntimeError::JsonSchema(_) | RuntimeError::Grammar(_) => {
                 ApiError::bad(constraint_param, e.to_string())
             }
-            RuntimeError::ContextFull { .. } => {
+            RuntimeError::ToolSchema { index, .. } => {
+                ApiError::bad(format!("tools[{index}].function.parameters"), e.to_string())
+            }
+            RuntimeError::Match(MatchError::Budget { .. }) => ApiError::bad(
+                constraint_param,
+                format!("{e} (the constraint is too costly to follow; raise --max-parser-items)"),
+            ),
+            RuntimeError::ContextFull { .. } | RuntimeError::PromptTooLong { .. } => {
                 ApiError::bad("messages", e.to_string()).code("context_length_exceeded")
             }
             RuntimeError::Template(_) | RuntimeError::Tokenizer(_) => {
@@ -155,3 +163,54 @@ impl IntoResponse for ApiError {
 
 /// The server's result type.
 pub type ApiResult<T> = Result<T, ApiError>;
+
+/// The `ruvllm serve` flag that sets engine limit `field` (a [`ruvllm_engine::Limits`]
+/// field name): `max_compile_time` is `--max-compile-time-ms`, every other field is its
+/// name with dashes.
+pub fn limit_flag(field: &str) -> String {
+    match field {
+        "max_compile_time" => "--max-compile-time-ms".into(),
+        f => format!("--{}", f.replace('_', "-")),
+    }
+}
+
+/// Rewrites the engine's `Limits::field` hints in an error message as the server flag
+/// that raises the limit, so an API caller reads which setting refused the request.
+fn name_flags(msg: String) -> String {
+    const TAG: &str = "Limits::";
+    if !msg.contains(TAG) {
+        return msg;
+    }
+    let mut out = String::with_capacity(msg.len());
+    let mut rest = msg.as_str();
+    while let Some(i) = rest.find(TAG) {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + TAG.len()..];
+        let end = after
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(after.len());
+        out.push_str("server flag ");
+        out.push_str(&limit_flag(&after[..end]));
+        rest = &after[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limit_hints_become_flags() {
+        assert_eq!(
+            name_flags("x is 3, the limit is 2 (Limits::max_compile_time)".into()),
+            "x is 3, the limit is 2 (server flag --max-compile-time-ms)"
+        );
+        assert_eq!(
+            name_flags("(Limits::max_total_dfa_states) and Limits::max_rules".into()),
+            "(server flag --max-total-dfa-states) and server flag --max-rules"
+        );
+        assert_eq!(name_flags("no hint".into()), "no hint");
+    }
+}

@@ -235,7 +235,7 @@ pub fn json_body(body: Result<Bytes, BytesRejection>, d: Dialect) -> ApiResult<V
             ApiError::status(
                 status,
                 "invalid_request_error",
-                "the request body is too large",
+                "the request body is over the size limit (server flag --max-body-bytes)",
             )
             .code("request_too_large")
         } else {
@@ -322,7 +322,8 @@ async fn metrics(State(st): State<Shared>) -> impl IntoResponse {
             "ruvllm_requests_total{{path=\"{path}\",status=\"{status}\"}} {n}\n"
         ));
     }
-    let lines: [(&str, &str, &str, String); 11] = [
+    let (cached, cache_bytes) = st.sched.backend().constraint_cache_usage();
+    let lines: [(&str, &str, &str, String); 13] = [
         (
             "ruvllm_generations_total",
             "counter",
@@ -388,6 +389,18 @@ async fn metrics(State(st): State<Shared>) -> impl IntoResponse {
             "counter",
             "Requests answered 503 (queue full).",
             st.metrics.rejected_busy.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "ruvllm_constraint_cache_entries",
+            "gauge",
+            "Compiled constraints cached for reuse.",
+            cached.to_string(),
+        ),
+        (
+            "ruvllm_constraint_cache_bytes",
+            "gauge",
+            "Bytes of the cached constraints' token tables (bounded by --constraint-cache-mb).",
+            cache_bytes.to_string(),
         ),
     ];
     for (name, ty, help, v) in lines {

@@ -171,6 +171,7 @@ async fn chat_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResul
             text: format.map(|c| Box::new(c.c)),
             options: SchemaOptions {
                 whitespace: Whitespace::Compact,
+                plain_integers: true,
                 ..Default::default()
             },
         }),

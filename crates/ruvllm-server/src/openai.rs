@@ -118,6 +118,7 @@ fn chat_constraint(
                     text: format.map(|c| Box::new(c.c)),
                     options: SchemaOptions {
                         whitespace: Whitespace::Compact,
+                        plain_integers: true,
                         ..Default::default()
                     },
                 }),
@@ -250,7 +251,7 @@ pub(crate) fn prompt_schema(
             OutputConstraint::JsonObject { .. } | OutputConstraint::Json { .. }
         )
     });
-    params::apply_prompt_schema(messages, format, json_object)
+    params::apply_prompt_schema(messages, format, json_object, st.sched.backend().limits())
 }
 
 /// Adds the `x-ruvllm-constraint` header saying where the constraint came from.

@@ -207,6 +207,7 @@ fn schema_constraint(schema: &Value, param: &str, strict: bool) -> ApiResult<Con
                 whitespace: Whitespace::Compact,
                 strict,
                 any_order: false,
+                plain_integers: true,
             },
         },
         param: param.into(),
@@ -357,7 +358,10 @@ pub fn constraint(f: &Fields, ollama_format: bool) -> ApiResult<Option<Constrain
         ("grammar", OutputConstraint::Gbnf),
     ] {
         if let Some((t, p)) = text_field(f, k)? {
-            if !t.is_empty() {
+            // llama.cpp sends `"grammar": ""` for "no grammar"; an empty regex is a real
+            // constraint (only the empty output), so it is kept.
+            let is_regex = k.ends_with("regex");
+            if is_regex || !t.is_empty() {
                 found.push(Constraint {
                     c: make(t),
                     param: p,
@@ -481,11 +485,6 @@ pub fn tools(f: &Fields) -> ApiResult<Option<ToolCalling>> {
             ToolChoice::None | ToolChoice::Auto => Ok(None),
             _ => Err(ApiError::bad("tool_choice", "tool_choice needs `tools`")),
         };
-    }
-    // Compile each tool's parameters now, so that a bad schema is a 400 naming it.
-    for (i, t) in list.iter().enumerate() {
-        ruvllm_engine::schema::schema_to_grammar(&t.parameters, &SchemaOptions::default())
-            .map_err(|e| ApiError::bad(format!("tools[{i}].function.parameters"), e.to_string()))?;
     }
     Ok(Some(ToolCalling {
         tools: list,
@@ -678,6 +677,7 @@ pub fn apply_prompt_schema(
     messages: &[Message],
     format: Option<Constraint>,
     json_object: bool,
+    limits: &ruvllm_engine::Limits,
 ) -> (Option<Constraint>, Option<String>) {
     let fence = format.is_none() && asks_for_json_fence(messages);
     if !(json_object || fence) {
@@ -686,7 +686,11 @@ pub fn apply_prompt_schema(
     let Some(schema) = prompt_schema(messages) else {
         return (format, None);
     };
-    let compiled = ruvllm_engine::schema::schema_to_grammar(&schema, &SchemaOptions::default());
+    let compiled = ruvllm_engine::schema::schema_to_grammar_limited(
+        &schema,
+        &SchemaOptions::default(),
+        limits,
+    );
     if let Err(e) = compiled {
         return (format, Some(format!("prompt-schema ignored: {e}")));
     }
@@ -714,6 +718,7 @@ pub fn apply_prompt_schema(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ruvllm_engine::Limits;
     use serde_json::json;
 
     fn sys(text: &str) -> Message {
@@ -748,16 +753,16 @@ mod tests {
             },
             param: "response_format".into(),
         });
-        let (c, note) = apply_prompt_schema(&msgs, json_object, true);
+        let (c, note) = apply_prompt_schema(&msgs, json_object, true, &Limits::default());
         assert!(matches!(c.unwrap().c, OutputConstraint::JsonSchema { .. }));
         assert_eq!(note.as_deref(), Some("prompt-schema"));
         // No format and no ```json request: untouched.
-        let (c, note) = apply_prompt_schema(&msgs, None, false);
+        let (c, note) = apply_prompt_schema(&msgs, None, false, &Limits::default());
         assert!(c.is_none() && note.is_none());
         // No format, but the user asks for a ```json block: a fenced instance.
         let mut fenced = msgs.clone();
         fenced[1] = Message::user("Answer in a ```json codeblock.");
-        let (c, _) = apply_prompt_schema(&fenced, None, false);
+        let (c, _) = apply_prompt_schema(&fenced, None, false, &Limits::default());
         match c.unwrap().c {
             OutputConstraint::Wrapped { prefix, suffix, .. } => {
                 assert_eq!((prefix.as_str(), suffix.as_str()), ("```json\n", "\n```"))
@@ -766,7 +771,7 @@ mod tests {
         }
         // A declared schema that does not compile leaves the request as it was.
         let bad = vec![sys("json_schema: {\"type\": \"object\", \"properties\": {\"a\": {\"$dynamicRef\": \"#x\"}}}")];
-        let (c, note) = apply_prompt_schema(&bad, None, true);
+        let (c, note) = apply_prompt_schema(&bad, None, true, &Limits::default());
         assert!(c.is_none());
         assert!(note.unwrap().starts_with("prompt-schema ignored"));
     }

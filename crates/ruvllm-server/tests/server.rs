@@ -424,7 +424,7 @@ fn api_key_and_body_limit() {
     let big = json!({"messages": user(&"x".repeat(4096))}).to_string();
     let (s, _, t) = post_raw(a, "/v1/chat/completions", big.as_bytes(), Some("sekret"));
     assert_eq!(s, 413, "{t}");
-    assert!(t.contains("too large"));
+    assert!(t.contains("--max-body-bytes"));
 }
 
 /// Sends a streaming request by hand and returns the open socket after the headers.

@@ -24,10 +24,16 @@ use crate::byteset::ByteSet;
 use crate::tables::Tables;
 
 /// Why a lexeme could not be built.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) enum DfaError {
-    /// A size limit was hit (the caller may fall back to structural lowering).
-    TooBig,
+    /// A size limit was hit (the caller may fall back to structural lowering). `cost`
+    /// is the attempt's work in state-equivalents, charged to the grammar's DFA budget:
+    /// `max_states` for a full-budget attempt, proportionally less for an attempt whose
+    /// budget was scaled down for a large NFA.
+    TooBig {
+        /// Work charged, in DFA states.
+        cost: usize,
+    },
 }
 
 /// A byte-level DFA for one lexeme. Cost of `next`: two table loads.
@@ -54,7 +60,22 @@ impl Dfa {
                     .nfa_size_limit(Some(max_bytes)),
             )
             .build_from_hir(hir)
-            .map_err(|_| DfaError::TooBig)?;
+            .map_err(|_| DfaError::TooBig { cost: max_states })?;
+        // Determinization costs about (DFA size) x (NFA states in a DFA state): a memory
+        // limit alone lets a large NFA spend seconds within it (found by fuzzing:
+        // `(?:\S+…|s+){0,99}…`, 3,000 NFA states, 1 s per attempt). Past
+        // `NFA_FULL_BUDGET` states the budget shrinks with the square of the ratio (the
+        // measured cost grows faster than the budget: 263 ms at 700 KB, 35 ms at 300 KB for
+        // that NFA), which bounds the time of one construction; a lexeme over it is split
+        // structurally, as for any TooBig.
+        let n = nfa.states().len().max(1);
+        let full_bytes = max_bytes;
+        let max_bytes = if n > NFA_FULL_BUDGET {
+            let f = NFA_FULL_BUDGET as u128;
+            (max_bytes as u128 * f * f / (n as u128 * n as u128)) as usize
+        } else {
+            max_bytes
+        };
         let dfa = dense::Builder::new()
             .configure(
                 dense::Config::new()
@@ -67,10 +88,13 @@ impl Dfa {
                     .dfa_size_limit(Some(max_bytes)),
             )
             .build_from_nfa(&nfa)
-            .map_err(|_| DfaError::TooBig)?;
+            .map_err(|_| DfaError::TooBig {
+                cost: (max_states as u128 * max_bytes as u128 / full_bytes.max(1) as u128).max(1)
+                    as usize,
+            })?;
         let s0 = dfa
             .start_state(&start::Config::new().anchored(Anchored::Yes))
-            .map_err(|_| DfaError::TooBig)?;
+            .map_err(|_| DfaError::TooBig { cost: max_states })?;
 
         // regex-automata's byte classes: bytes no transition distinguishes.
         let bc = dfa.byte_classes();
@@ -109,7 +133,7 @@ impl Dfa {
                     Some(&x) => x,
                     None => {
                         if order.len() >= max_states {
-                            return Err(DfaError::TooBig);
+                            return Err(DfaError::TooBig { cost: max_states });
                         }
                         order.push(n);
                         let x = order.len() as u32;
@@ -235,12 +259,18 @@ impl std::ops::Deref for Lexeme {
     }
 }
 
+/// NFA states up to which a lexeme's DFA gets the whole `max_dfa_bytes` budget.
+const NFA_FULL_BUDGET: usize = 512;
+
 /// Vocabularies whose tables a lexeme keeps (oldest dropped first).
 const TABLES_PER_LEXEME: usize = 4;
 /// Lexemes kept in the process-wide cache.
 const MAX_CACHED: usize = 8192;
 /// Token-table bytes the cached lexemes may hold before the caches are cleared.
 const MAX_CACHED_TABLE_BYTES: usize = 256 << 20;
+/// DFA bytes the cached lexemes may hold before the cache is cleared (one DFA can reach
+/// `max_lexeme_states x 256 x 4` bytes, so a count of entries alone does not bound it).
+const MAX_CACHED_DFA_BYTES: usize = 256 << 20;
 
 impl Lexeme {
     /// The token tables of this lexeme's states for vocabulary `vocab_id`. Cost: a lock
@@ -259,7 +289,8 @@ impl Lexeme {
     }
 }
 
-type Cache = Mutex<HashMap<String, Option<Arc<Lexeme>>>>;
+/// The process-wide lexeme cache and the DFA bytes it holds.
+type Cache = Mutex<(HashMap<String, Result<Arc<Lexeme>, DfaError>>, usize)>;
 
 /// Builds (or fetches) the lexeme of `hir` under the given limits; `Err` when it is too
 /// big (also cached, so a hopeless build is attempted once).
@@ -270,14 +301,15 @@ pub(crate) fn cached(
     max_bytes: usize,
 ) -> Result<Arc<Lexeme>, DfaError> {
     static CACHE: OnceLock<Cache> = OnceLock::new();
-    let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
+    let cache = CACHE.get_or_init(|| Mutex::new((HashMap::new(), 0)));
     let full_key = format!("{max_states}/{max_bytes}/{key}");
     if let Some(hit) = cache
         .lock()
         .unwrap_or_else(|e| e.into_inner())
+        .0
         .get(&full_key)
     {
-        return hit.clone().ok_or(DfaError::TooBig);
+        return hit.clone();
     }
     let built = Dfa::build(hir, max_states, max_bytes).map(|dfa| {
         Arc::new(Lexeme {
@@ -285,11 +317,19 @@ pub(crate) fn cached(
             tables: Mutex::new(Vec::new()),
         })
     });
-    let mut c = cache.lock().unwrap_or_else(|e| e.into_inner());
-    if c.len() >= MAX_CACHED || crate::tables::table_bytes() > MAX_CACHED_TABLE_BYTES {
+    let size = built.as_ref().map_or(0, |l| l.dfa.memory());
+    let mut guard = cache.lock().unwrap_or_else(|e| e.into_inner());
+    let (c, bytes) = &mut *guard;
+    if c.len() >= MAX_CACHED
+        || *bytes + size > MAX_CACHED_DFA_BYTES
+        || crate::tables::table_bytes() > MAX_CACHED_TABLE_BYTES
+    {
         c.clear();
+        *bytes = 0;
         crate::tables::clear_shared();
     }
-    c.insert(full_key, built.as_ref().ok().cloned());
+    if c.insert(full_key, built.clone()).is_none() {
+        *bytes += size;
+    }
     built
 }

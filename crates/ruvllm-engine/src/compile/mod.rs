@@ -596,8 +596,8 @@ impl<'a> Lowerer<'a> {
                 self.lex_map.insert(key, l);
                 Ok(Some(l))
             }
-            Err(dfa::DfaError::TooBig) => {
-                self.dfa_spent += self.limits.max_lexeme_states;
+            Err(dfa::DfaError::TooBig { cost }) => {
+                self.dfa_spent += cost;
                 Ok(None)
             }
         }

@@ -25,6 +25,16 @@ pub(crate) fn parse(pattern: &str, limits: &Limits) -> Result<Grammar, GrammarEr
         .parse(pattern)
         .map_err(|e| {
             let (offset, msg) = match &e {
+                regex_syntax::Error::Parse(p)
+                    if matches!(p.kind(), regex_syntax::ast::ErrorKind::NestLimitExceeded(_)) =>
+                {
+                    return GrammarError::Limit {
+                        what: "regex nesting depth",
+                        value: limits.max_nesting + 1,
+                        limit: limits.max_nesting,
+                        hint: "Limits::max_nesting",
+                    };
+                }
                 regex_syntax::Error::Parse(p) => (p.span().start.offset, p.kind().to_string()),
                 regex_syntax::Error::Translate(t) => (t.span().start.offset, t.kind().to_string()),
                 other => (0, other.to_string()),

@@ -47,7 +47,7 @@ use serde_json::{Map, Value};
 use thiserror::Error;
 
 use crate::grammar::{Check, Expr, Grammar, Rule, RuleId};
-use crate::GrammarError;
+use crate::{GrammarError, Limits};
 
 /// Where whitespace may appear between JSON tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -74,6 +74,12 @@ pub struct SchemaOptions {
     /// accepts; required keys, duplicates and property counts are then enforced by a
     /// semantic check on each object, see [`check`]).
     pub any_order: bool,
+    /// Write `integer` values as plain digits (`-?(0|[1-9][0-9]*)`, what JSON encoders
+    /// emit) rather than also as `1.0…` or `1e0`, which a validator accepts for `integer`.
+    /// Like [`Whitespace::Compact`], a subset of the valid documents: it keeps a model
+    /// from looping on `1.000…` until the token limit. Off by default (the exact
+    /// language); generation (`JsonModeConfig`, the server) turns it on.
+    pub plain_integers: bool,
 }
 
 /// Why a schema cannot be compiled.
@@ -102,6 +108,22 @@ pub enum SchemaError {
     Unsatisfiable {
         /// JSON pointer.
         pointer: String,
+    },
+    /// A budget was exceeded while compiling the schema.
+    #[error(
+        "schema limit exceeded at {pointer}: {what} is {value}, the limit is {limit} ({hint})"
+    )]
+    Limit {
+        /// Which quantity.
+        what: &'static str,
+        /// Its value when compilation stopped.
+        value: usize,
+        /// The limit in force.
+        limit: usize,
+        /// JSON pointer of the sub-schema being compiled.
+        pointer: String,
+        /// Which [`Limits`] field raises it.
+        hint: &'static str,
     },
     /// A grammar-level error or limit.
     #[error(transparent)]
@@ -231,7 +253,30 @@ const TYPES: [&str; 7] = [
 
 /// Compiles a JSON Schema to a grammar whose sentences are JSON texts valid under it.
 pub fn schema_to_grammar(schema: &Value, opts: &SchemaOptions) -> Result<Grammar, SchemaError> {
-    let mut c = Compiler::new(schema, opts)?;
+    schema_to_grammar_limited(schema, opts, &Limits::default())
+}
+
+/// [`schema_to_grammar`] under explicit budgets: the schema's serialized size
+/// ([`Limits::max_grammar_bytes`]), its nesting ([`Limits::max_schema_depth`]), the rules
+/// it expands to ([`Limits::max_rules`]) and the time spent ([`Limits::max_compile_time`]).
+/// Exceeding one is a [`SchemaError::Limit`] naming the JSON pointer where it happened.
+/// Cost: one serialization of the schema for the size check, then as [`schema_to_grammar`].
+pub fn schema_to_grammar_limited(
+    schema: &Value,
+    opts: &SchemaOptions,
+    limits: &Limits,
+) -> Result<Grammar, SchemaError> {
+    let size = serde_json::to_string(schema).map_or(usize::MAX, |t| t.len());
+    if size > limits.max_grammar_bytes {
+        return Err(SchemaError::Limit {
+            what: "schema size in bytes",
+            value: size,
+            limit: limits.max_grammar_bytes,
+            pointer: "#".into(),
+            hint: "Limits::max_grammar_bytes",
+        });
+    }
+    let mut c = Compiler::new(schema, opts, limits)?;
     let root = c.reserve("root");
     let body = c.compile(schema, "", 0)?;
     c.set(root, body);
@@ -263,6 +308,8 @@ struct Compiler<'a> {
     /// Semantic checks attached to rules (see [`check`]).
     checks: Vec<(RuleId, Check)>,
     check_builder: Option<check::CheckBuilder>,
+    limits: &'a Limits,
+    started: std::time::Instant,
 }
 
 /// Most semantic checks in one schema.
@@ -313,8 +360,6 @@ fn strip_for(keyword: &str, reason: &str) -> Vec<&'static str> {
     }
 }
 
-const MAX_DEPTH: usize = 64;
-
 /// Alternatives to intersect with, and the pointer of a `oneOf` that must stay exclusive.
 type Part = (Vec<Map<String, Value>>, Option<String>);
 /// A sub-schema and its JSON pointer.
@@ -322,7 +367,11 @@ type Located<'v> = (&'v Value, String);
 const MAX_BRANCHES: usize = 256;
 
 impl<'a> Compiler<'a> {
-    fn new(root: &'a Value, opts: &'a SchemaOptions) -> Result<Self, SchemaError> {
+    fn new(
+        root: &'a Value,
+        opts: &'a SchemaOptions,
+        limits: &'a Limits,
+    ) -> Result<Self, SchemaError> {
         let mut anchors = HashMap::new();
         collect_anchors(root, "", &mut anchors, 0);
         let draft = match root.get("$schema").and_then(|s| s.as_str()) {
@@ -343,10 +392,14 @@ impl<'a> Compiler<'a> {
             common: HashMap::new(),
             checks: Vec::new(),
             check_builder: None,
+            limits,
+            started: std::time::Instant::now(),
         })
     }
 
     fn reserve(&mut self, name: &str) -> RuleId {
+        // Past the budget the rule still exists (callers index it); `compile_exact` refuses
+        // to go on, so the schema fails with a `Limit` error.
         self.rules.push(Rule {
             name: name.to_string(),
             body: Expr::Alt(vec![]),
@@ -577,13 +630,37 @@ impl<'a> Compiler<'a> {
     }
 
     fn compile_exact(&mut self, s: &Value, ptr: &str, depth: usize) -> Result<Expr, SchemaError> {
-        if depth > MAX_DEPTH {
-            return Err(SchemaError::Grammar(GrammarError::Limit {
-                what: "schema nesting depth",
-                value: depth,
-                limit: MAX_DEPTH,
-                hint: "flatten the schema",
-            }));
+        let limit = |what, value, limit, hint| SchemaError::Limit {
+            what,
+            value,
+            limit,
+            pointer: pointer_or_root(ptr),
+            hint,
+        };
+        if depth > self.limits.max_schema_depth {
+            return Err(limit(
+                "schema nesting depth",
+                depth,
+                self.limits.max_schema_depth,
+                "Limits::max_schema_depth",
+            ));
+        }
+        if self.rules.len() > self.limits.max_rules {
+            return Err(limit(
+                "number of rules",
+                self.rules.len(),
+                self.limits.max_rules,
+                "Limits::max_rules",
+            ));
+        }
+        let spent = self.started.elapsed();
+        if spent > self.limits.max_compile_time {
+            return Err(limit(
+                "schema compile time in ms",
+                spent.as_millis() as usize,
+                self.limits.max_compile_time.as_millis() as usize,
+                "Limits::max_compile_time",
+            ));
         }
         let m = match s {
             Value::Bool(true) => return Ok(self.any_value()),
@@ -1198,8 +1275,8 @@ impl<'a> Compiler<'a> {
                 min: 0,
                 max: Some(1),
             };
-            if integer_only && self.draft == 4 {
-                // Draft 4: an integer is written without fraction or exponent.
+            if integer_only && (self.draft == 4 || self.opts.plain_integers) {
+                // Draft 4 (or plain integers asked for): no fraction, no exponent.
                 return Ok(Expr::Seq(vec![minus, uint()]));
             }
             if integer_only {
@@ -1273,7 +1350,7 @@ impl<'a> Compiler<'a> {
             if lo.is_some_and(|(v, _)| v.abs() > 1e18) || hi.is_some_and(|(v, _)| v.abs() > 1e18) {
                 return Err(unsupported("minimum", ptr, "bounds beyond 1e18"));
             }
-            if self.draft == 4 {
+            if self.draft == 4 || self.opts.plain_integers {
                 return Ok(num::int_range(lo_i, hi_i));
             }
             return Ok(Expr::Seq(vec![num::int_range(lo_i, hi_i), frac0()]));

@@ -11,13 +11,19 @@ use ruvllm_engine::{Expr, Grammar};
 
 pub struct Reference<'g> {
     g: &'g Grammar,
+    /// Ends of (sub-expression, start) within one fixpoint round (rule ends change between
+    /// rounds, so it is cleared each round): keeps nested repetitions polynomial.
+    cache: std::cell::RefCell<std::collections::HashMap<(*const Expr, usize), Ends>>,
 }
 
 type Ends = Vec<bool>; // index n+1 = PARTIAL
 
 impl<'g> Reference<'g> {
     pub fn new(g: &'g Grammar) -> Self {
-        Reference { g }
+        Reference {
+            g,
+            cache: Default::default(),
+        }
     }
 
     /// Whether `text` is a sentence of the grammar.
@@ -39,6 +45,7 @@ impl<'g> Reference<'g> {
         let mut memo: Vec<Vec<Ends>> = vec![vec![vec![false; n + 2]; n + 1]; nr];
         loop {
             let mut changed = false;
+            self.cache.borrow_mut().clear();
             for r in 0..nr {
                 for i in 0..=n {
                     let e = self.ends(&self.g.rules[r].body, i, text, &memo);
@@ -58,6 +65,16 @@ impl<'g> Reference<'g> {
     }
 
     fn ends(&self, e: &Expr, i: usize, text: &[u8], memo: &[Vec<Ends>]) -> Ends {
+        let key = (e as *const Expr, i);
+        if let Some(hit) = self.cache.borrow().get(&key) {
+            return hit.clone();
+        }
+        let out = self.ends_uncached(e, i, text, memo);
+        self.cache.borrow_mut().insert(key, out.clone());
+        out
+    }
+
+    fn ends_uncached(&self, e: &Expr, i: usize, text: &[u8], memo: &[Vec<Ends>]) -> Ends {
         let n = text.len();
         let mut out = vec![false; n + 2];
         match e {

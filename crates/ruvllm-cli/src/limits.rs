@@ -1,0 +1,97 @@
+//! Budget flags shared by every command that loads a model (`generate`, `serve`): the
+//! engine's [`Limits`] on compiling and following a constraint, the constraint cache and
+//! the prompt length. Each has the engine's default; a request over one is refused with an
+//! error naming the flag (the server's 400 says `server flag --max-...`).
+
+use clap::Args;
+use ruvllm_engine::Limits;
+
+/// Budget flags.
+#[derive(Args, Debug, Clone)]
+pub struct LimitArgs {
+    /// Largest grammar, regex or JSON Schema source in bytes.
+    #[arg(long, default_value_t = 1 << 20)]
+    pub max_grammar_bytes: usize,
+    /// Deepest nesting of groups and repetitions in a grammar or regex.
+    #[arg(long, default_value_t = 200)]
+    pub max_nesting: usize,
+    /// Deepest nesting of sub-schemas in a JSON Schema.
+    #[arg(long, default_value_t = 64)]
+    pub max_schema_depth: usize,
+    /// Most rules in a grammar (source or compiled) or produced by a schema.
+    #[arg(long, default_value_t = 100_000)]
+    pub max_rules: usize,
+    /// Most expression nodes in a grammar's source.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub max_grammar_nodes: usize,
+    /// Largest repetition bound `{m,n}`.
+    #[arg(long, default_value_t = 10_000)]
+    pub max_repeat: usize,
+    /// Most grammar symbols after expanding repetitions.
+    #[arg(long, default_value_t = 4_000_000)]
+    pub max_compiled_symbols: usize,
+    /// Most DFA states of one lexeme before it is split into smaller ones.
+    #[arg(long, default_value_t = 20_000)]
+    pub max_lexeme_states: usize,
+    /// Most DFA states built for one grammar (the regex DFA budget).
+    #[arg(long, default_value_t = 100_000)]
+    pub max_total_dfa_states: usize,
+    /// Bytes of construction memory for one lexeme's DFA.
+    #[arg(long, default_value_t = 4 << 20)]
+    pub max_dfa_bytes: usize,
+    /// Most distinct lexemes in one grammar.
+    #[arg(long, default_value_t = 200_000)]
+    pub max_lexemes: usize,
+    /// Milliseconds to compile one grammar or schema.
+    #[arg(long, default_value_t = 2000)]
+    pub max_compile_time_ms: u64,
+    /// Parser items in one decoding step (bounds the time of a mask).
+    #[arg(long, default_value_t = 200_000)]
+    pub max_parser_items: usize,
+    /// MiB of compiled constraints (token tables) cached for reuse.
+    #[arg(long, default_value_t = 256)]
+    pub constraint_cache_mb: usize,
+    /// Longest prompt in tokens (0: the model's context less one).
+    #[arg(long, default_value_t = 0)]
+    pub max_prompt_tokens: usize,
+}
+
+impl LimitArgs {
+    /// The engine limits these flags set.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_grammar_bytes: self.max_grammar_bytes,
+            max_nesting: self.max_nesting,
+            max_schema_depth: self.max_schema_depth,
+            max_rules: self.max_rules,
+            max_grammar_nodes: self.max_grammar_nodes,
+            max_repeat: self.max_repeat,
+            max_compiled_symbols: self.max_compiled_symbols,
+            max_lexeme_states: self.max_lexeme_states,
+            max_total_dfa_states: self.max_total_dfa_states,
+            max_dfa_bytes: self.max_dfa_bytes,
+            max_lexemes: self.max_lexemes,
+            max_compile_time: std::time::Duration::from_millis(self.max_compile_time_ms),
+            max_parser_items: self.max_parser_items,
+            ..Limits::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct T {
+        #[command(flatten)]
+        l: LimitArgs,
+    }
+
+    #[test]
+    fn flag_defaults_are_the_engine_defaults() {
+        let got = format!("{:?}", T::parse_from(["t"]).l.limits());
+        assert_eq!(got, format!("{:?}", Limits::default()));
+    }
+}
