@@ -26,7 +26,7 @@ pub fn front_end_then_compile(
 #[path = "../../crates/ruvllm-engine/tests/common/reference.rs"]
 pub mod reference;
 
-use ruvllm_engine::{Constraint, Expr, Matcher, Vocabulary};
+use ruvllm_engine::{Constraint, Matcher, Vocabulary};
 use std::sync::{Arc, OnceLock};
 
 /// A small vocabulary over the alphabet the generated grammars use: single bytes, merges,
@@ -113,35 +113,6 @@ impl GrammarWriter<'_> {
     }
 }
 
-/// Whether every rule of `g` derives at least one string (the reference treats a partial
-/// match as viable without asking whether it can complete, so it is exact only then).
-fn all_rules_productive(g: &ruvllm_engine::Grammar) -> bool {
-    fn prod(e: &Expr, p: &[bool]) -> bool {
-        match e {
-            Expr::Empty | Expr::Literal(_) => true,
-            Expr::Chars(r) => !r.is_empty(),
-            Expr::Bytes(r) => !r.is_empty(),
-            Expr::Ref(r) => p[*r as usize],
-            Expr::Seq(v) => v.iter().all(|x| prod(x, p)),
-            Expr::Alt(v) => v.iter().any(|x| prod(x, p)),
-            Expr::Repeat { e, min, .. } => *min == 0 || prod(e, p),
-        }
-    }
-    let mut p = vec![false; g.rules.len()];
-    loop {
-        let mut changed = false;
-        for (i, r) in g.rules.iter().enumerate() {
-            if !p[i] && prod(&r.body, &p) {
-                p[i] = true;
-                changed = true;
-            }
-        }
-        if !changed {
-            return p.iter().all(|&x| x);
-        }
-    }
-}
-
 /// The matcher fuzz target: builds a grammar from the first bytes, then replays the rest as
 /// decoding actions (commit an allowed token, try an arbitrary token, roll back). At every
 /// step each token's mask bit must equal the reference's verdict on the text plus that
@@ -176,7 +147,9 @@ pub fn matcher_check(data: &[u8]) {
     let Ok(c) = Constraint::new(&g, vocab.clone(), &limits) else {
         return;
     };
-    let exact = all_rules_productive(&g);
+    // The reference treats a partial match as viable without asking whether it can
+    // complete, so it is exact only when every rule derives some string.
+    let exact = g.productive().iter().all(|&p| p);
     let reference = reference::Reference::new(&g);
     let Ok(mut m) = Matcher::new(&c) else { return };
     let eos = vocab.eos_tokens()[0];

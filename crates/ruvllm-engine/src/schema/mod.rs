@@ -398,8 +398,8 @@ impl<'a> Compiler<'a> {
     }
 
     fn reserve(&mut self, name: &str) -> RuleId {
-        // Past the budget the rule still exists (callers index it); `compile_exact` refuses
-        // to go on, so the schema fails with a `Limit` error.
+        // No budget check here (callers index the new rule at once): `compile_exact`
+        // checks `Limits::max_rules` before compiling anything further.
         self.rules.push(Rule {
             name: name.to_string(),
             body: Expr::Alt(vec![]),
