@@ -595,11 +595,11 @@ fn cases() -> Vec<Case> {
             json!({"type": "object", "properties": {"\u{1F600}\"\\\n": {"type": "boolean"}}, "required": ["\u{1F600}\"\\\n"]}),
         ),
     ];
-    let known_gap = (
-        "known gap: maxLength 10000 (token tables of 10^4 DFA states)",
+    let long_string = (
+        "maxLength 10000",
         json!({"type": "string", "maxLength": 10000}),
     );
-    for (name, s) in std::iter::once(known_gap).chain(extreme_schemas) {
+    for (name, s) in std::iter::once(long_string).chain(extreme_schemas) {
         let grammar = schema_grammar_or_any(&s);
         add(
             format!("schema: {name}"),
@@ -712,11 +712,6 @@ fn cases() -> Vec<Case> {
         ("lookahead", "a(?=b)", false),
         ("backreference", "(a)\\1", false),
         ("unclosed group", "(ab", false),
-        (
-            "known gap: 10^8 nested repeats (compiles within the 2 s default budget, not 1 s)",
-            "((((a{1,100}){1,100}){1,100}){1,100})",
-            true,
-        ),
         ("100000 repeat", "x{100000}", false),
         ("exponential (a|a)*", "(a|a)*b", true),
         ("(a*)*", "(a*)*c", true),
@@ -739,6 +734,19 @@ fn cases() -> Vec<Case> {
             expect,
         );
     }
+    // Legal but extreme: compiled, or refused by a DFA budget; either within 1 s.
+    let nested = "((((a{1,100}){1,100}){1,100}){1,100})";
+    add(
+        "regex: 10^8 nested repeats".into(),
+        "/v1/chat/completions",
+        chat(json!({"guided_regex": nested}))
+            .to_string()
+            .into_bytes(),
+        Expect::Either {
+            grammar: Grammar::from_regex(nested, &lim).unwrap(),
+            schema: None,
+        },
+    );
     // Found by the regex fuzz target (1 s per DFA attempt before determinization budgets
     // were scaled by NFA size): refused by the compile budget or compiled, within 1 s.
     let blowup = "^(?:\\S+\\x00{9}\\x10|s+){0,99}\\S\\x00{39}\\x00+$";
@@ -949,10 +957,12 @@ fn adversarial_corpus() {
                     }
                 }
             }
-            // Known gaps (docs/RELIABILITY.md), given 30 s instead of 1 s: the token tables
-            // of a lexeme with ~10^4 DFA states are built without a time budget; the
-            // default compile budget is 2 s; prompt reading scales with the prompt.
+            // Known gap (docs/RELIABILITY.md), given 30 s instead of 1 s: prompt reading
+            // scales with the prompt, and this build is the unoptimized test build.
             let bound = if c.name.contains("known gap:") { 30 } else { 1 };
+            if took > Duration::from_millis(300) {
+                eprintln!("slow case {}: {took:?}", c.name);
+            }
             assert!(
                 took < Duration::from_secs(bound),
                 "{}: answered in {took:?}, over {bound} s",

@@ -61,18 +61,22 @@ impl Dfa {
             )
             .build_from_hir(hir)
             .map_err(|_| DfaError::TooBig { cost: max_states })?;
-        // Determinization costs about (DFA size) x (NFA states in a DFA state): a memory
-        // limit alone lets a large NFA spend seconds within it (found by fuzzing:
-        // `(?:\S+…|s+){0,99}…`, 3,000 NFA states, 1 s per attempt). Past
-        // `NFA_FULL_BUDGET` states the budget shrinks with the square of the ratio (the
-        // measured cost grows faster than the budget: 263 ms at 700 KB, 35 ms at 300 KB for
-        // that NFA), which bounds the time of one construction; a lexeme over it is split
-        // structurally, as for any TooBig.
+        // Determinization costs about (DFA states) x (NFA states per DFA state), and the
+        // second factor is what `determinize_size_limit` bounds (the NFA-state sets it keeps
+        // per DFA state). A memory limit alone let a large NFA with big sets spend seconds
+        // inside it (found by fuzzing: `(?:\S+…|s+){0,99}…`, 3,000 NFA states, 1.3 s per
+        // attempt at 4 MiB, 77 ms at 256 KiB). Past `NFA_FULL_BUDGET` NFA states the
+        // determinization budget shrinks with the square of the ratio, down to a floor of
+        // `DETERMINIZE_FLOOR`; the DFA itself keeps the whole budget. Bounded repeats of a
+        // JSON string character (the common large NFA: 6,600 NFA states for 200
+        // characters) have small sets and fit in 256 KiB, so they still get their DFA;
+        // shrinking the DFA budget too had split `maxLength: 60` strings into per-character
+        // lexemes, which cost seconds per mask in the parser.
         let n = nfa.states().len().max(1);
-        let full_bytes = max_bytes;
-        let max_bytes = if n > NFA_FULL_BUDGET {
+        let det_bytes = if n > NFA_FULL_BUDGET {
             let f = NFA_FULL_BUDGET as u128;
-            (max_bytes as u128 * f * f / (n as u128 * n as u128)) as usize
+            let scaled = (max_bytes as u128 * f * f / (n as u128 * n as u128)) as usize;
+            scaled.max(DETERMINIZE_FLOOR).min(max_bytes)
         } else {
             max_bytes
         };
@@ -84,12 +88,12 @@ impl Dfa {
                     .minimize(false)
                     .accelerate(false)
                     .specialize_start_states(false)
-                    .determinize_size_limit(Some(max_bytes))
+                    .determinize_size_limit(Some(det_bytes))
                     .dfa_size_limit(Some(max_bytes)),
             )
             .build_from_nfa(&nfa)
             .map_err(|_| DfaError::TooBig {
-                cost: (max_states as u128 * max_bytes as u128 / full_bytes.max(1) as u128).max(1)
+                cost: (max_states as u128 * det_bytes as u128 / max_bytes.max(1) as u128).max(1)
                     as usize,
             })?;
         let s0 = dfa
@@ -259,8 +263,10 @@ impl std::ops::Deref for Lexeme {
     }
 }
 
-/// NFA states up to which a lexeme's DFA gets the whole `max_dfa_bytes` budget.
+/// NFA states up to which a lexeme's determinization gets the whole `max_dfa_bytes` budget.
 const NFA_FULL_BUDGET: usize = 512;
+/// The least determinization budget of a large NFA (when `max_dfa_bytes` is larger).
+const DETERMINIZE_FLOOR: usize = 256 << 10;
 
 /// Vocabularies whose tables a lexeme keeps (oldest dropped first).
 const TABLES_PER_LEXEME: usize = 4;
