@@ -18,11 +18,18 @@
 //! lookup per node), and kept for the life of the [`crate::Constraint`], shared by every
 //! matcher and thread.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::hash::BuildHasherDefault;
+
+use crate::earley::ItemHasher;
+
+/// Sets and maps of small integer keys, with the parser's fast hasher.
+type FastSet<K> = HashSet<K, BuildHasherDefault<ItemHasher>>;
+type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<ItemHasher>>;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::compile::{Dfa, Lexeme};
-use crate::vocab::TokenTrie;
+use crate::vocab::{plain, TokenTrie};
 
 /// A set of token ids: sorted ids when few, a bitmap when many.
 #[derive(Debug, Clone)]
@@ -223,7 +230,7 @@ fn equivalent(a: &Dfa, s: u32, b: &Dfa, t: u32, depth: usize) -> bool {
             reps.push(byte);
         }
     }
-    let mut seen: std::collections::HashSet<(u32, u32)> = std::collections::HashSet::new();
+    let mut seen: FastSet<(u32, u32)> = FastSet::default();
     let mut queue = std::collections::VecDeque::new();
     seen.insert((s, t));
     queue.push_back((s, t, 0usize));
@@ -251,10 +258,29 @@ fn equivalent(a: &Dfa, s: u32, b: &Dfa, t: u32, depth: usize) -> bool {
 }
 
 /// One pruned walk of the trie from DFA state `s0`.
+///
+/// A subtree whose nodes are all plain string text (see [`crate::vocab::plain`]) is taken
+/// whole, without visiting it, when the lexeme provably stays alive and non-accepting on
+/// every plain text as deep as the subtree (checked once per state by [`PlainReach`]):
+/// every token in it is then in `accept`, none is uncertain or final. Inside a JSON
+/// string this skips most of the vocabulary.
 fn compute(dfa: &Dfa, s0: u32, trie: &TokenTrie, vocab_len: usize) -> StateTokens {
+    compute_with(dfa, s0, trie, vocab_len, true)
+}
+
+/// [`compute`], with the plain-subtree shortcut on or off (off: the plain walk, which the
+/// tests compare against).
+fn compute_with(
+    dfa: &Dfa,
+    s0: u32,
+    trie: &TokenTrie,
+    vocab_len: usize,
+    skip_plain: bool,
+) -> StateTokens {
     let mut accept: Vec<u32> = Vec::new();
     let mut uncertain: Vec<(u32, u32)> = Vec::new();
     let mut finals: Vec<u32> = Vec::new();
+    let mut reach = PlainReach::new(dfa, trie.max_depth());
     // (node, state, exited): `exited` = the lexeme accepted at some proper prefix.
     let mut stack: Vec<(u32, u32, bool)> = vec![(0, s0, false)];
     while let Some((n, s, exited)) = stack.pop() {
@@ -271,7 +297,15 @@ fn compute(dfa: &Dfa, s0: u32, trie: &TokenTrie, vocab_len: usize) -> StateToken
                     finals.extend_from_slice(trie.tokens_at(c));
                 }
                 if ce > c + 1 {
-                    stack.push((c, s2, exited || dfa.accepting(s2)));
+                    let deepest = trie.plain_depth(c);
+                    if skip_plain
+                        && deepest > 0
+                        && reach.safe_depth(s2, trie.plain_state(c)) >= deepest - trie.depth(c)
+                    {
+                        accept.extend_from_slice(trie.tokens_in(c + 1, ce));
+                    } else {
+                        stack.push((c, s2, exited || dfa.accepting(s2)));
+                    }
                 }
             } else if exited {
                 uncertain.push((c, ce));
@@ -297,6 +331,88 @@ fn compute(dfa: &Dfa, s0: u32, trie: &TokenTrie, vocab_len: usize) -> StateToken
     }
 }
 
+/// How deep a lexeme stays alive on plain text: for a DFA state `s` and a
+/// [`plain`] state `p`, the largest `d` such that every plain continuation of at most `d`
+/// bytes from `p` keeps the DFA alive and non-accepting from `s` (`usize::MAX` when that
+/// holds at every length). Breadth-first over (DFA state, plain state) pairs, one byte per
+/// cell of the joint byte partition, each pair expanded once at its least depth (where it
+/// decides); memoized per start pair for one table computation.
+struct PlainReach<'a> {
+    dfa: &'a Dfa,
+    max_depth: usize,
+    /// One byte per (DFA class, plain group) cell.
+    reps: Vec<u8>,
+    memo: FastMap<(u32, u8), usize>,
+}
+
+impl<'a> PlainReach<'a> {
+    fn new(dfa: &'a Dfa, max_depth: usize) -> Self {
+        let mut reps: Vec<u8> = Vec::new();
+        let mut cells: Vec<(u8, u8)> = Vec::new();
+        for b in 0..=255u8 {
+            let g = plain::group(b);
+            if g == 0 {
+                continue;
+            }
+            let cell = (dfa.class_of(b), g);
+            if !cells.contains(&cell) {
+                cells.push(cell);
+                reps.push(b);
+            }
+        }
+        PlainReach {
+            dfa,
+            max_depth,
+            reps,
+            memo: FastMap::default(),
+        }
+    }
+
+    /// See the type's doc. Cost: memoized; else O(pairs reached x cells).
+    fn safe_depth(&mut self, s: u32, p: u8) -> usize {
+        if p == plain::BAD {
+            return 0;
+        }
+        if let Some(&d) = self.memo.get(&(s, p)) {
+            return d;
+        }
+        let d = self.search(s, p);
+        self.memo.insert((s, p), d);
+        d
+    }
+
+    fn search(&self, s: u32, p: u8) -> usize {
+        let dfa = self.dfa;
+        let mut seen: FastSet<(u32, u8)> = FastSet::default();
+        seen.insert((s, p));
+        let mut layer = vec![(s, p)];
+        let mut next = Vec::new();
+        for d in 1..=self.max_depth {
+            next.clear();
+            for &(x, q) in &layer {
+                for &b in &self.reps {
+                    let q2 = plain::next(q, b);
+                    if q2 == plain::BAD {
+                        continue;
+                    }
+                    let x2 = dfa.next(x, b);
+                    if x2 == 0 || dfa.accepting(x2) {
+                        return d - 1;
+                    }
+                    if seen.insert((x2, q2)) {
+                        next.push((x2, q2));
+                    }
+                }
+            }
+            if next.is_empty() {
+                return usize::MAX;
+            }
+            std::mem::swap(&mut layer, &mut next);
+        }
+        self.max_depth
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -314,6 +430,56 @@ mod tests {
     /// The state reached from the start by `input`.
     fn walk(d: &Dfa, input: &[u8]) -> u32 {
         input.iter().fold(d.start(), |s, &b| d.next(s, b))
+    }
+
+    /// The plain-subtree shortcut changes nothing: every state of several string lexemes,
+    /// over the Llama 3.1 vocabulary, gets the same table with and without it.
+    #[test]
+    fn plain_subtree_shortcut_is_exact() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../assets/tokenizers/llama3_1/tokenizer.json"
+        );
+        let vocab = crate::Vocabulary::from_file(path)
+            .expect("assets missing: run scripts/fetch-assets.sh");
+        let ch = r#"(?:[ !#-\[\]-\xff]|\\["/\\bfnrt])"#;
+        // The JSON string character as UTF-8 bytes, surrogates excluded.
+        let u8ch = r#"(?:[ !#-\[\]-\x7f]|[\xc2-\xdf][\x80-\xbf]|\xe0[\xa0-\xbf][\x80-\xbf]|[\xe1-\xec\xee\xef][\x80-\xbf]{2}|\xed[\x80-\x9f][\x80-\xbf]|\xf0[\x90-\xbf][\x80-\xbf]{2}|[\xf1-\xf3][\x80-\xbf]{3}|\xf4[\x80-\x8f][\x80-\xbf]{2}|\\["/\\bfnrt])"#;
+        let res = [
+            format!("\"{u8ch}*\""),
+            format!("\"{u8ch}{{0,5}}\""),
+            format!("\"{ch}*\""),
+            format!("\"{ch}{{0,6}}\""),
+            format!("\"{ch}{{3,9}}\",?"),
+            "\"[a-z]{2,8}\"".to_string(),
+            "[a-z ]*".to_string(),
+            format!("\"{ch}*\"[ ]*:[ ]*\"{ch}{{0,4}}\""),
+        ];
+        let trie = vocab.trie();
+        for re in &res {
+            let d = dfa(re);
+            let mut skipped_any = false;
+            for s in 1..d.num_states() as u32 {
+                let a = compute_with(&d, s, trie, vocab.len(), true);
+                let b = compute_with(&d, s, trie, vocab.len(), false);
+                let ids = |t: &TokenSet| {
+                    let mut m = vec![0u32; vocab.len().div_ceil(32)];
+                    t.or_into(&mut m);
+                    m
+                };
+                assert!(ids(&a.accept) == ids(&b.accept), "{re} state {s}: accept");
+                assert_eq!(a.uncertain, b.uncertain, "{re} state {s}: uncertain");
+                let (mut fa, mut fb) = (a.finals.clone(), b.finals.clone());
+                fa.sort_unstable();
+                fb.sort_unstable();
+                assert_eq!(fa, fb, "{re} state {s}: finals");
+                skipped_any |=
+                    PlainReach::new(&d, trie.max_depth()).safe_depth(s, plain::START) > 0;
+            }
+            // Only lexemes that allow every plain character can take the shortcut.
+            let expect = re.contains(ch) || re.contains(u8ch);
+            assert_eq!(skipped_any, expect, "{re}: whether the shortcut applied");
+        }
     }
 
     #[test]

@@ -117,10 +117,17 @@ impl Dfa {
             }
         }
         // Breadth-first copy of the reachable states. Ours: 0 = dead.
-        let mut ids: std::collections::HashMap<regex_automata::util::primitives::StateID, u32> =
-            std::collections::HashMap::new();
+        // Our id of each regex-automata state, indexed by its table index (0 = not yet).
+        let index = |id: regex_automata::util::primitives::StateID| id.as_usize() >> dfa.stride2();
+        let mut ids: Vec<u32> = Vec::new();
+        let set_id = |ids: &mut Vec<u32>, i: usize, x: u32| {
+            if i >= ids.len() {
+                ids.resize(i + 1, 0);
+            }
+            ids[i] = x;
+        };
         let mut order = vec![s0];
-        ids.insert(s0, 1);
+        set_id(&mut ids, index(s0), 1);
         let mut trans: Vec<u32> = vec![0; 2 * stride];
         let mut accepting = vec![false, false];
         let mut i = 0;
@@ -133,15 +140,15 @@ impl Dfa {
                 if dfa.is_dead_state(n) || dfa.is_quit_state(n) {
                     continue;
                 }
-                let next_id = match ids.get(&n) {
-                    Some(&x) => x,
+                let next_id = match ids.get(index(n)).copied().filter(|&x| x != 0) {
+                    Some(x) => x,
                     None => {
                         if order.len() >= max_states {
                             return Err(DfaError::TooBig { cost: max_states });
                         }
                         order.push(n);
                         let x = order.len() as u32;
-                        ids.insert(n, x);
+                        set_id(&mut ids, index(n), x);
                         trans.resize(trans.len() + stride, 0);
                         accepting.push(false);
                         x

@@ -256,6 +256,72 @@ pub struct TokenTrie {
     depth: Vec<u16>,
     /// The longest token in bytes.
     max_depth: usize,
+    /// Per node: the [`plain`] state after its path ([`plain::BAD`] when the path is not
+    /// plain JSON string text).
+    pstate: Vec<u8>,
+    /// Per node: the depth of the deepest node of its subtree when every node of the
+    /// subtree is plain text (0 otherwise; a plain subtree is at least 1 deep).
+    plain_depth: Vec<u16>,
+}
+
+/// Plain JSON string text as a byte automaton: characters that need no escape (no `"`,
+/// `\` or control character), as valid UTF-8 without surrogates, where a path may end
+/// inside a character (tokens split characters). Token tables use it to accept whole
+/// subtrees of the token trie at once where a lexeme state provably allows every plain
+/// text of the subtree's depth (see [`crate::tables`]): most of a vocabulary is plain text,
+/// and the inside of every JSON string allows it.
+pub(crate) mod plain {
+    /// Between characters.
+    pub const START: u8 = 0;
+    /// Not plain text.
+    pub const BAD: u8 = 255;
+
+    /// The state after byte `b` in state `p`.
+    #[inline]
+    pub fn next(p: u8, b: u8) -> u8 {
+        match p {
+            START => match b {
+                b'"' | b'\\' => BAD,
+                0x20..=0x7f => START,
+                0xc2..=0xdf => 1,
+                0xe0 => 3,
+                0xe1..=0xec | 0xee..=0xef => 2,
+                0xed => 4,
+                0xf0 => 6,
+                0xf1..=0xf3 => 5,
+                0xf4 => 7,
+                _ => BAD,
+            },
+            1 if (0x80..=0xbf).contains(&b) => START,
+            2 if (0x80..=0xbf).contains(&b) => 1,
+            3 if (0xa0..=0xbf).contains(&b) => 1,
+            4 if (0x80..=0x9f).contains(&b) => 1,
+            5 if (0x80..=0xbf).contains(&b) => 2,
+            6 if (0x90..=0xbf).contains(&b) => 2,
+            7 if (0x80..=0x8f).contains(&b) => 2,
+            _ => BAD,
+        }
+    }
+
+    /// A byte's behaviour in every state: bytes of one group move every state alike.
+    #[inline]
+    pub fn group(b: u8) -> u8 {
+        match b {
+            b'"' | b'\\' => 0,
+            0x20..=0x7f => 1,
+            0x80..=0x8f => 2,
+            0x90..=0x9f => 3,
+            0xa0..=0xbf => 4,
+            0xc2..=0xdf => 5,
+            0xe0 => 6,
+            0xe1..=0xec | 0xee..=0xef => 7,
+            0xed => 8,
+            0xf0 => 9,
+            0xf1..=0xf3 => 10,
+            0xf4 => 11,
+            _ => 0,
+        }
+    }
 }
 
 impl TokenTrie {
@@ -264,6 +330,8 @@ impl TokenTrie {
         self.byte.len()
             + (self.end.len() + self.tok_start.len() + self.toks.len()) * 4
             + self.depth.len() * 2
+            + self.pstate.len()
+            + self.plain_depth.len() * 2
     }
 
     /// Builds the trie over the non-special, non-empty tokens. Cost: sort + O(total bytes).
@@ -279,6 +347,8 @@ impl TokenTrie {
             toks: Vec::with_capacity(ids.len()),
             depth: vec![0],
             max_depth: 0,
+            pstate: vec![plain::START],
+            plain_depth: Vec::new(),
         };
         // Stack of open nodes: path[d] is the node at depth d (path[0] = root).
         let mut path: Vec<u32> = vec![0];
@@ -297,6 +367,12 @@ impl TokenTrie {
                 t.end.push(0);
                 t.tok_start.push(t.toks.len() as u32);
                 t.depth.push((d + 1).min(u16::MAX as usize) as u16);
+                let parent = t.pstate[*path.last().unwrap() as usize];
+                t.pstate.push(if parent == plain::BAD {
+                    plain::BAD
+                } else {
+                    plain::next(parent, b)
+                });
                 path.push(n);
             }
             t.toks.push(id);
@@ -307,7 +383,43 @@ impl TokenTrie {
         }
         t.tok_start.push(t.toks.len() as u32);
         t.max_depth = t.depth.iter().copied().max().unwrap_or(0) as usize;
+        // Plain subtrees, bottom-up: a node's subtree is its own node then its children's
+        // subtrees, so in reverse pre-order every child is done before its parent.
+        let n = t.byte.len();
+        let mut plain_depth = vec![0u16; n];
+        for v in (1..n).rev() {
+            if t.pstate[v] == plain::BAD {
+                continue;
+            }
+            let mut deepest = t.depth[v];
+            let mut all = true;
+            let mut c = v + 1;
+            while c < t.end[v] as usize {
+                if plain_depth[c] == 0 {
+                    all = false;
+                    break;
+                }
+                deepest = deepest.max(plain_depth[c]);
+                c = t.end[c] as usize;
+            }
+            if all {
+                plain_depth[v] = deepest.max(1);
+            }
+        }
+        t.plain_depth = plain_depth;
         t
+    }
+
+    /// The [`plain`] state after node `n`'s path.
+    #[inline]
+    pub(crate) fn plain_state(&self, n: u32) -> u8 {
+        self.pstate[n as usize]
+    }
+
+    /// When every node below and at `n` is plain text: the depth of the deepest (else 0).
+    #[inline]
+    pub(crate) fn plain_depth(&self, n: u32) -> usize {
+        self.plain_depth[n as usize] as usize
     }
 
     /// The longest token, in bytes (the trie's depth).
