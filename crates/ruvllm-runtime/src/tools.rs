@@ -798,7 +798,10 @@ mod tests {
         let e = tc
             .grammar(None, &SchemaOptions::default(), &Limits::default())
             .unwrap_err();
-        assert!(e.to_string().contains("tool \"f\" parameters"), "{e}");
+        assert!(
+            e.to_string().contains("tool \"f\" (tools[0]) parameters"),
+            "{e}"
+        );
     }
 
     #[test]
