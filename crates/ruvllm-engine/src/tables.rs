@@ -348,13 +348,18 @@ struct PlainReach<'a> {
 impl<'a> PlainReach<'a> {
     fn new(dfa: &'a Dfa, max_depth: usize) -> Self {
         let mut reps: Vec<u8> = Vec::new();
-        let mut cells: Vec<(u8, u8)> = Vec::new();
+        let mut cells: Vec<(u8, [u8; plain::STATES as usize])> = Vec::new();
         for b in 0..=255u8 {
-            let g = plain::group(b);
-            if g == 0 {
+            // The byte's move in every plain state: bytes that agree on it and on the DFA
+            // class behave alike everywhere in the search.
+            let mut moves = [plain::BAD; plain::STATES as usize];
+            for (p, m) in moves.iter_mut().enumerate() {
+                *m = plain::next(p as u8, b);
+            }
+            if moves.iter().all(|&m| m == plain::BAD) {
                 continue;
             }
-            let cell = (dfa.class_of(b), g);
+            let cell = (dfa.class_of(b), moves);
             if !cells.contains(&cell) {
                 cells.push(cell);
                 reps.push(b);

@@ -273,6 +273,8 @@ pub struct TokenTrie {
 pub(crate) mod plain {
     /// Between characters.
     pub const START: u8 = 0;
+    /// Number of states other than `BAD` (`0..STATES`).
+    pub const STATES: u8 = 8;
     /// Not plain text.
     pub const BAD: u8 = 255;
 
@@ -300,26 +302,6 @@ pub(crate) mod plain {
             6 if (0x90..=0xbf).contains(&b) => 2,
             7 if (0x80..=0x8f).contains(&b) => 2,
             _ => BAD,
-        }
-    }
-
-    /// A byte's behaviour in every state: bytes of one group move every state alike.
-    #[inline]
-    pub fn group(b: u8) -> u8 {
-        match b {
-            b'"' | b'\\' => 0,
-            0x20..=0x7f => 1,
-            0x80..=0x8f => 2,
-            0x90..=0x9f => 3,
-            0xa0..=0xbf => 4,
-            0xc2..=0xdf => 5,
-            0xe0 => 6,
-            0xe1..=0xec | 0xee..=0xef => 7,
-            0xed => 8,
-            0xf0 => 9,
-            0xf1..=0xf3 => 10,
-            0xf4 => 11,
-            _ => 0,
         }
     }
 }
