@@ -1,6 +1,7 @@
 //! Budget flags shared by every command that loads a model (`generate`, `serve`): the
 //! engine's [`Limits`] on compiling and following a constraint, the constraint cache and
-//! the prompt length. Each has the engine's default; a request over one is refused with an
+//! the prompt length. Each defaults to the engine's own default (read from
+//! [`Limits::default`], so the two cannot drift); a request over one is refused with an
 //! error naming the flag (the server's 400 says `server flag --max-...`).
 
 use clap::Args;
@@ -10,43 +11,43 @@ use ruvllm_engine::Limits;
 #[derive(Args, Debug, Clone)]
 pub struct LimitArgs {
     /// Largest grammar, regex or JSON Schema source in bytes.
-    #[arg(long, default_value_t = 1 << 20)]
+    #[arg(long, default_value_t = Limits::default().max_grammar_bytes)]
     pub max_grammar_bytes: usize,
     /// Deepest nesting of groups and repetitions in a grammar or regex.
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = Limits::default().max_nesting)]
     pub max_nesting: usize,
     /// Deepest nesting of sub-schemas in a JSON Schema.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = Limits::default().max_schema_depth)]
     pub max_schema_depth: usize,
     /// Most rules in a grammar (source or compiled) or produced by a schema.
-    #[arg(long, default_value_t = 100_000)]
+    #[arg(long, default_value_t = Limits::default().max_rules)]
     pub max_rules: usize,
     /// Most expression nodes in a grammar's source.
-    #[arg(long, default_value_t = 1_000_000)]
+    #[arg(long, default_value_t = Limits::default().max_grammar_nodes)]
     pub max_grammar_nodes: usize,
     /// Largest repetition bound `{m,n}`.
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = Limits::default().max_repeat)]
     pub max_repeat: usize,
     /// Most grammar symbols after expanding repetitions.
-    #[arg(long, default_value_t = 4_000_000)]
+    #[arg(long, default_value_t = Limits::default().max_compiled_symbols)]
     pub max_compiled_symbols: usize,
     /// Most DFA states of one lexeme before it is split into smaller ones.
-    #[arg(long, default_value_t = 20_000)]
+    #[arg(long, default_value_t = Limits::default().max_lexeme_states)]
     pub max_lexeme_states: usize,
     /// Most DFA states built for one grammar (the regex DFA budget).
-    #[arg(long, default_value_t = 100_000)]
+    #[arg(long, default_value_t = Limits::default().max_total_dfa_states)]
     pub max_total_dfa_states: usize,
     /// Bytes of construction memory for one lexeme's DFA.
-    #[arg(long, default_value_t = 4 << 20)]
+    #[arg(long, default_value_t = Limits::default().max_dfa_bytes)]
     pub max_dfa_bytes: usize,
     /// Most distinct lexemes in one grammar.
-    #[arg(long, default_value_t = 200_000)]
+    #[arg(long, default_value_t = Limits::default().max_lexemes)]
     pub max_lexemes: usize,
     /// Milliseconds to compile one grammar or schema.
-    #[arg(long, default_value_t = 2000)]
+    #[arg(long, default_value_t = Limits::default().max_compile_time.as_millis() as u64)]
     pub max_compile_time_ms: u64,
     /// Parser items in one decoding step (bounds the time of a mask).
-    #[arg(long, default_value_t = 200_000)]
+    #[arg(long, default_value_t = Limits::default().max_parser_items)]
     pub max_parser_items: usize,
     /// MiB of compiled constraints (token tables) cached for reuse.
     #[arg(long, default_value_t = 256)]

@@ -254,6 +254,8 @@ impl CandleBackend {
         )?;
         let model = Model::load(path, &opts.load)?;
         let ctx = model.config().context_length;
+        // Over every token, special ones included (the rendered template writes them as
+        // text), so not the trie's depth, which counts ordinary tokens only.
         let max_token_bytes = (0..vocab.len() as u32)
             .map(|t| vocab.token_bytes(t).len())
             .max()

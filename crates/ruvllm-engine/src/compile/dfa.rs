@@ -346,3 +346,35 @@ pub(crate) fn cached(
     }
     built
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hir(re: &str) -> Hir {
+        regex_syntax::ParserBuilder::new()
+            .utf8(false)
+            .build()
+            .parse(re)
+            .unwrap()
+    }
+
+    /// The two sides of the determinization budget: the fuzz-found regex (3,000 NFA states
+    /// with large sets) fails fast, and a bounded JSON string (6,600 NFA states with small
+    /// sets) still gets its DFA rather than being split per character.
+    #[test]
+    fn determinization_budget_scales_with_nfa_size() {
+        let limits = crate::Limits::default();
+        let build = |re: &str| {
+            let t = std::time::Instant::now();
+            let d = Dfa::build(&hir(re), limits.max_lexeme_states, limits.max_dfa_bytes);
+            (d, t.elapsed())
+        };
+        let (d, took) = build(r"(?:\S+\x00{9}\x10|s+){0,99}\S\x00{39}\x00+");
+        assert!(matches!(d, Err(DfaError::TooBig { cost }) if cost < limits.max_lexeme_states));
+        assert!(took < std::time::Duration::from_secs(1), "{took:?}");
+        let ch = r#"(?:[ -!#-\[\]-\x{10FFFF}]|\\["/\\bfnrt]|\\u(?:[0-9A-CE-Fa-ce-f][0-9A-Fa-f]{3}|[Dd][0-7][0-9A-Fa-f]{2}|[Dd][89ABab][0-9A-Fa-f]{2}\\u[Dd][C-Fc-f][0-9A-Fa-f]{2}))"#;
+        let (d, _) = build(&format!("\"{ch}{{0,200}}\""));
+        assert!(d.is_ok_and(|d| d.num_states() > 200));
+    }
+}
