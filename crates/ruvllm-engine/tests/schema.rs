@@ -712,3 +712,63 @@ fn plain_integers_option() {
         }
     }
 }
+
+/// `uniqueItems` over a small enum is exact in the grammar (no semantic check, so no
+/// dead end): every array of up to 5 items over the values plus one outsider gets the
+/// validator's verdict, and a repeated value is refused as soon as it is told apart.
+#[test]
+fn unique_items_over_small_enums_are_in_the_grammar() {
+    let s = json!({"type": "array", "items": {"enum": ["en", "fr", "de", "es"]},
+                   "minItems": 1, "maxItems": 3, "uniqueItems": true});
+    let g = schema_to_grammar(&s, &SchemaOptions::default()).unwrap();
+    assert!(g.checks.is_empty(), "enforced by a check, not the grammar");
+    let c = Constraint::new(&g, dummy_vocab(), &Limits::default()).unwrap();
+    let v = oracle(&s);
+    let pool = ["\"en\"", "\"fr\"", "\"de\"", "\"es\"", "\"it\""];
+    let mut texts = vec!["[]".to_string()];
+    let mut layer = vec![Vec::<&str>::new()];
+    for _ in 0..5 {
+        let mut next = Vec::new();
+        for xs in &layer {
+            for p in pool {
+                let mut ys = xs.clone();
+                ys.push(p);
+                texts.push(format!("[{}]", ys.join(",")));
+                next.push(ys);
+            }
+        }
+        layer = next;
+    }
+    for t in &texts {
+        let want = v.is_valid(&serde_json::from_str(t).unwrap());
+        assert_eq!(accepts(&c, t), want, "{t}");
+    }
+    let mut m = Matcher::new(&c).unwrap();
+    assert!(matches!(
+        m.check_bytes(br#"["en","fr","en"#).unwrap(),
+        CheckResult::Rejected { at: 13, .. }
+    ));
+    // Integers and a const; more items asked for than values exist: nothing is valid.
+    for (s, ok, bad) in [
+        (
+            json!({"items": {"enum": [1, 2, 1]}, "uniqueItems": true}),
+            "[2,1]",
+            "[1,1]",
+        ),
+        (
+            json!({"items": {"const": true}, "uniqueItems": true, "maxItems": 5}),
+            "[true]",
+            "[true,true]",
+        ),
+    ] {
+        let g = schema_to_grammar(&s, &SchemaOptions::default()).unwrap();
+        assert!(g.checks.is_empty(), "{s}");
+        let c = Constraint::new(&g, dummy_vocab(), &Limits::default()).unwrap();
+        assert!(accepts(&c, ok) && accepts(&c, "[]"), "{s}");
+        assert!(!accepts(&c, bad), "{s}");
+    }
+    let s = json!({"items": {"enum": ["a", "b"]}, "uniqueItems": true, "minItems": 3});
+    let g = schema_to_grammar(&s, &SchemaOptions::default()).unwrap();
+    let c = Constraint::new(&g, dummy_vocab(), &Limits::default());
+    assert!(c.is_err() || !accepts(&c.unwrap(), r#"["a","b"]"#));
+}

@@ -22,7 +22,8 @@
 //!   `1.0` and `1e3` (integral values); bounded `number`s accept plain decimal notation.
 //!
 //! * What no grammar expresses (a general `not`, `oneOf` with overlapping branches,
-//!   `if`/`then`/`else`, `uniqueItems`, `contains`, `patternProperties`, `propertyNames`,
+//!   `if`/`then`/`else`, `uniqueItems` (except over a small `enum`, which is a grammar of
+//!   used-value sets), `contains`, `patternProperties`, `propertyNames`,
 //!   `dependentRequired`/`dependentSchemas`/`dependencies`, `min/maxProperties` over
 //!   optional keys, `multipleOf`, `unevaluated*`, non-integer bounds, `pattern` combined
 //!   with lengths or another pattern, regexes the translator cannot read) is handled by a
@@ -1507,15 +1508,18 @@ impl<'a> Compiler<'a> {
         ptr: &str,
         depth: usize,
     ) -> Result<Expr, SchemaError> {
+        let min = get_uint(m, "minItems", ptr)?.unwrap_or(0);
+        let max = get_uint(m, "maxItems", ptr)?;
         if m.get("uniqueItems") == Some(&Value::Bool(true)) {
+            if let Some(values) = small_value_set(m) {
+                return self.unique_array(&values, min, max, ptr, depth);
+            }
             return Err(unsupported(
                 "uniqueItems",
                 ptr,
                 "uniqueItems is not supported yet",
             ));
         }
-        let min = get_uint(m, "minItems", ptr)?.unwrap_or(0);
-        let max = get_uint(m, "maxItems", ptr)?;
         if max.is_some_and(|x| x < min) {
             return Ok(Expr::Alt(vec![]));
         }
@@ -1625,6 +1629,79 @@ impl<'a> Compiler<'a> {
         }
         if let Some(f) = first {
             alts.push(Expr::Seq(vec![open, f, close]));
+        }
+        Ok(Expr::Alt(alts))
+    }
+
+    /// `uniqueItems` over a small set of values, exactly in the grammar: one rule per set
+    /// of values already used, offering only the unused ones. Unlike a semantic check,
+    /// this never lets the output reach a point where every continuation repeats a value
+    /// (`["en","fr","en"` under `maxItems: 3` had no valid next token). Cost: at most
+    /// 2^[`MAX_UNIQUE_VALUES`] rules.
+    fn unique_array(
+        &mut self,
+        values: &[Value],
+        min: usize,
+        max: Option<usize>,
+        ptr: &str,
+        depth: usize,
+    ) -> Result<Expr, SchemaError> {
+        let k = values.len();
+        let max = max.map_or(k, |x| x.min(k));
+        if min > max {
+            return Ok(Expr::Alt(vec![]));
+        }
+        let items = join(ptr, "items");
+        let mut vals = Vec::with_capacity(k);
+        for v in values {
+            vals.push(self.compile(&serde_json::json!({ "const": v }), &items, depth + 1)?);
+        }
+        let ws = self.ws();
+        let sep = Expr::Seq(vec![ws.clone(), Expr::Literal(b",".to_vec()), ws.clone()]);
+        // after[used]: what may follow once the values in `used` (a bit set) are written;
+        // built from the largest sets down, so every successor exists.
+        let mut after: Vec<Option<Expr>> = vec![None; 1 << k];
+        let mut masks: Vec<usize> = (1..1usize << k)
+            .filter(|u| u.count_ones() as usize <= max)
+            .collect();
+        masks.sort_by_key(|u| std::cmp::Reverse(u.count_ones()));
+        for used in masks {
+            let n = used.count_ones() as usize;
+            let mut alts = Vec::new();
+            if n >= min {
+                alts.push(Expr::Empty);
+            }
+            if n < max {
+                for (i, v) in vals.iter().enumerate() {
+                    if used & (1 << i) == 0 {
+                        let next = after[used | (1 << i)].clone().unwrap_or(Expr::Alt(vec![]));
+                        alts.push(Expr::Seq(vec![sep.clone(), v.clone(), next]));
+                    }
+                }
+            }
+            after[used] = Some(self.rule("unique-items", Expr::Alt(alts)));
+        }
+        let mut alts = Vec::new();
+        if min == 0 {
+            alts.push(Expr::Seq(vec![
+                Expr::Literal(b"[".to_vec()),
+                ws.clone(),
+                Expr::Literal(b"]".to_vec()),
+            ]));
+        }
+        if max > 0 {
+            let first: Vec<Expr> = vals
+                .iter()
+                .enumerate()
+                .map(|(i, v)| Expr::Seq(vec![v.clone(), after[1 << i].clone().unwrap()]))
+                .collect();
+            alts.push(Expr::Seq(vec![
+                Expr::Literal(b"[".to_vec()),
+                ws.clone(),
+                Expr::Alt(first),
+                ws,
+                Expr::Literal(b"]".to_vec()),
+            ]));
         }
         Ok(Expr::Alt(alts))
     }
@@ -2403,6 +2480,61 @@ fn value_passes(
         _ => {}
     }
     Ok(true)
+}
+
+/// Most distinct values for which `uniqueItems` is compiled into the grammar.
+const MAX_UNIQUE_VALUES: usize = 8;
+
+/// The items of an array schema when they are a small set of scalar values with pairwise
+/// disjoint spellings (strings, integers, booleans, null; deduplicated): `items` is just an
+/// `enum` or a `const` (annotations aside), with no `prefixItems`, `contains` or
+/// `additionalItems`. `None` otherwise.
+fn small_value_set(m: &Map<String, Value>) -> Option<Vec<Value>> {
+    let allowed_here = [
+        "type",
+        "items",
+        "minItems",
+        "maxItems",
+        "uniqueItems",
+        "title",
+        "description",
+        "$comment",
+        "default",
+        "examples",
+    ];
+    if m.keys().any(|k| !allowed_here.contains(&k.as_str())) {
+        return None;
+    }
+    let Some(Value::Object(items)) = m.get("items") else {
+        return None;
+    };
+    let annotation = |k: &str| matches!(k, "title" | "description" | "$comment");
+    if items
+        .keys()
+        .any(|k| !(k == "enum" || k == "const" || annotation(k)))
+    {
+        return None;
+    }
+    let raw: Vec<Value> = match (items.get("enum"), items.get("const")) {
+        (Some(Value::Array(e)), None) => e.clone(),
+        (None, Some(c)) => vec![c.clone()],
+        _ => return None,
+    };
+    let mut out: Vec<Value> = Vec::new();
+    for v in raw {
+        let scalar = match &v {
+            Value::String(_) | Value::Bool(_) | Value::Null => true,
+            Value::Number(n) => n.is_i64() || n.is_u64(),
+            _ => false,
+        };
+        if !scalar {
+            return None;
+        }
+        if !out.contains(&v) {
+            out.push(v);
+        }
+    }
+    (out.len() <= MAX_UNIQUE_VALUES).then_some(out)
 }
 
 fn get_uint(m: &Map<String, Value>, k: &str, ptr: &str) -> Result<Option<usize>, SchemaError> {
