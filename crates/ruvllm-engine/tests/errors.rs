@@ -264,3 +264,27 @@ fn many_oversized_lexemes_hit_the_total_budget() {
         Ok(_) => panic!("expected the total DFA budget to be hit"),
     }
 }
+
+/// Found by the `gbnf` fuzz target (a 10 s timeout in the instrumented build): a `number`
+/// rule `("-"? ([0-9] | [1-9] [0-9]{0,15}))*` whose DFA has tens of thousands of states.
+/// Each attempt at its lexeme used to be determinized to the end within `max_dfa_bytes`
+/// (about 65,000 states) before being refused for exceeding `max_lexeme_states`, and the
+/// attempts together ran past the 2 s compile budget (3.4 s, then a limit error). The state
+/// limit now stops determinization as soon as it is passed: the grammar compiles in about
+/// 0.3 s (release) and accepts its sentences.
+#[test]
+fn fuzz_found_ambiguous_digit_repeat_compiles() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fuzz-regressions/gbnf-ambiguous-digit-repeat.gbnf");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let limits = Limits::default();
+    let c = timed("fuzz-found digit repeat", || {
+        Grammar::from_gbnf(&text, &limits).and_then(|g| Constraint::new(&g, toy_vocab(), &limits))
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    let mut m = Matcher::new(&c).unwrap();
+    assert_eq!(
+        m.check_bytes(b"{ | } | ").unwrap(),
+        ruvllm_engine::CheckResult::Accepted
+    );
+}

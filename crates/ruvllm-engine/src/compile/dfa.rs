@@ -80,6 +80,17 @@ impl Dfa {
         } else {
             max_bytes
         };
+        // The DFA may not outgrow `max_states` either: that many states' transitions (at
+        // the NFA's alphabet, padded to a power of two as regex-automata stores them) and
+        // match lists (12 bytes per match state), plus slack for the start table. Without
+        // this, a blow-up that fits in `max_bytes` was determinized to the end (65,000
+        // states of `(-?[0-9]{1,16})*`, seconds) only to be refused afterwards for having
+        // more than `max_states` (found by fuzzing).
+        let stride = nfa.byte_classes().alphabet_len().next_power_of_two();
+        let state_bytes = max_states
+            .saturating_add(8)
+            .saturating_mul(stride * std::mem::size_of::<u32>() + 16)
+            .saturating_add(STATE_BOUND_SLACK);
         let dfa = dense::Builder::new()
             .configure(
                 dense::Config::new()
@@ -89,7 +100,7 @@ impl Dfa {
                     .accelerate(false)
                     .specialize_start_states(false)
                     .determinize_size_limit(Some(det_bytes))
-                    .dfa_size_limit(Some(max_bytes)),
+                    .dfa_size_limit(Some(max_bytes.min(state_bytes))),
             )
             .build_from_nfa(&nfa)
             .map_err(|_| DfaError::TooBig {
@@ -275,6 +286,11 @@ const NFA_FULL_BUDGET: usize = 512;
 /// The least determinization budget of a large NFA (when `max_dfa_bytes` is larger).
 const DETERMINIZE_FLOOR: usize = 256 << 10;
 
+/// Bytes allowed over a `max_states`-state transition table for the rest of a dense DFA
+/// (start states, match pattern lists), so that a DFA within the state limit is never
+/// refused by the byte bound derived from it.
+const STATE_BOUND_SLACK: usize = 64 << 10;
+
 /// Vocabularies whose tables a lexeme keeps (oldest dropped first).
 const TABLES_PER_LEXEME: usize = 4;
 /// Lexemes kept in the process-wide cache.
@@ -357,6 +373,42 @@ mod tests {
             .build()
             .parse(re)
             .unwrap()
+    }
+
+    /// The byte bound derived from the state limit: an ambiguous digit repeat whose DFA
+    /// has tens of thousands of states (the fuzz-found GBNF `number` rule) is refused
+    /// within a bounded time, and a DFA within the limit is never refused by the bound,
+    /// even one whose every state is a match state (the limit is exact to one state).
+    /// That the bound stops determinization early, rather than after the whole DFA, is
+    /// shown by `tests/errors.rs::fuzz_found_ambiguous_digit_repeat_compiles`.
+    #[test]
+    fn state_limit_stops_determinization_early() {
+        let limits = crate::Limits::default();
+        let t = std::time::Instant::now();
+        let d = Dfa::build(
+            &hir(
+                r"(?:-?(?:[0-9]|[1-9][0-9]{0,15}))*(?:\.[0-9]+)?(?:[eE][-+]?[0-9][1-9]{0,15})?(?: \| |\n[ \t]{0,20})",
+            ),
+            limits.max_lexeme_states,
+            limits.max_dfa_bytes,
+        );
+        let took = t.elapsed();
+        assert!(matches!(d, Err(DfaError::TooBig { .. })));
+        assert!(took < std::time::Duration::from_millis(1500), "{took:?}");
+        for re in ["a{0,3000}", "[a-z]{0,1500}", "(?:ab|cd){0,1000}"] {
+            let n = Dfa::build(&hir(re), usize::MAX, usize::MAX)
+                .unwrap()
+                .num_states();
+            // `num_states` counts the dead state; `max_states` bounds the live ones.
+            assert!(
+                Dfa::build(&hir(re), n - 1, limits.max_dfa_bytes).is_ok(),
+                "{re}"
+            );
+            assert!(
+                Dfa::build(&hir(re), n - 2, limits.max_dfa_bytes).is_err(),
+                "{re}"
+            );
+        }
     }
 
     /// The two sides of the determinization budget: the fuzz-found regex (3,000 NFA states
