@@ -1617,20 +1617,7 @@ impl<'a> Compiler<'a> {
         } else {
             None
         };
-        let open = Expr::Seq(vec![Expr::Literal(b"[".to_vec()), ws.clone()]);
-        let close = Expr::Seq(vec![ws.clone(), Expr::Literal(b"]".to_vec())]);
-        let mut alts = Vec::new();
-        if min == 0 {
-            alts.push(Expr::Seq(vec![
-                Expr::Literal(b"[".to_vec()),
-                ws.clone(),
-                Expr::Literal(b"]".to_vec()),
-            ]));
-        }
-        if let Some(f) = first {
-            alts.push(Expr::Seq(vec![open, f, close]));
-        }
-        Ok(Expr::Alt(alts))
+        Ok(array_frame(&ws, min == 0, first))
     }
 
     /// `uniqueItems` over a small set of values, exactly in the grammar: one rule per set
@@ -1681,29 +1668,18 @@ impl<'a> Compiler<'a> {
             }
             after[used] = Some(self.rule("unique-items", Expr::Alt(alts)));
         }
-        let mut alts = Vec::new();
-        if min == 0 {
-            alts.push(Expr::Seq(vec![
-                Expr::Literal(b"[".to_vec()),
-                ws.clone(),
-                Expr::Literal(b"]".to_vec()),
-            ]));
-        }
-        if max > 0 {
-            let first: Vec<Expr> = vals
-                .iter()
-                .enumerate()
-                .map(|(i, v)| Expr::Seq(vec![v.clone(), after[1 << i].clone().unwrap()]))
-                .collect();
-            alts.push(Expr::Seq(vec![
-                Expr::Literal(b"[".to_vec()),
-                ws.clone(),
-                Expr::Alt(first),
-                ws,
-                Expr::Literal(b"]".to_vec()),
-            ]));
-        }
-        Ok(Expr::Alt(alts))
+        let first = (max > 0).then(|| {
+            Expr::Alt(
+                vals.iter()
+                    .enumerate()
+                    .map(|(i, v)| {
+                        let next = after[1 << i].clone().unwrap_or(Expr::Alt(vec![]));
+                        Expr::Seq(vec![v.clone(), next])
+                    })
+                    .collect(),
+            )
+        });
+        Ok(array_frame(&ws, min == 0, first))
     }
 
     fn object(
@@ -2480,6 +2456,29 @@ fn value_passes(
         _ => {}
     }
     Ok(true)
+}
+
+/// An array's brackets: `[ ]` when `empty` is allowed, and `[ items ]` when there are
+/// items, with optional whitespace `ws` inside the brackets. Cost: O(1).
+fn array_frame(ws: &Expr, empty: bool, items: Option<Expr>) -> Expr {
+    let mut alts = Vec::new();
+    if empty {
+        alts.push(Expr::Seq(vec![
+            Expr::Literal(b"[".to_vec()),
+            ws.clone(),
+            Expr::Literal(b"]".to_vec()),
+        ]));
+    }
+    if let Some(items) = items {
+        alts.push(Expr::Seq(vec![
+            Expr::Literal(b"[".to_vec()),
+            ws.clone(),
+            items,
+            ws.clone(),
+            Expr::Literal(b"]".to_vec()),
+        ]));
+    }
+    Expr::Alt(alts)
 }
 
 /// Most distinct values for which `uniqueItems` is compiled into the grammar.
