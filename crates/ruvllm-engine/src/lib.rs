@@ -169,7 +169,7 @@ impl Constraint {
         let tables = grammar
             .lexemes
             .iter()
-            .map(|l| l.tables_for(vocab.id()))
+            .map(|l| l.tables_for(vocab.id(), vocab.trie().max_depth()))
             .collect();
         Arc::new(Constraint {
             grammar,

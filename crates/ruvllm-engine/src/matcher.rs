@@ -92,7 +92,6 @@ impl Matcher {
                     continue;
                 }
                 let t = self.c.tables[l as usize].get(
-                    it.state as usize,
                     &g.lexemes[l as usize],
                     it.state,
                     trie,

@@ -92,6 +92,9 @@ impl StateTokens {
 pub(crate) struct Tables {
     slots: Vec<OnceLock<Arc<StateTokens>>>,
     vocab_id: u64,
+    /// The vocabulary's longest token in bytes (which states share a slot depends on it,
+    /// see [`Dfa::table_slot`]).
+    depth: usize,
 }
 
 impl std::fmt::Debug for Tables {
@@ -137,10 +140,11 @@ fn registry() -> &'static Registry {
 }
 
 impl Tables {
-    pub fn new(n: usize, vocab_id: u64) -> Tables {
+    pub fn new(n: usize, vocab_id: u64, depth: usize) -> Tables {
         Tables {
             slots: (0..n).map(|_| OnceLock::new()).collect(),
             vocab_id,
+            depth,
         }
     }
 
@@ -149,12 +153,13 @@ impl Tables {
     #[inline]
     pub fn get(
         &self,
-        idx: usize,
         lexeme: &Arc<Lexeme>,
         state: u32,
         trie: &TokenTrie,
         vocab_len: usize,
     ) -> &StateTokens {
+        debug_assert_eq!(trie.max_depth(), self.depth);
+        let idx = lexeme.table_slot(state, self.depth);
         self.slots[idx].get_or_init(|| self.first_use(lexeme, state, trie, vocab_len))
     }
 
@@ -216,7 +221,7 @@ impl Tables {
 /// agrees up to length `depth + 1`). Breadth-first over
 /// state pairs, each visited once at its smallest depth (where the remaining budget is
 /// largest, so that visit decides). Exact; gives up (false) past [`MAX_PAIRS`] pairs.
-fn equivalent(a: &Dfa, s: u32, b: &Dfa, t: u32, depth: usize) -> bool {
+pub(crate) fn equivalent(a: &Dfa, s: u32, b: &Dfa, t: u32, depth: usize) -> bool {
     if a.accepting(s) != b.accepting(t) || a.allowed(s) != b.allowed(t) {
         return false;
     }

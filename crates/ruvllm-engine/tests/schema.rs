@@ -772,3 +772,110 @@ fn unique_items_over_small_enums_are_in_the_grammar() {
     let c = Constraint::new(&g, dummy_vocab(), &Limits::default());
     assert!(c.is_err() || !accepts(&c.unwrap(), r#"["a","b"]"#));
 }
+
+/// Long bounded strings are counted lexemes: a `maxLength: 32767` string compiles in
+/// milliseconds, is exact at both bounds (with escapes and multi-byte characters counted
+/// as one character each), and masks inside it come from shared token tables, not from
+/// parser walks (they used to take 100 ms each: the string was split into 64-character
+/// chunks of helper rules). Additional keys (a trie complement) are checked alongside.
+#[test]
+fn long_bounded_strings_are_counted_exactly() {
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "key": {"type": "string", "minLength": 50, "maxLength": 32767},
+            "v": {"type": "string", "minLength": 1, "maxLength": 255}
+        },
+        "required": ["key"],
+        "additionalProperties": {"type": "integer"}
+    });
+    let v = oracle(&schema);
+    let vocab = llama3();
+    let t = std::time::Instant::now();
+    let g = schema_to_grammar(&schema, &SchemaOptions::default()).unwrap();
+    let c = Constraint::new(&g, vocab.clone(), &Limits::default()).unwrap();
+    assert!(
+        t.elapsed() < std::time::Duration::from_millis(500),
+        "{:?}",
+        t.elapsed()
+    );
+    let s = |n: usize, unit: &str| {
+        let body: String = (0..n)
+            .map(|i| if i % 7 == 3 { unit } else { "a" })
+            .collect();
+        format!("{{\"key\":\"{body}\"}}")
+    };
+    for unit in ["a", "\\n", "é", "\\u00e9", "😀", "\\ud83d\\ude00"] {
+        for (n, ok) in [
+            (49, false),
+            (50, true),
+            (51, true),
+            (32767, true),
+            (32768, false),
+        ] {
+            let text = s(n, unit);
+            let want = v.is_valid(&serde_json::from_str(&text).unwrap());
+            assert_eq!(want, ok, "oracle, {n} x {unit}");
+            assert_eq!(accepts(&c, &text), ok, "{n} characters with {unit:?}");
+        }
+    }
+    for (text, ok) in [
+        (
+            r#"{"key":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa","v":""}"#,
+            false,
+        ),
+        (
+            r#"{"key":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa","v":"x"}"#,
+            true,
+        ),
+        (
+            r#"{"key":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa","ke":1}"#,
+            true,
+        ),
+        (
+            r#"{"key":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa","k\"y":1}"#,
+            true,
+        ),
+        (
+            r#"{"key":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa","v\n":1}"#,
+            true,
+        ),
+        (
+            r#"{"key":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa","vv":1}"#,
+            true,
+        ),
+        (
+            r#"{"key":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa","v":1}"#,
+            false,
+        ),
+        (
+            r#"{"key":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa","k":"x"}"#,
+            false,
+        ),
+    ] {
+        let want = v.is_valid(&serde_json::from_str(text).unwrap());
+        assert_eq!(want, ok, "oracle: {text}");
+        assert_eq!(accepts(&c, text), ok, "{text}");
+    }
+    // Masks deep inside the long string: every one allows the same plain-text tokens,
+    // and the quote only once the minimum is reached.
+    let quote = vocab.encoder().unwrap().encode("\"").unwrap()[0];
+    let a = vocab.encoder().unwrap().encode("a").unwrap()[0];
+    let mut m = Matcher::new(&c).unwrap();
+    m.check_bytes(b"{\"key\":\"").unwrap();
+    let mut mask = vec![0u32; vocab.mask_words()];
+    let t = std::time::Instant::now();
+    for i in 0..2000 {
+        m.compute_mask(&mut mask).unwrap();
+        let has = |t: u32| mask[(t >> 5) as usize] >> (t & 31) & 1 == 1;
+        assert!(has(a), "{i}");
+        assert_eq!(has(quote), i >= 50, "quote after {i} characters");
+        m.commit_token(a).unwrap();
+    }
+    // Generous for debug builds; release takes well under a millisecond per mask.
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(20),
+        "{:?}",
+        t.elapsed()
+    );
+}

@@ -20,6 +20,7 @@ use regex_syntax::hir::Hir;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use super::counted::Counted;
 use crate::byteset::ByteSet;
 use crate::tables::Tables;
 
@@ -45,9 +46,52 @@ pub struct Dfa {
     accepting: Vec<bool>,
     allowed: Vec<ByteSet>,
     start: u32,
+    /// Set for a counted lexeme (see [`super::counted`]): the tables above are then empty
+    /// and every query goes to it.
+    pub(super) counted: Option<Box<Counted>>,
 }
 
 impl Dfa {
+    /// The counted lexeme `p x{min,max} s` (see [`super::counted`]), or `None` when its
+    /// conditions do not hold. Cost: O(states of the parts).
+    pub(crate) fn counted(
+        p: Option<Dfa>,
+        x: Dfa,
+        min: u32,
+        max: Option<u32>,
+        s: Option<Dfa>,
+    ) -> Option<Dfa> {
+        let c = Counted::new(p, x, min, max, s)?;
+        Some(Dfa {
+            classes: c.classes(),
+            stride: 0,
+            trans: Vec::new(),
+            accepting: Vec::new(),
+            allowed: Vec::new(),
+            start: c.start(),
+            counted: Some(Box::new(c)),
+        })
+    }
+
+    /// Number of token-table slots for a vocabulary whose tokens are at most `depth` bytes
+    /// (the number of states, except for counted lexemes, whose far-from-the-bounds counts
+    /// share slots).
+    pub(crate) fn table_slots(&self, depth: usize) -> usize {
+        match &self.counted {
+            None => self.num_states(),
+            Some(c) => c.table_slots(depth),
+        }
+    }
+
+    /// The token-table slot of state `s` (see [`Dfa::table_slots`]).
+    #[inline]
+    pub(crate) fn table_slot(&self, s: u32, depth: usize) -> usize {
+        match &self.counted {
+            None => s as usize,
+            Some(c) => c.table_slot(s, depth),
+        }
+    }
+
     /// Builds the DFA of `hir` (anchored, all matches), within `max_states` states and
     /// `max_bytes` of determinization memory.
     pub(crate) fn build(hir: &Hir, max_states: usize, max_bytes: usize) -> Result<Dfa, DfaError> {
@@ -214,6 +258,7 @@ impl Dfa {
             accepting,
             allowed,
             start,
+            counted: None,
         })
     }
 
@@ -226,19 +271,28 @@ impl Dfa {
     /// The state after reading `b` in state `s` (0 = dead).
     #[inline(always)]
     pub fn next(&self, s: u32, b: u8) -> u32 {
-        self.trans[s as usize * self.stride + self.classes[b as usize] as usize]
+        match &self.counted {
+            None => self.trans[s as usize * self.stride + self.classes[b as usize] as usize],
+            Some(c) => c.next(s, b),
+        }
     }
 
     /// Whether the bytes read so far form a whole lexeme.
     #[inline(always)]
     pub fn accepting(&self, s: u32) -> bool {
-        self.accepting[s as usize]
+        match &self.counted {
+            None => self.accepting[s as usize],
+            Some(c) => c.accepting(s),
+        }
     }
 
     /// The bytes that keep state `s` alive.
     #[inline(always)]
     pub fn allowed(&self, s: u32) -> &ByteSet {
-        &self.allowed[s as usize]
+        match &self.counted {
+            None => &self.allowed[s as usize],
+            Some(c) => c.allowed(s),
+        }
     }
 
     /// The start state (0 when the lexeme's language is empty).
@@ -247,14 +301,22 @@ impl Dfa {
         self.start
     }
 
-    /// Number of states, the dead state included.
+    /// Number of states, the dead state included (for a counted lexeme: the states its
+    /// parts store, not the counts it tells apart).
     pub fn num_states(&self) -> usize {
-        self.accepting.len()
+        match &self.counted {
+            None => self.accepting.len(),
+            Some(c) => c.num_states(),
+        }
     }
 
     /// Approximate heap size in bytes.
     pub fn memory(&self) -> usize {
-        self.trans.len() * 4 + self.accepting.len() + self.allowed.len() * 32 + 256
+        self.trans.len() * 4
+            + self.accepting.len()
+            + self.allowed.len() * 32
+            + 256
+            + self.counted.as_ref().map_or(0, |c| c.memory())
     }
 }
 
@@ -302,9 +364,9 @@ const MAX_CACHED_TABLE_BYTES: usize = 256 << 20;
 const MAX_CACHED_DFA_BYTES: usize = 256 << 20;
 
 impl Lexeme {
-    /// The token tables of this lexeme's states for vocabulary `vocab_id`. Cost: a lock
-    /// and a short scan.
-    pub(crate) fn tables_for(&self, vocab_id: u64) -> Arc<Tables> {
+    /// The token tables of this lexeme's states for vocabulary `vocab_id`, whose tokens are
+    /// at most `depth` bytes. Cost: a lock and a short scan.
+    pub(crate) fn tables_for(&self, vocab_id: u64, depth: usize) -> Arc<Tables> {
         let mut t = self.tables.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((_, x)) = t.iter().find(|(v, _)| *v == vocab_id) {
             return x.clone();
@@ -312,7 +374,7 @@ impl Lexeme {
         if t.len() >= TABLES_PER_LEXEME {
             t.remove(0);
         }
-        let x = Arc::new(Tables::new(self.dfa.num_states(), vocab_id));
+        let x = Arc::new(Tables::new(self.dfa.table_slots(depth), vocab_id, depth));
         t.push((vocab_id, x.clone()));
         x
     }
@@ -329,18 +391,29 @@ pub(crate) fn cached(
     max_states: usize,
     max_bytes: usize,
 ) -> Result<Arc<Lexeme>, DfaError> {
+    cached_with(&format!("{max_states}/{max_bytes}/{key}"), || {
+        Dfa::build(hir, max_states, max_bytes)
+    })
+}
+
+/// Fetches the lexeme cached under `full_key` (which must name everything the build
+/// depends on), or builds it with `build` and caches the result.
+pub(crate) fn cached_with(
+    full_key: &str,
+    build: impl FnOnce() -> Result<Dfa, DfaError>,
+) -> Result<Arc<Lexeme>, DfaError> {
     static CACHE: OnceLock<Cache> = OnceLock::new();
     let cache = CACHE.get_or_init(|| Mutex::new((HashMap::new(), 0)));
-    let full_key = format!("{max_states}/{max_bytes}/{key}");
     if let Some(hit) = cache
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .0
-        .get(&full_key)
+        .get(full_key)
     {
         return hit.clone();
     }
-    let built = Dfa::build(hir, max_states, max_bytes).map(|dfa| {
+    let built = build();
+    let built = built.map(|dfa| {
         Arc::new(Lexeme {
             dfa,
             tables: Mutex::new(Vec::new()),
@@ -357,7 +430,7 @@ pub(crate) fn cached(
         *bytes = 0;
         crate::tables::clear_shared();
     }
-    if c.insert(full_key, built.clone()).is_none() {
+    if c.insert(full_key.to_string(), built.clone()).is_none() {
         *bytes += size;
     }
     built

@@ -20,6 +20,7 @@
 //! language, only where the work happens. Repetitions of non-regular parts use left-recursive
 //! helper rules (`S ::= ε | S x`), which Earley parses in linear time.
 
+mod counted;
 pub(crate) mod dfa;
 
 use std::collections::HashMap;
@@ -121,6 +122,8 @@ struct Lowerer<'a> {
     inlinable: Vec<bool>,
     weight: Vec<usize>,
     hir_cache: Vec<Option<Hir>>,
+    /// [`Lowerer::long_repeat`] of each inlinable rule, once known.
+    long_repeat_memo: Vec<Option<bool>>,
     rule_map: Vec<Option<u32>>,
     queue: Vec<(u32, u32)>,
     // Output.
@@ -145,12 +148,36 @@ const SHARE_WEIGHT: usize = 256;
 /// Largest repetition span lowered as one helper chain.
 const CHUNK: u32 = 64;
 
+/// Repetitions of more items than this, nested in a regular run, are split out as counted
+/// lexemes rather than unrolled into a dense DFA.
+const LONG_REPEAT: u32 = 32;
+
 fn limit(what: &'static str, value: usize, limit: usize, hint: &'static str) -> GrammarError {
     GrammarError::Limit {
         what,
         value,
         limit,
         hint,
+    }
+}
+
+/// How [`Lowerer::seq`] groups a sequence's elements.
+#[derive(Clone, Copy)]
+enum Run {
+    /// Light regular elements `a..b`, lexed together.
+    Light(usize, usize),
+    /// One heavy regular element.
+    Big(usize),
+    /// One element that is not regular.
+    Structural(usize),
+}
+
+/// The elements of `e` as a flat sequence (nested sequences spliced, empties dropped).
+fn flatten_seq<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
+    match e {
+        Expr::Seq(v) => v.iter().for_each(|x| flatten_seq(x, out)),
+        Expr::Empty => {}
+        other => out.push(other),
     }
 }
 
@@ -248,6 +275,7 @@ impl<'a> Lowerer<'a> {
             inlinable,
             weight,
             hir_cache: vec![None; n],
+            long_repeat_memo: vec![None; n],
             rule_map: vec![None; n],
             queue: Vec::new(),
             rules: Vec::new(),
@@ -326,37 +354,176 @@ impl<'a> Lowerer<'a> {
     }
 
     /// Lowers an expression to a symbol sequence.
+    ///
+    /// Regular elements are grouped into runs, each lexed as one lexeme when it fits; a
+    /// heavy element stays a run of its own, so that identical ones (the same bounded
+    /// string in many properties) share one DFA and its tables. A heavy bounded repetition
+    /// of a prefix-free item becomes a counted lexeme (see [`counted`]) that takes in the
+    /// light runs on either side (the quotes of a string) when it can.
     fn seq(&mut self, e: &Expr) -> Result<Vec<Sym>, GrammarError> {
-        let elems: Vec<&Expr> = match e {
-            Expr::Seq(v) => v.iter().collect(),
-            Expr::Empty => vec![],
-            other => vec![other],
-        };
-        let mut out = Vec::new();
+        let mut elems: Vec<&Expr> = Vec::new();
+        flatten_seq(e, &mut elems);
+        let big = |e: &Expr, w: &[usize]| expr_weight(e, w) > SHARE_WEIGHT;
+        let mut runs: Vec<Run> = Vec::new();
         let mut i = 0;
         while i < elems.len() {
-            if is_lexable(elems[i], &self.inlinable) {
-                // A large regular part stays a lexeme of its own, so that identical ones
-                // (the same bounded string in many properties) share one DFA and its tables.
-                let big = |e: &Expr, w: &[usize]| expr_weight(e, w) > SHARE_WEIGHT;
-                let mut j = i + 1;
-                if !big(elems[i], &self.weight) {
-                    while j < elems.len()
-                        && is_lexable(elems[j], &self.inlinable)
-                        && !big(elems[j], &self.weight)
-                    {
-                        j += 1;
-                    }
-                }
-                self.lex_run(&elems[i..j], &mut out)?;
-                i = j;
-            } else {
-                out.extend(self.structural(elems[i])?);
+            if !is_lexable(elems[i], &self.inlinable) {
+                runs.push(Run::Structural(i));
                 i += 1;
+            } else if big(elems[i], &self.weight) {
+                runs.push(Run::Big(i));
+                i += 1;
+            } else {
+                let mut j = i + 1;
+                while j < elems.len()
+                    && is_lexable(elems[j], &self.inlinable)
+                    && !big(elems[j], &self.weight)
+                {
+                    j += 1;
+                }
+                runs.push(Run::Light(i, j));
+                i = j;
             }
+        }
+        let mut out = Vec::new();
+        let mut k = 0;
+        while k < runs.len() {
+            // A counted repetition, with the light runs around it as prefix and suffix.
+            let (prefix, rep) = match (runs[k], runs.get(k + 1)) {
+                (Run::Light(a, b), Some(&Run::Big(r))) => (Some(&elems[a..b]), Some(r)),
+                (Run::Big(r), _) => (None, Some(r)),
+                _ => (None, None),
+            };
+            if let Some(r) = rep {
+                let at = k + prefix.is_some() as usize + 1;
+                let suffix = match runs.get(at) {
+                    Some(&Run::Light(a, b)) => Some(&elems[a..b]),
+                    _ => None,
+                };
+                if let Some(used) = self.counted_run(prefix, elems[r], suffix, &mut out)? {
+                    k = at + used as usize;
+                    continue;
+                }
+            }
+            match runs[k] {
+                Run::Light(a, b) => self.lex_run(&elems[a..b], &mut out)?,
+                Run::Big(i) => self.lex_run(&elems[i..=i], &mut out)?,
+                Run::Structural(i) => out.extend(self.structural(elems[i])?),
+            }
+            k += 1;
         }
         self.count(out.len())?;
         Ok(out)
+    }
+
+    /// Whether `e` has a repetition of more than [`CHUNK`] items strictly inside it
+    /// (through sequences, alternatives, repetitions and inlinable rules): what
+    /// [`Lowerer::seq`] would make a counted lexeme once `e` is split.
+    fn long_repeat_inside(&mut self, e: &Expr) -> bool {
+        match e {
+            Expr::Seq(v) | Expr::Alt(v) => v.iter().any(|x| self.long_repeat(x)),
+            Expr::Repeat { e, .. } => self.long_repeat(e),
+            Expr::Ref(r) => self.long_repeat(&Expr::Ref(*r)),
+            _ => false,
+        }
+    }
+
+    /// Whether `e` is, or has inside it, a repetition of more than [`CHUNK`] items.
+    /// Memoized per rule.
+    fn long_repeat(&mut self, e: &Expr) -> bool {
+        match e {
+            Expr::Repeat { min, max, .. } if max.unwrap_or(*min) > LONG_REPEAT => true,
+            Expr::Ref(r) if self.inlinable[*r as usize] => {
+                if let Some(x) = self.long_repeat_memo[*r as usize] {
+                    return x;
+                }
+                let body = &self.g.rules[*r as usize].body;
+                let x = self.long_repeat(body);
+                self.long_repeat_memo[*r as usize] = Some(x);
+                x
+            }
+            Expr::Ref(_) => false,
+            other => self.long_repeat_inside(other),
+        }
+    }
+
+    /// Lowers `rep` as a counted lexeme if it is a repetition of a prefix-free item,
+    /// absorbing `prefix` and `suffix` where the counted lexeme's conditions allow (a prefix
+    /// it cannot take is lexed on its own first). Returns whether the suffix was taken, or
+    /// `None` (nothing emitted) when `rep` cannot be counted.
+    fn counted_run(
+        &mut self,
+        prefix: Option<&[&Expr]>,
+        rep: &Expr,
+        suffix: Option<&[&Expr]>,
+        out: &mut Vec<Sym>,
+    ) -> Result<Option<bool>, GrammarError> {
+        let Expr::Repeat { e: item, min, max } = rep else {
+            return Ok(None);
+        };
+        let hir_x = self.hir(item)?;
+        let Some(x) = self.part(&hir_x)? else {
+            return Ok(None);
+        };
+        let part_of = |this: &mut Self, run: Option<&[&Expr]>| -> Result<_, GrammarError> {
+            let Some(run) = run else { return Ok(None) };
+            if run.iter().all(|e| matches!(e, Expr::Empty)) {
+                return Ok(None);
+            }
+            let h = Hir::concat(run.iter().map(|e| this.hir(e)).collect::<Result<_, _>>()?);
+            Ok(this.part(&h)?.map(|d| (h, d)))
+        };
+        let p = part_of(self, prefix)?;
+        let s = part_of(self, suffix)?;
+        // The widest combination the conditions allow.
+        let tries = [(true, true), (false, true), (true, false), (false, false)];
+        for (use_p, use_s) in tries {
+            if (use_p && p.is_none()) || (use_s && s.is_none()) {
+                continue; // the same as the try without that part
+            }
+            let (pp, ss) = (p.as_ref().filter(|_| use_p), s.as_ref().filter(|_| use_s));
+            let Some(dfa) = Dfa::counted(
+                pp.map(|(_, d)| d.clone()),
+                x.clone(),
+                *min,
+                *max,
+                ss.map(|(_, d)| d.clone()),
+            ) else {
+                continue;
+            };
+            let show = |h: Option<&(Hir, Dfa)>| h.map_or(String::new(), |(h, _)| h.to_string());
+            let bound = max.map_or(String::new(), |m| m.to_string());
+            let key = format!("{}(?:{hir_x}){{{min},{bound}}}{}", show(pp), show(ss));
+            let Some(l) = self.register(format!("counted/{key}"), key, move || Ok(dfa))? else {
+                return Ok(None);
+            };
+            if let (Some(run), false) = (prefix, use_p) {
+                self.lex_run(run, out)?;
+            }
+            out.push(Sym::Lex(l));
+            return Ok(Some(use_s));
+        }
+        Ok(None)
+    }
+
+    /// The DFA of a part of a counted lexeme (`None` when it exceeds the DFA limits).
+    fn part(&mut self, hir: &Hir) -> Result<Option<Dfa>, GrammarError> {
+        self.check_budgets()?;
+        match dfa::cached(
+            &hir.to_string(),
+            hir,
+            self.limits.max_lexeme_states,
+            self.limits.max_dfa_bytes,
+        ) {
+            Ok(d) => {
+                self.dfa_spent += d.num_states();
+                Ok(Some((*d).clone()))
+            }
+            Err(dfa::DfaError::TooBig { cost }) => {
+                self.dfa_spent += cost;
+                Ok(None)
+            }
+        }
     }
 
     /// Lexes a run of regular elements: one lexeme if it fits, else element by element.
@@ -369,7 +536,12 @@ impl<'a> Lowerer<'a> {
         let w = run.iter().fold(0usize, |a, e| {
             a.saturating_add(expr_weight(e, &self.weight))
         });
-        if w <= self.limits.max_inline_weight {
+        // A long counted repetition nested in the run (a bounded string among the
+        // alternatives of a property loop) is better as a counted lexeme of its own than
+        // inside a dense DFA, which would unroll the count (when it fits at all: the attempt
+        // alone took 40 ms on such loops).
+        let nested = run.iter().any(|e| self.long_repeat_inside(e));
+        if w <= self.limits.max_inline_weight && !nested {
             let hir = Hir::concat(run.iter().map(|e| self.hir(e)).collect::<Result<_, _>>()?);
             if let Some(l) = self.lexeme(hir)? {
                 out.push(Sym::Lex(l));
@@ -535,17 +707,14 @@ impl<'a> Lowerer<'a> {
     /// Builds (or reuses) the lexeme for `hir`; `None` when it exceeds the DFA limits.
     fn lexeme(&mut self, hir: Hir) -> Result<Option<u32>, GrammarError> {
         let key = hir.to_string();
-        if let Some(&l) = self.lex_map.get(&key) {
-            return Ok(Some(l));
-        }
-        if self.lexemes.len() >= self.limits.max_lexemes {
-            return Err(limit(
-                "number of lexemes",
-                self.lexemes.len() + 1,
-                self.limits.max_lexemes,
-                "Limits::max_lexemes",
-            ));
-        }
+        let (states, bytes) = (self.limits.max_lexeme_states, self.limits.max_dfa_bytes);
+        self.register(format!("{states}/{bytes}/{key}"), key, move || {
+            Dfa::build(&hir, states, bytes)
+        })
+    }
+
+    /// Fails when the compile-time or total-DFA budget is spent.
+    fn check_budgets(&self) -> Result<(), GrammarError> {
         let elapsed = self.started.elapsed();
         if elapsed > self.limits.max_compile_time {
             return Err(limit(
@@ -563,12 +732,31 @@ impl<'a> Lowerer<'a> {
                 "Limits::max_total_dfa_states",
             ));
         }
-        match dfa::cached(
-            &key,
-            &hir,
-            self.limits.max_lexeme_states,
-            self.limits.max_dfa_bytes,
-        ) {
+        Ok(())
+    }
+
+    /// Adds the lexeme named `key` to the grammar (once per grammar), building it with
+    /// `build` unless the process-wide cache has it under `cache_key`; `None` when it
+    /// exceeds the DFA limits.
+    fn register(
+        &mut self,
+        cache_key: String,
+        key: String,
+        build: impl FnOnce() -> Result<Dfa, dfa::DfaError>,
+    ) -> Result<Option<u32>, GrammarError> {
+        if let Some(&l) = self.lex_map.get(&key) {
+            return Ok(Some(l));
+        }
+        if self.lexemes.len() >= self.limits.max_lexemes {
+            return Err(limit(
+                "number of lexemes",
+                self.lexemes.len() + 1,
+                self.limits.max_lexemes,
+                "Limits::max_lexemes",
+            ));
+        }
+        self.check_budgets()?;
+        match dfa::cached_with(&cache_key, build) {
             Ok(d) => {
                 self.dfa_spent += d.num_states();
                 let l = self.lexemes.len() as u32;

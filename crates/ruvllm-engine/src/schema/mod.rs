@@ -2048,16 +2048,34 @@ impl<'a> Compiler<'a> {
         if keys.is_empty() {
             return Ok(Expr::Seq(vec![q(), rep(ch, 0, None), q()]));
         }
-        // Characters of the keys, by prefix.
+        // A string differs from every key iff it is a proper prefix of the key trie that
+        // is no key (`e`), or leaves the trie: a key prefix, then a character no key
+        // continues with, then anything (`d`). `d` *ends* at the differing character, and
+        // one shared `char*` follows it (and one shared escape tail follows a `\` that
+        // differs whatever escape it starts, at nodes where no key character needs
+        // escaping). With the tail inside every trie node, as in a plain trie complement,
+        // the DFA held a copy of the string-character automaton per node: 5,000 states
+        // and 40 ms to build for a few hundred key characters.
         let chars: Vec<Vec<char>> = keys.iter().map(|k| k.chars().collect()).collect();
-        fn build(keys: &[Vec<char>], depth: usize, ch: &Expr) -> Expr {
-            // Strings (the rest of the key, up to the closing quote) that differ from every key
-            // in `keys` (all of which share the prefix consumed so far).
-            let q = || Expr::Literal(b"\"".to_vec());
-            let mut alts = Vec::new();
-            // End here, unless one of the keys ends here.
+        struct Parts {
+            /// Ends the string inside the trie.
+            e: Option<Expr>,
+            /// Ends right after a differing character.
+            d: Option<Expr>,
+            /// Ends right after a `\` that differs whatever escape follows.
+            d_esc: Option<Expr>,
+        }
+        fn alt(v: Vec<Expr>) -> Option<Expr> {
+            match v.len() {
+                0 => None,
+                1 => v.into_iter().next(),
+                _ => Some(Expr::Alt(v)),
+            }
+        }
+        fn build(keys: &[Vec<char>], depth: usize) -> Parts {
+            let (mut e, mut d, mut d_esc) = (Vec::new(), Vec::new(), Vec::new());
             if !keys.iter().any(|k| k.len() == depth) {
-                alts.push(q());
+                e.push(Expr::Literal(b"\"".to_vec()));
             }
             let mut next: Vec<char> = keys
                 .iter()
@@ -2066,18 +2084,16 @@ impl<'a> Compiler<'a> {
                 .collect();
             next.sort_unstable();
             next.dedup();
-            // A character no key continues with (raw or escaped), then anything.
             let others = complement_chars(&next);
-            if !others.is_empty() {
-                alts.push(Expr::Seq(vec![
-                    json_chars(&others),
-                    Expr::Repeat {
-                        e: Box::new(ch.clone()),
-                        min: 0,
-                        max: None,
-                    },
-                    q(),
-                ]));
+            let escapable = |c: char| matches!(c, '"' | '\\' | '/') || (c as u32) < 0x20;
+            if next.iter().any(|&c| escapable(c)) {
+                // An escape may continue a key here: the differing ones, spelled out.
+                if !others.is_empty() {
+                    d.push(json_chars(&others));
+                }
+            } else {
+                d.push(Expr::Chars(json_raw_chars(&others)));
+                d_esc.push(Expr::Literal(b"\\".to_vec()));
             }
             for c0 in next {
                 let sub: Vec<Vec<char>> = keys
@@ -2085,12 +2101,54 @@ impl<'a> Compiler<'a> {
                     .filter(|k| k.len() > depth && k[depth] == c0)
                     .cloned()
                     .collect();
-                let rest = build(&sub, depth + 1, ch);
-                alts.push(Expr::Seq(vec![json_chars(&[(c0, c0)]), rest]));
+                let child = build(&sub, depth + 1);
+                for (part, out) in [
+                    (child.e, &mut e),
+                    (child.d, &mut d),
+                    (child.d_esc, &mut d_esc),
+                ] {
+                    if let Some(x) = part {
+                        out.push(Expr::Seq(vec![json_chars(&[(c0, c0)]), x]));
+                    }
+                }
             }
-            Expr::Alt(alts)
+            Parts {
+                e: alt(e),
+                d: alt(d),
+                d_esc: alt(d_esc),
+            }
         }
-        let body = build(&chars, 0, &ch);
+        let parts = build(&chars, 0);
+        let any = || rep(ch.clone(), 0, None);
+        // What may follow a differing `\`: every escape `json_chars` writes.
+        let esc_tail = Expr::Alt(vec![
+            Expr::Chars(vec![
+                ('"', '"'),
+                ('/', '/'),
+                ('\\', '\\'),
+                ('b', 'b'),
+                ('f', 'f'),
+                ('n', 'n'),
+                ('r', 'r'),
+                ('t', 't'),
+            ]),
+            Expr::Seq(vec![
+                Expr::Literal(b"u00".to_vec()),
+                Expr::Chars(vec![('0', '1')]),
+                Expr::Chars(vec![('0', '9'), ('A', 'F'), ('a', 'f')]),
+            ]),
+        ]);
+        let mut alts = Vec::new();
+        if let Some(e) = parts.e {
+            alts.push(e);
+        }
+        if let Some(d) = parts.d {
+            alts.push(Expr::Seq(vec![d, any(), q()]));
+        }
+        if let Some(d) = parts.d_esc {
+            alts.push(Expr::Seq(vec![d, esc_tail, any(), q()]));
+        }
+        let body = Expr::Alt(alts);
         Ok(self.rule("other-key", Expr::Seq(vec![q(), body])))
     }
 
@@ -2890,13 +2948,11 @@ fn push_range(out: &mut Vec<(char, char)>, a: u32, b: u32) {
     }
 }
 
-/// Characters of `ranges` in their JSON string encodings: raw where allowed, and the
-/// escapes a serializer writes (`\"`, `\\`, `\/`, short escapes and `\u00XX` for controls).
-fn json_chars(ranges: &[(char, char)]) -> Expr {
+/// The characters of `ranges` that a JSON string may hold unescaped (not `"`, `\` or
+/// controls), as ranges.
+fn json_raw_chars(ranges: &[(char, char)]) -> Vec<(char, char)> {
     let mut raw = Vec::new();
-    let mut alts = Vec::new();
     for &(a, b) in ranges {
-        // raw: exclude ", \ and controls
         let (a32, b32) = (a as u32, b as u32);
         for (x, y) in [
             (a32.max(0x20), b32.min(0x21)),
@@ -2907,52 +2963,78 @@ fn json_chars(ranges: &[(char, char)]) -> Expr {
                 push_range(&mut raw, x, y);
             }
         }
+    }
+    raw
+}
+
+/// Characters of `ranges` in their JSON string encodings: raw where allowed, and the
+/// escapes a serializer writes (`\"`, `\\`, `\/`, short escapes and `\u00XX` for controls).
+fn json_chars(ranges: &[(char, char)]) -> Expr {
+    let raw = json_raw_chars(ranges);
+    // Bytes after `\` of the two-byte escapes, and the `\u00XX` control escapes as
+    // (high nibble, low nibble range): one character class each rather than one
+    // alternative per character, which keeps the NFA of a key-trie complement (every
+    // node has the complement of a few characters) small.
+    let mut short: Vec<(char, char)> = Vec::new();
+    let mut controls: Vec<(u8, u8, u8)> = Vec::new();
+    for &(a, b) in ranges {
+        let (a32, b32) = (a as u32, b as u32);
         let has = |c: u32| a32 <= c && c <= b32;
-        if has(0x22) {
-            alts.push(Expr::Literal(b"\\\"".to_vec()));
-        }
-        if has(0x5C) {
-            alts.push(Expr::Literal(b"\\\\".to_vec()));
-        }
-        if has(0x2F) {
-            alts.push(Expr::Literal(b"\\/".to_vec()));
-        }
-        for c in a32..=b32.min(0x1F) {
-            let short = match c {
-                0x08 => Some(b'b'),
-                0x0C => Some(b'f'),
-                0x0A => Some(b'n'),
-                0x0D => Some(b'r'),
-                0x09 => Some(b't'),
-                _ => None,
-            };
-            if let Some(s) = short {
-                alts.push(Expr::Literal(vec![b'\\', s]));
+        for (c, e) in [(0x22, '"'), (0x5C, '\\'), (0x2F, '/')] {
+            if has(c) {
+                short.push((e, e));
             }
-            let hi = (c >> 4) as u8;
-            let lo = (c & 15) as u8;
-            let hexc = |d: u8| -> Expr {
-                if d < 10 {
-                    Expr::Literal(vec![b'0' + d])
-                } else {
-                    Expr::Chars(vec![
-                        ((b'A' + d - 10) as char, (b'A' + d - 10) as char),
-                        ((b'a' + d - 10) as char, (b'a' + d - 10) as char),
-                    ])
-                }
-            };
-            alts.push(Expr::Seq(vec![
-                Expr::Literal(b"\\u00".to_vec()),
-                hexc(hi),
-                hexc(lo),
-            ]));
+        }
+        for (c, e) in [
+            (0x08, 'b'),
+            (0x0C, 'f'),
+            (0x0A, 'n'),
+            (0x0D, 'r'),
+            (0x09, 't'),
+        ] {
+            if has(c) {
+                short.push((e, e));
+            }
+        }
+        if a32 <= 0x1F {
+            let hi_b = b32.min(0x1F);
+            for hi in (a32 >> 4)..=(hi_b >> 4) {
+                let lo_a = if hi == a32 >> 4 { a32 & 15 } else { 0 };
+                let lo_b = if hi == hi_b >> 4 { hi_b & 15 } else { 15 };
+                controls.push((hi as u8, lo_a as u8, lo_b as u8));
+            }
         }
     }
-    if raw.len() == 1 && raw[0].0 == raw[0].1 && alts.is_empty() {
-        return Expr::Literal(raw[0].0.to_string().into_bytes());
-    }
+    let mut alts = Vec::new();
     if !raw.is_empty() {
-        alts.insert(0, Expr::Chars(raw));
+        alts.push(Expr::Chars(raw));
+    }
+    if !short.is_empty() {
+        alts.push(Expr::Seq(vec![
+            Expr::Literal(b"\\".to_vec()),
+            Expr::Chars(short),
+        ]));
+    }
+    for (hi, lo_a, lo_b) in controls {
+        // Hex digits lo_a..=lo_b, letters in either case.
+        let mut digits: Vec<(char, char)> = Vec::new();
+        if lo_a <= 9 {
+            digits.push(((b'0' + lo_a) as char, (b'0' + lo_b.min(9)) as char));
+        }
+        if lo_b >= 10 {
+            let (x, y) = (lo_a.max(10) - 10, lo_b - 10);
+            digits.push(((b'A' + x) as char, (b'A' + y) as char));
+            digits.push(((b'a' + x) as char, (b'a' + y) as char));
+        }
+        alts.push(Expr::Seq(vec![
+            Expr::Literal(format!("\\u00{hi}").into_bytes()),
+            Expr::Chars(digits),
+        ]));
+    }
+    if let [Expr::Chars(r)] = &alts[..] {
+        if r.len() == 1 && r[0].0 == r[0].1 {
+            return Expr::Literal(r[0].0.to_string().into_bytes());
+        }
     }
     if alts.len() == 1 {
         alts.pop().unwrap()

@@ -1,0 +1,481 @@
+//! Counted lexemes: `P x{min,max} S` without unrolling the count.
+//!
+//! A JSON string with `maxLength: 32767` is the regular language `" char{0,32767} "`, but its
+//! DFA has one state per count per character state (hundreds of thousands of states), which
+//! is too big to build. Splitting it into chunks of helper rules kept it exact but put a
+//! lexeme boundary (an Earley completion and prediction) every few dozen characters, and
+//! made every mask near a boundary walk the parser: 100 ms mean masks on such schemas.
+//!
+//! A counted lexeme is an automaton whose state is `(count, state of x)`, computed on the
+//! fly from three small DFAs: the prefix `P`, the repeated item `x` and the suffix `S`. It
+//! is exact under three conditions, checked when it is built (otherwise the caller falls
+//! back to other lowerings):
+//!
+//! * `x` is *prefix-free* and not empty: no string of `x` is a proper prefix of another, so
+//!   where one item ends is decided by the bytes (a JSON string character, one character
+//!   class, an escape sequence all qualify). The count is then a function of the text.
+//! * `P` is prefix-free, so it ends at a known byte and the count starts at 0 there.
+//! * No byte can both start an item and start `S` (`"` cannot start a string character),
+//!   so after a whole item the next byte picks one.
+//!
+//! Every state is alive: an item in progress can be finished, `min` items can be reached
+//! and `S` completed (`min <= max` is required), which keeps the engine's invariant that a
+//! live state is a viable prefix.
+//!
+//! **Token tables.** The engine keeps one token table per lexeme state, and a count of
+//! 32767 would mean 32767 copies of each character state. But a token is at most `depth`
+//! bytes long, so it reads at most `depth` items: two counts whose distance to `min` and to
+//! `max` both exceed `depth + 1` behave the same on every token. [`Dfa::table_slot`] maps
+//! such counts to one slot (counts far below `min`, counts between the bounds), and keeps
+//! exact slots for the counts within `depth + 2` of a bound: `2·depth + 7` slots per
+//! character state whatever the bounds.
+//!
+//! **Cost.** A step is a division and a few table loads (the plain DFA's is one load), paid
+//! only by counted lexemes.
+
+use crate::byteset::ByteSet;
+
+use super::dfa::Dfa;
+
+/// The parts and the state numbering of a counted lexeme (see the module docs).
+///
+/// Ids: 0 is dead; `1..np` are `P`'s own states; `off_s + t` is `S`'s state `t`;
+/// `off_c + c·nx + q` is count `c` with `x` in state `q`, and `q = 0` (x's dead state,
+/// never live) means between items. (x's start state cannot stand for "between": a DFA
+/// such as that of `a*b` comes back to its start in the middle of an item.)
+#[derive(Debug, Clone)]
+pub(crate) struct Counted {
+    p: Option<Dfa>,
+    x: Dfa,
+    s: Option<Dfa>,
+    min: u32,
+    /// The largest count kept: `max`, or `min` when unbounded (more items than `min` are
+    /// then all alike).
+    top: u32,
+    bounded: bool,
+    np: u32,
+    off_s: u32,
+    off_c: u32,
+    nx: u32,
+    /// Whether `S` accepts the empty string (or there is no `S`).
+    s_nullable: bool,
+    /// Allowed bytes between items, by `(may add an item) | (may end) << 1`.
+    between: [ByteSet; 4],
+}
+
+/// Ids stay below this (the parser keeps states in `u32`, and slot arithmetic must not
+/// overflow).
+const MAX_ID: u64 = (u32::MAX / 2) as u64;
+
+/// Whether `d` is prefix-free: no accepting state can read further.
+fn prefix_free(d: &Dfa) -> bool {
+    (1..d.num_states() as u32).all(|s| !d.accepting(s) || d.allowed(s).is_empty())
+}
+
+impl Counted {
+    /// The counted lexeme `p x{min,max} s` (max `None`: unbounded), or `None` when the
+    /// conditions of the module docs do not hold. Cost: O(states of the parts).
+    pub(crate) fn new(
+        p: Option<Dfa>,
+        x: Dfa,
+        min: u32,
+        max: Option<u32>,
+        s: Option<Dfa>,
+    ) -> Option<Counted> {
+        if max.is_some_and(|m| m < min) || x.start() == 0 || x.accepting(x.start()) {
+            return None;
+        }
+        if !prefix_free(&x) {
+            return None;
+        }
+        if let Some(p) = &p {
+            if p.start() == 0 || p.accepting(p.start()) || !prefix_free(p) {
+                return None;
+            }
+        }
+        let (s_first, s_nullable) = match &s {
+            Some(d) if d.start() == 0 => return None,
+            Some(d) => (*d.allowed(d.start()), d.accepting(d.start())),
+            None => (ByteSet::EMPTY, true),
+        };
+        let x_first = *x.allowed(x.start());
+        let mut both = x_first;
+        both.0.iter_mut().zip(s_first.0).for_each(|(a, b)| *a &= b);
+        if !both.is_empty() {
+            return None;
+        }
+        let np = p.as_ref().map_or(1, |d| d.num_states() as u32);
+        let ns = s.as_ref().map_or(1, |d| d.num_states() as u32);
+        let nx = x.num_states() as u32;
+        let off_s = np - 1;
+        let off_c = off_s + ns;
+        let top = max.unwrap_or(min);
+        if off_c as u64 + (top as u64 + 1) * nx as u64 >= MAX_ID {
+            return None;
+        }
+        let mut between = [ByteSet::EMPTY; 4];
+        for (i, b) in between.iter_mut().enumerate() {
+            if i & 1 != 0 {
+                b.union_with(&x_first);
+            }
+            if i & 2 != 0 {
+                b.union_with(&s_first);
+            }
+        }
+        Some(Counted {
+            p,
+            x,
+            s,
+            min,
+            top,
+            bounded: max.is_some(),
+            np,
+            off_s,
+            off_c,
+            nx,
+            s_nullable,
+            between,
+        })
+    }
+
+    /// The start state.
+    pub(crate) fn start(&self) -> u32 {
+        match &self.p {
+            Some(p) => p.start(),
+            None => self.off_c,
+        }
+    }
+
+    /// Which part `id` is in: `P`'s state, `S`'s state, or `(count, x state)`.
+    #[inline]
+    fn decode(&self, id: u32) -> Part {
+        if id < self.np {
+            Part::P(id)
+        } else if id < self.off_c {
+            Part::S(id - self.off_s)
+        } else {
+            let r = id - self.off_c;
+            Part::C(r / self.nx, r % self.nx)
+        }
+    }
+
+    #[inline]
+    fn item_state(&self, c: u32, q: u32) -> u32 {
+        if self.x.accepting(q) {
+            // A whole item: the count moves on (capped at `min` when unbounded).
+            let c2 = if self.bounded {
+                c + 1
+            } else {
+                (c + 1).min(self.min)
+            };
+            self.off_c + c2 * self.nx
+        } else {
+            self.off_c + c * self.nx + q
+        }
+    }
+
+    #[inline]
+    fn may_add(&self, c: u32) -> bool {
+        !self.bounded || c < self.top
+    }
+
+    /// The state after reading `b` in state `id` (0 = dead).
+    pub(crate) fn next(&self, id: u32, b: u8) -> u32 {
+        match self.decode(id) {
+            Part::P(p) => {
+                let Some(d) = &self.p else { return 0 };
+                let p2 = d.next(p, b);
+                if p2 == 0 {
+                    0
+                } else if d.accepting(p2) {
+                    self.off_c
+                } else {
+                    p2
+                }
+            }
+            Part::S(t) => match &self.s {
+                Some(d) => match d.next(t, b) {
+                    0 => 0,
+                    t2 => self.off_s + t2,
+                },
+                None => 0,
+            },
+            Part::C(c, q) => {
+                if q != 0 {
+                    return match self.x.next(q, b) {
+                        0 => 0,
+                        q2 => self.item_state(c, q2),
+                    };
+                }
+                if self.may_add(c) {
+                    let q2 = self.x.next(self.x.start(), b);
+                    if q2 != 0 {
+                        return self.item_state(c, q2);
+                    }
+                }
+                if c >= self.min {
+                    if let Some(d) = &self.s {
+                        let t2 = d.next(d.start(), b);
+                        if t2 != 0 {
+                            return self.off_s + t2;
+                        }
+                    }
+                }
+                0
+            }
+        }
+    }
+
+    /// Whether the bytes read so far form a whole lexeme.
+    pub(crate) fn accepting(&self, id: u32) -> bool {
+        match self.decode(id) {
+            Part::P(_) => false,
+            Part::S(t) => self.s.as_ref().is_some_and(|d| d.accepting(t)),
+            Part::C(c, q) => q == 0 && c >= self.min && self.s_nullable,
+        }
+    }
+
+    /// The bytes that keep `id` alive.
+    pub(crate) fn allowed(&self, id: u32) -> &ByteSet {
+        match self.decode(id) {
+            Part::P(p) => self.p.as_ref().map_or(&ByteSet::EMPTY, |d| d.allowed(p)),
+            Part::S(t) => self.s.as_ref().map_or(&ByteSet::EMPTY, |d| d.allowed(t)),
+            Part::C(c, 0) => {
+                &self.between[self.may_add(c) as usize | ((c >= self.min) as usize) << 1]
+            }
+            Part::C(_, q) => self.x.allowed(q),
+        }
+    }
+
+    /// A byte partition refining the three parts' classes.
+    pub(crate) fn classes(&self) -> [u8; 256] {
+        let mut out = [0u8; 256];
+        let mut cells: Vec<(u8, u8, u8)> = Vec::new();
+        for b in 0..=255u8 {
+            let cell = (
+                self.p.as_ref().map_or(0, |d| d.class_of(b)),
+                self.x.class_of(b),
+                self.s.as_ref().map_or(0, |d| d.class_of(b)),
+            );
+            let i = match cells.iter().position(|&c| c == cell) {
+                Some(i) => i,
+                None => {
+                    cells.push(cell);
+                    cells.len() - 1
+                }
+            };
+            out[b as usize] = i as u8;
+        }
+        out
+    }
+
+    /// States actually stored (the parts' tables), for budgets and statistics.
+    pub(crate) fn num_states(&self) -> usize {
+        self.off_c as usize + self.nx as usize
+    }
+
+    /// Approximate heap size in bytes.
+    pub(crate) fn memory(&self) -> usize {
+        self.x.memory()
+            + self.p.as_ref().map_or(0, |d| d.memory())
+            + self.s.as_ref().map_or(0, |d| d.memory())
+            + 4 * 32
+    }
+
+    /// Counts told apart by token tables for tokens of at most `depth` bytes: `(classes,
+    /// class of count c)`. See the module docs.
+    fn count_class(&self, depth: usize, c: u32) -> (u64, u64) {
+        let l = depth as u64 + 2;
+        let (c, min, top) = (c as u64, self.min as u64, self.top as u64);
+        if self.bounded {
+            if top < 2 * l + 3 {
+                return (top + 1, c);
+            }
+            let k = if c < min {
+                if c + l < min {
+                    0
+                } else {
+                    2 + c + l - min
+                }
+            } else if c + l < top {
+                1
+            } else {
+                l + 2 + c + l - top
+            };
+            (2 * l + 3, k)
+        } else {
+            if min < l + 2 {
+                return (min + 1, c);
+            }
+            let k = if c + l < min { 0 } else { 1 + c + l - min };
+            (l + 2, k)
+        }
+    }
+
+    /// Number of token-table slots for tokens of at most `depth` bytes.
+    pub(crate) fn table_slots(&self, depth: usize) -> usize {
+        let (k, _) = self.count_class(depth, 0);
+        (self.off_c as u64 + k * self.nx as u64) as usize
+    }
+
+    /// The token-table slot of `id`: states whose tables are provably equal share one.
+    pub(crate) fn table_slot(&self, id: u32, depth: usize) -> usize {
+        match self.decode(id) {
+            Part::P(_) | Part::S(_) => id as usize,
+            Part::C(c, q) => {
+                let (_, k) = self.count_class(depth, c);
+                (self.off_c as u64 + k * self.nx as u64 + q as u64) as usize
+            }
+        }
+    }
+}
+
+enum Part {
+    P(u32),
+    S(u32),
+    C(u32, u32),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::{HashSet, VecDeque};
+
+    fn dfa(re: &str) -> Dfa {
+        let hir = regex_syntax::ParserBuilder::new()
+            .utf8(false)
+            .build()
+            .parse(re)
+            .unwrap();
+        Dfa::build(&hir, 200_000, 1 << 26).unwrap()
+    }
+
+    /// Explores every pair of states of `a` and `b` reachable by the same bytes and
+    /// asserts that they agree on acceptance and on the bytes that keep them alive: the two
+    /// automata then accept the same language and have the same viable prefixes.
+    fn assert_same(a: &Dfa, b: &Dfa, what: &str) {
+        let mut seen = HashSet::new();
+        let mut queue = VecDeque::from([(a.start(), b.start(), Vec::<u8>::new())]);
+        seen.insert((a.start(), b.start()));
+        while let Some((x, y, path)) = queue.pop_front() {
+            let at = String::from_utf8_lossy(&path);
+            assert_eq!(
+                a.accepting(x),
+                b.accepting(y),
+                "{what}: accepting after {at:?}"
+            );
+            assert_eq!(a.allowed(x), b.allowed(y), "{what}: allowed after {at:?}");
+            for byte in a.allowed(x).iter() {
+                let (nx, ny) = (a.next(x, byte), b.next(y, byte));
+                assert!(nx != 0 && ny != 0, "{what}: dead after {at:?} {byte}");
+                if seen.insert((nx, ny)) {
+                    let mut p = path.clone();
+                    p.push(byte);
+                    queue.push_back((nx, ny, p));
+                }
+            }
+        }
+    }
+
+    const CH: &str = r#"(?:[ !#-\[\]-\x{10FFFF}]|\\["/\\bfnrt]|\\u(?:[0-9A-CE-Fa-ce-f][0-9A-Fa-f]{3}|[Dd][0-7][0-9A-Fa-f]{2}|[Dd][89ABab][0-9A-Fa-f]{2}\\u[Dd][C-Fc-f][0-9A-Fa-f]{2}))"#;
+
+    /// A counted lexeme is the very automaton of its regex: checked against the dense DFA
+    /// of `P x{min,max} S` for items that are a JSON string character, a class, an item
+    /// whose DFA comes back to its start mid-item (`a*b`), with and without prefix and
+    /// suffix, bounded and unbounded.
+    #[test]
+    fn counted_equals_dense() {
+        let items = [CH, "[a-c]", "a*b", r"\\[nt]|[a-z]"];
+        let prefixes = [None, Some("\""), Some(r#""key"[ \t]{0,2}:[ \t]{0,2}""#)];
+        let suffixes = [None, Some("\""), Some("\"(?:,|)")];
+        let bounds = [
+            (0, Some(0)),
+            (0, Some(3)),
+            (2, Some(5)),
+            (4, Some(4)),
+            (0, None),
+            (3, None),
+        ];
+        let mut checked = 0;
+        for x in items {
+            for p in prefixes {
+                for s in suffixes {
+                    for (min, max) in bounds {
+                        let re = format!(
+                            "{}(?:{x}){{{min},{}}}{}",
+                            p.unwrap_or(""),
+                            max.map_or(String::new(), |m| m.to_string()),
+                            s.unwrap_or("")
+                        );
+                        let c = Dfa::counted(p.map(dfa), dfa(x), min, max, s.map(dfa));
+                        let c = c.unwrap_or_else(|| panic!("{re}: not counted"));
+                        assert_same(&dfa(&re), &c, &re);
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert_eq!(checked, 4 * 3 * 3 * 6);
+    }
+
+    /// The conditions are enforced: an item that is not prefix-free, a nullable item, a
+    /// prefix that is not prefix-free, a suffix that can start like an item, and empty
+    /// bounds are all refused (the caller then lowers the repetition another way).
+    #[test]
+    fn counted_refuses_what_it_cannot_count() {
+        let c = |p: Option<&str>, x: &str, min, max, s: Option<&str>| {
+            Dfa::counted(p.map(dfa), dfa(x), min, max, s.map(dfa)).is_some()
+        };
+        assert!(c(None, "ab|c", 0, Some(9), None), "baseline");
+        assert!(!c(None, "a|ab", 0, Some(9), None), "not prefix-free");
+        assert!(!c(None, "a?", 0, Some(9), None), "nullable item");
+        assert!(
+            !c(Some("x+"), "a", 0, Some(9), None),
+            "prefix not prefix-free"
+        );
+        assert!(
+            !c(None, "[a-c]", 0, Some(9), Some("c")),
+            "suffix starts like an item"
+        );
+        assert!(!c(None, "a", 5, Some(4), None), "max below min");
+    }
+
+    /// Counts that share a token-table slot are equivalent for every byte string the
+    /// tables look at (depth + 1 bytes), near and far from both bounds.
+    #[test]
+    fn shared_table_slots_are_exact() {
+        let depth = 12;
+        for (min, max) in [
+            (0, Some(200)),
+            (40, Some(200)),
+            (100, Some(130)),
+            (60, None),
+        ] {
+            let d = Dfa::counted(Some(dfa("\"")), dfa(CH), min, max, Some(dfa("\""))).unwrap();
+            let Some(c) = &d.counted else { unreachable!() };
+            // The state of each count between items, and one mid-item state per count.
+            let mut reps: std::collections::HashMap<usize, u32> = Default::default();
+            let top = max.unwrap_or(min);
+            for count in 0..=top {
+                for q in [0, c.x.next(c.x.start(), b'\\')] {
+                    if q != 0 && max == Some(count) {
+                        continue; // no item starts at the last count
+                    }
+                    let id = c.off_c + count * c.nx + q;
+                    let slot = d.table_slot(id, depth);
+                    assert!(slot < d.table_slots(depth));
+                    let rep = *reps.entry(slot).or_insert(id);
+                    assert!(
+                        crate::tables::equivalent(&d, rep, &d, id, depth + 1),
+                        "{min}..{max:?}: count {count} (x state {q}) shares slot {slot}"
+                    );
+                }
+            }
+            // Far-from-the-bounds counts did share: fewer slots than counts.
+            assert!(
+                reps.len() < (top as usize + 1) * 2 || top < 40,
+                "{min}..{max:?}"
+            );
+        }
+    }
+}
