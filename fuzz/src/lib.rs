@@ -99,6 +99,16 @@ impl GrammarWriter<'_> {
                     5 => out.push('*'),
                     6 => out.push('+'),
                     7 => out.push('?'),
+                    // Long counts: counted lexemes (short outputs reach the low bounds and
+                    // the shared middle counts, not the top).
+                    9 if op & 8 != 0 => {
+                        let m = (op / 16) % 4;
+                        match (op / 64) % 3 {
+                            0 => out.push_str(&format!("{{{m},300}}")),
+                            1 => out.push_str(&format!("{{{},}}", 260 + m as u32)),
+                            _ => out.push_str(&format!("{{{m},{}}}", 257 + m as u32 * 5)),
+                        }
+                    }
                     _ => {
                         let m = (op / 16) % 3;
                         match (op / 64) % 3 {

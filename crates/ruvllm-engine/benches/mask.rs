@@ -1,5 +1,6 @@
-//! Hot paths: schema compile (time to first mask), a mask inside a string, a mask at a
-//! key boundary, and a commit. Needs `scripts/fetch-assets.sh` (the Llama 3.1 tokenizer).
+//! Hot paths: schema compile (time to first mask), a mask inside a string (a short one and
+//! one with a large `maxLength`, a counted lexeme), a mask at a key boundary, and a commit.
+//! Needs `scripts/fetch-assets.sh` (the Llama 3.1 tokenizer).
 //!
 //! `cargo bench -p ruvllm-engine --bench mask`; CI only compiles it (`clippy --all-targets`).
 
@@ -53,6 +54,28 @@ fn benches(c: &mut Criterion) {
     let mut at_key = at(r#"{"name": "Ada", "age": 36"#);
     c.bench_function("mask at a key boundary", |b| {
         b.iter(|| at_key.compute_mask(&mut mask).unwrap())
+    });
+    // A counted lexeme: a string with a large bound, 1,000 characters in.
+    let long: serde_json::Value = serde_json::from_str(
+        r#"{"type": "object", "properties": {"pem": {"type": "string", "maxLength": 32767}}}"#,
+    )
+    .unwrap();
+    let long = Constraint::new(
+        &schema_to_grammar(&long, &opts).unwrap(),
+        vocab.clone(),
+        &limits,
+    )
+    .unwrap();
+    let mut in_long = Matcher::new(&long).unwrap();
+    let text = format!(
+        r#"{{"pem": "{}"#,
+        "MIIEpAIBAAKCAQEAn1pMVSEDO4EPzQxK".repeat(32)
+    );
+    for t in enc.encode(&text).unwrap() {
+        in_long.commit_token(t).unwrap();
+    }
+    c.bench_function("mask inside a maxLength 32767 string", |b| {
+        b.iter(|| in_long.compute_mask(&mut mask).unwrap())
     });
     let tok = enc.encode(" Lovelace").unwrap()[0];
     c.bench_function("commit and roll back a token", |b| {

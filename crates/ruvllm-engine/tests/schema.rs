@@ -879,3 +879,66 @@ fn long_bounded_strings_are_counted_exactly() {
         t.elapsed()
     );
 }
+
+/// The complement of the declared keys (additional properties), in both of its forms: with
+/// shared tails (small key sets) and with a tail in every trie node (key tries of more
+/// than 400 nodes). Candidates: every declared key, its prefixes, extensions and one-character
+/// changes, escaped and non-ASCII spellings, and the empty key; each verdict is the
+/// validator's (declared keys take strings, additional ones integers).
+#[test]
+fn additional_keys_differ_from_every_declared_key() {
+    let small: Vec<String> = ["a/b", "q\"x", "tab\tkey", "id", "idx", "ida"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let medium: Vec<String> = (0..40)
+        .map(|i| format!("field{i}_{}", i * 7 % 13))
+        .collect();
+    let large: Vec<String> = (0..150)
+        .map(|i| format!("vpx{}{}total{}", i % 9, ["e", "p", "s"][i % 3], i * 37))
+        .collect();
+    for (keys, big) in [(small, false), (medium, false), (large, true)] {
+        let nodes: std::collections::HashSet<String> = keys
+            .iter()
+            .flat_map(|k| (1..=k.chars().count()).map(move |i| k.chars().take(i).collect()))
+            .collect();
+        assert_eq!(nodes.len() > 400, big, "{} trie nodes", nodes.len());
+        let props: serde_json::Map<String, Value> = keys
+            .iter()
+            .map(|k| (k.clone(), json!({"type": "string"})))
+            .collect();
+        let schema = json!({"type": "object", "properties": props,
+                            "additionalProperties": {"type": "integer"}});
+        let v = oracle(&schema);
+        let c = compile(&schema);
+        let mut cands: Vec<String> = vec![String::new(), "é".into(), "\u{1F600}".into()];
+        for k in &keys {
+            let chars: Vec<char> = k.chars().collect();
+            cands.push(k.clone());
+            cands.push(format!("{k}x"));
+            cands.push(format!("{k}é"));
+            for i in 0..chars.len() {
+                cands.push(chars[..i].iter().collect());
+                let mut changed = chars.clone();
+                changed[i] = if changed[i] == 'z' { 'y' } else { 'z' };
+                cands.push(changed.into_iter().collect());
+            }
+        }
+        let mut checked = 0;
+        for cand in &cands {
+            for value in ["1", "\"s\""] {
+                // Keys written as a serializer writes them, and with `\/` for a slash.
+                let mut texts = vec![format!("{{{}: {value}}}", Value::String(cand.clone()))];
+                if cand.contains('/') {
+                    texts.push(texts[0].replacen('/', "\\/", 1));
+                }
+                for text in texts {
+                    let want = v.is_valid(&serde_json::from_str(&text).unwrap());
+                    assert_eq!(accepts(&c, &text), want, "{} keys: {text}", keys.len());
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 20);
+    }
+}

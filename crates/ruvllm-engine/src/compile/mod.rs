@@ -416,7 +416,7 @@ impl<'a> Lowerer<'a> {
         Ok(out)
     }
 
-    /// Whether `e` has a repetition of more than [`CHUNK`] items strictly inside it
+    /// Whether `e` has a repetition of more than [`LONG_REPEAT`] items strictly inside it
     /// (through sequences, alternatives, repetitions and inlinable rules): what
     /// [`Lowerer::seq`] would make a counted lexeme once `e` is split.
     fn long_repeat_inside(&mut self, e: &Expr) -> bool {
@@ -428,7 +428,7 @@ impl<'a> Lowerer<'a> {
         }
     }
 
-    /// Whether `e` is, or has inside it, a repetition of more than [`CHUNK`] items.
+    /// Whether `e` is, or has inside it, a repetition of more than [`LONG_REPEAT`] items.
     /// Memoized per rule.
     fn long_repeat(&mut self, e: &Expr) -> bool {
         match e {

@@ -2056,100 +2056,70 @@ impl<'a> Compiler<'a> {
         // escaping). With the tail inside every trie node, as in a plain trie complement,
         // the DFA held a copy of the string-character automaton per node: 5,000 states
         // and 40 ms to build for a few hundred key characters.
+        //
+        // The top level is one alternative per first character, each with the opening
+        // quote: when the whole complement is too big for one DFA, the compiler splits it
+        // there, and every part still reads a key from its quote to the end (a split
+        // between `e` and `d`, or after the differing character, would put a lexeme
+        // boundary inside every additional key: 30x slower masks on a schema with 100 keys).
         let chars: Vec<Vec<char>> = keys.iter().map(|k| k.chars().collect()).collect();
-        struct Parts {
-            /// Ends the string inside the trie.
-            e: Option<Expr>,
-            /// Ends right after a differing character.
-            d: Option<Expr>,
-            /// Ends right after a `\` that differs whatever escape follows.
-            d_esc: Option<Expr>,
-        }
-        fn alt(v: Vec<Expr>) -> Option<Expr> {
-            match v.len() {
-                0 => None,
-                1 => v.into_iter().next(),
-                _ => Some(Expr::Alt(v)),
-            }
-        }
-        fn build(keys: &[Vec<char>], depth: usize) -> Parts {
-            let (mut e, mut d, mut d_esc) = (Vec::new(), Vec::new(), Vec::new());
-            if !keys.iter().any(|k| k.len() == depth) {
-                e.push(Expr::Literal(b"\"".to_vec()));
-            }
-            let mut next: Vec<char> = keys
-                .iter()
-                .filter(|k| k.len() > depth)
-                .map(|k| k[depth])
-                .collect();
-            next.sort_unstable();
-            next.dedup();
-            let others = complement_chars(&next);
-            let escapable = |c: char| matches!(c, '"' | '\\' | '/') || (c as u32) < 0x20;
-            if next.iter().any(|&c| escapable(c)) {
-                // An escape may continue a key here: the differing ones, spelled out.
-                if !others.is_empty() {
-                    d.push(json_chars(&others));
-                }
-            } else {
-                d.push(Expr::Chars(json_raw_chars(&others)));
-                d_esc.push(Expr::Literal(b"\\".to_vec()));
-            }
-            for c0 in next {
-                let sub: Vec<Vec<char>> = keys
-                    .iter()
-                    .filter(|k| k.len() > depth && k[depth] == c0)
-                    .cloned()
-                    .collect();
-                let child = build(&sub, depth + 1);
-                for (part, out) in [
-                    (child.e, &mut e),
-                    (child.d, &mut d),
-                    (child.d_esc, &mut d_esc),
-                ] {
-                    if let Some(x) = part {
-                        out.push(Expr::Seq(vec![json_chars(&[(c0, c0)]), x]));
-                    }
-                }
-            }
-            Parts {
-                e: alt(e),
-                d: alt(d),
-                d_esc: alt(d_esc),
-            }
-        }
-        let parts = build(&chars, 0);
         let any = || rep(ch.clone(), 0, None);
         // What may follow a differing `\`: every escape `json_chars` writes.
-        let esc_tail = Expr::Alt(vec![
-            Expr::Chars(vec![
-                ('"', '"'),
-                ('/', '/'),
-                ('\\', '\\'),
-                ('b', 'b'),
-                ('f', 'f'),
-                ('n', 'n'),
-                ('r', 'r'),
-                ('t', 't'),
-            ]),
-            Expr::Seq(vec![
-                Expr::Literal(b"u00".to_vec()),
-                Expr::Chars(vec![('0', '1')]),
-                Expr::Chars(vec![('0', '9'), ('A', 'F'), ('a', 'f')]),
-            ]),
-        ]);
-        let mut alts = Vec::new();
-        if let Some(e) = parts.e {
-            alts.push(e);
+        let esc_tail = || {
+            Expr::Alt(vec![
+                Expr::Chars(vec![
+                    ('"', '"'),
+                    ('/', '/'),
+                    ('\\', '\\'),
+                    ('b', 'b'),
+                    ('f', 'f'),
+                    ('n', 'n'),
+                    ('r', 'r'),
+                    ('t', 't'),
+                ]),
+                Expr::Seq(vec![
+                    Expr::Literal(b"u00".to_vec()),
+                    Expr::Chars(vec![('0', '1')]),
+                    Expr::Chars(vec![('0', '9'), ('A', 'F'), ('a', 'f')]),
+                ]),
+            ])
+        };
+        // The three parts of a trie node, tails attached.
+        let close = |p: Parts| -> Vec<Expr> {
+            let mut v = Vec::new();
+            v.extend(p.e);
+            v.extend(p.d.map(|d| Expr::Seq(vec![d, any(), q()])));
+            v.extend(p.d_esc.map(|d| Expr::Seq(vec![d, esc_tail(), any(), q()])));
+            v
+        };
+        // Large key sets: the shared tails make a DFA too big to build at once (about 30
+        // NFA states per trie node), and split in pieces they would put lexeme boundaries
+        // inside keys. The plain trie complement, tails in every node, splits per
+        // character instead, into pieces that each read a key to its end.
+        let nodes: std::collections::HashSet<&[char]> = chars
+            .iter()
+            .flat_map(|k| (1..=k.len()).map(move |i| &k[..i]))
+            .collect();
+        if nodes.len() > MAX_SHARED_TAIL_NODES {
+            let body = key_trie_inline(&chars, 0, &ch);
+            return Ok(self.rule("other-key", Expr::Seq(vec![q(), body])));
         }
-        if let Some(d) = parts.d {
-            alts.push(Expr::Seq(vec![d, any(), q()]));
+        let (root, children) = key_trie_node(&chars, 0);
+        let mut top: Vec<Expr> = close(root)
+            .into_iter()
+            .map(|x| Expr::Seq(vec![q(), x]))
+            .collect();
+        for (c0, sub) in children {
+            let rest = close(key_trie(&sub, 1));
+            if !rest.is_empty() {
+                top.push(Expr::Seq(vec![
+                    q(),
+                    json_chars(&[(c0, c0)]),
+                    Expr::Alt(rest),
+                ]));
+            }
         }
-        if let Some(d) = parts.d_esc {
-            alts.push(Expr::Seq(vec![d, esc_tail, any(), q()]));
-        }
-        let body = Expr::Alt(alts);
-        Ok(self.rule("other-key", Expr::Seq(vec![q(), body])))
+        Ok(self.rule("other-key", Expr::Alt(top)))
     }
 
     /// The JSON text of a value, in the accepted serialization (whitespace per policy;
@@ -2945,6 +2915,134 @@ fn push_range(out: &mut Vec<(char, char)>, a: u32, b: u32) {
                 out.push((x, y));
             }
         }
+    }
+}
+
+/// Key tries with more nodes than this are complemented with a tail in every node (see
+/// `key_not_in`).
+const MAX_SHARED_TAIL_NODES: usize = 400;
+
+/// The strings (the rest of a key, up to the closing quote) that differ from every key in
+/// `keys`, all of which share their first `depth` characters: the plain trie complement,
+/// with the free tail (`ch* "`) written in every node.
+fn key_trie_inline(keys: &[Vec<char>], depth: usize, ch: &Expr) -> Expr {
+    let q = || Expr::Literal(b"\"".to_vec());
+    let mut alts = Vec::new();
+    // End here, unless one of the keys ends here.
+    if !keys.iter().any(|k| k.len() == depth) {
+        alts.push(q());
+    }
+    let mut next: Vec<char> = keys
+        .iter()
+        .filter(|k| k.len() > depth)
+        .map(|k| k[depth])
+        .collect();
+    next.sort_unstable();
+    next.dedup();
+    // A character no key continues with (raw or escaped), then anything.
+    let others = complement_chars(&next);
+    if !others.is_empty() {
+        alts.push(Expr::Seq(vec![
+            json_chars(&others),
+            rep(ch.clone(), 0, None),
+            q(),
+        ]));
+    }
+    for c0 in next {
+        let sub: Vec<Vec<char>> = keys
+            .iter()
+            .filter(|k| k.len() > depth && k[depth] == c0)
+            .cloned()
+            .collect();
+        let rest = key_trie_inline(&sub, depth + 1, ch);
+        alts.push(Expr::Seq(vec![json_chars(&[(c0, c0)]), rest]));
+    }
+    Expr::Alt(alts)
+}
+
+/// The parts of a key-trie complement below one trie node (see `key_not_in`): strings that
+/// end inside the trie (`e`), that end right after a character no key continues with
+/// (`d`), and that end right after a `\` that differs whatever escape follows (`d_esc`).
+struct Parts {
+    e: Option<Expr>,
+    d: Option<Expr>,
+    d_esc: Option<Expr>,
+}
+
+/// `v` as one alternation (`None` when empty).
+fn alt_of(v: Vec<Expr>) -> Option<Expr> {
+    match v.len() {
+        0 => None,
+        1 => v.into_iter().next(),
+        _ => Some(Expr::Alt(v)),
+    }
+}
+
+/// The exits of the trie node of `keys` (which share their first `depth` characters), and
+/// its children: each next character with the keys that continue with it.
+#[allow(clippy::type_complexity)]
+fn key_trie_node(keys: &[Vec<char>], depth: usize) -> (Parts, Vec<(char, Vec<Vec<char>>)>) {
+    let (mut e, mut d, mut d_esc) = (None, None, None);
+    if !keys.iter().any(|k| k.len() == depth) {
+        e = Some(Expr::Literal(b"\"".to_vec()));
+    }
+    let mut next: Vec<char> = keys
+        .iter()
+        .filter(|k| k.len() > depth)
+        .map(|k| k[depth])
+        .collect();
+    next.sort_unstable();
+    next.dedup();
+    let others = complement_chars(&next);
+    let escapable = |c: char| matches!(c, '"' | '\\' | '/') || (c as u32) < 0x20;
+    if next.iter().any(|&c| escapable(c)) {
+        // An escape may continue a key here: the differing ones, spelled out.
+        if !others.is_empty() {
+            d = Some(json_chars(&others));
+        }
+    } else {
+        d = Some(Expr::Chars(json_raw_chars(&others)));
+        d_esc = Some(Expr::Literal(b"\\".to_vec()));
+    }
+    let children = next
+        .into_iter()
+        .map(|c0| {
+            let sub = keys
+                .iter()
+                .filter(|k| k.len() > depth && k[depth] == c0)
+                .cloned()
+                .collect();
+            (c0, sub)
+        })
+        .collect();
+    (Parts { e, d, d_esc }, children)
+}
+
+/// The parts of the trie complement below the node of `keys` at `depth`, its subtree
+/// included.
+fn key_trie(keys: &[Vec<char>], depth: usize) -> Parts {
+    let (own, children) = key_trie_node(keys, depth);
+    let (mut e, mut d, mut d_esc): (Vec<Expr>, Vec<Expr>, Vec<Expr>) = (
+        own.e.into_iter().collect(),
+        own.d.into_iter().collect(),
+        own.d_esc.into_iter().collect(),
+    );
+    for (c0, sub) in children {
+        let child = key_trie(&sub, depth + 1);
+        for (part, out) in [
+            (child.e, &mut e),
+            (child.d, &mut d),
+            (child.d_esc, &mut d_esc),
+        ] {
+            if let Some(x) = part {
+                out.push(Expr::Seq(vec![json_chars(&[(c0, c0)]), x]));
+            }
+        }
+    }
+    Parts {
+        e: alt_of(e),
+        d: alt_of(d),
+        d_esc: alt_of(d_esc),
     }
 }
 
