@@ -1966,19 +1966,7 @@ impl<'a> Compiler<'a> {
             ]);
             Expr::Alt(vec![
                 Expr::Chars(vec![(' ', '!'), ('#', '['), (']', char::MAX)]),
-                Expr::Seq(vec![
-                    Expr::Literal(b"\\".to_vec()),
-                    Expr::Chars(vec![
-                        ('"', '"'),
-                        ('/', '/'),
-                        ('\\', '\\'),
-                        ('b', 'b'),
-                        ('f', 'f'),
-                        ('n', 'n'),
-                        ('r', 'r'),
-                        ('t', 't'),
-                    ]),
-                ]),
+                Expr::Seq(vec![Expr::Literal(b"\\".to_vec()), short_escapes()]),
                 Expr::Seq(vec![
                     Expr::Literal(b"\\u".to_vec()),
                     Expr::Alt(vec![non_sur, pair]),
@@ -2067,16 +2055,7 @@ impl<'a> Compiler<'a> {
         // What may follow a differing `\`: every escape `json_chars` writes.
         let esc_tail = || {
             Expr::Alt(vec![
-                Expr::Chars(vec![
-                    ('"', '"'),
-                    ('/', '/'),
-                    ('\\', '\\'),
-                    ('b', 'b'),
-                    ('f', 'f'),
-                    ('n', 'n'),
-                    ('r', 'r'),
-                    ('t', 't'),
-                ]),
+                short_escapes(),
                 Expr::Seq(vec![
                     Expr::Literal(b"u00".to_vec()),
                     Expr::Chars(vec![('0', '1')]),
@@ -2918,6 +2897,16 @@ fn push_range(out: &mut Vec<(char, char)>, a: u32, b: u32) {
     }
 }
 
+/// The characters that may follow `\` in a two-character JSON escape.
+fn short_escapes() -> Expr {
+    Expr::Chars(
+        ['"', '/', '\\', 'b', 'f', 'n', 'r', 't']
+            .iter()
+            .map(|&c| (c, c))
+            .collect(),
+    )
+}
+
 /// Key tries with more nodes than this are complemented with a tail in every node (see
 /// `key_not_in`).
 const MAX_SHARED_TAIL_NODES: usize = 400;
@@ -2928,18 +2917,13 @@ const MAX_SHARED_TAIL_NODES: usize = 400;
 fn key_trie_inline(keys: &[Vec<char>], depth: usize, ch: &Expr) -> Expr {
     let q = || Expr::Literal(b"\"".to_vec());
     let mut alts = Vec::new();
+    let (ends_here, children) = trie_children(keys, depth);
     // End here, unless one of the keys ends here.
-    if !keys.iter().any(|k| k.len() == depth) {
+    if !ends_here {
         alts.push(q());
     }
-    let mut next: Vec<char> = keys
-        .iter()
-        .filter(|k| k.len() > depth)
-        .map(|k| k[depth])
-        .collect();
-    next.sort_unstable();
-    next.dedup();
     // A character no key continues with (raw or escaped), then anything.
+    let next: Vec<char> = children.iter().map(|(c, _)| *c).collect();
     let others = complement_chars(&next);
     if !others.is_empty() {
         alts.push(Expr::Seq(vec![
@@ -2948,16 +2932,36 @@ fn key_trie_inline(keys: &[Vec<char>], depth: usize, ch: &Expr) -> Expr {
             q(),
         ]));
     }
-    for c0 in next {
-        let sub: Vec<Vec<char>> = keys
-            .iter()
-            .filter(|k| k.len() > depth && k[depth] == c0)
-            .cloned()
-            .collect();
+    for (c0, sub) in children {
         let rest = key_trie_inline(&sub, depth + 1, ch);
         alts.push(Expr::Seq(vec![json_chars(&[(c0, c0)]), rest]));
     }
     Expr::Alt(alts)
+}
+
+/// For the trie node of `keys` (which share their first `depth` characters): whether a key
+/// ends there, and each next character (ascending) with the keys that continue with it.
+#[allow(clippy::type_complexity)]
+fn trie_children(keys: &[Vec<char>], depth: usize) -> (bool, Vec<(char, Vec<Vec<char>>)>) {
+    let mut next: Vec<char> = keys
+        .iter()
+        .filter(|k| k.len() > depth)
+        .map(|k| k[depth])
+        .collect();
+    next.sort_unstable();
+    next.dedup();
+    let children = next
+        .into_iter()
+        .map(|c0| {
+            let sub = keys
+                .iter()
+                .filter(|k| k.len() > depth && k[depth] == c0)
+                .cloned()
+                .collect();
+            (c0, sub)
+        })
+        .collect();
+    (keys.iter().any(|k| k.len() == depth), children)
 }
 
 /// The parts of a key-trie complement below one trie node (see `key_not_in`): strings that
@@ -2983,16 +2987,11 @@ fn alt_of(v: Vec<Expr>) -> Option<Expr> {
 #[allow(clippy::type_complexity)]
 fn key_trie_node(keys: &[Vec<char>], depth: usize) -> (Parts, Vec<(char, Vec<Vec<char>>)>) {
     let (mut e, mut d, mut d_esc) = (None, None, None);
-    if !keys.iter().any(|k| k.len() == depth) {
+    let (ends_here, children) = trie_children(keys, depth);
+    if !ends_here {
         e = Some(Expr::Literal(b"\"".to_vec()));
     }
-    let mut next: Vec<char> = keys
-        .iter()
-        .filter(|k| k.len() > depth)
-        .map(|k| k[depth])
-        .collect();
-    next.sort_unstable();
-    next.dedup();
+    let next: Vec<char> = children.iter().map(|(c, _)| *c).collect();
     let others = complement_chars(&next);
     let escapable = |c: char| matches!(c, '"' | '\\' | '/') || (c as u32) < 0x20;
     if next.iter().any(|&c| escapable(c)) {
@@ -3004,17 +3003,6 @@ fn key_trie_node(keys: &[Vec<char>], depth: usize) -> (Parts, Vec<(char, Vec<Vec
         d = Some(Expr::Chars(json_raw_chars(&others)));
         d_esc = Some(Expr::Literal(b"\\".to_vec()));
     }
-    let children = next
-        .into_iter()
-        .map(|c0| {
-            let sub = keys
-                .iter()
-                .filter(|k| k.len() > depth && k[depth] == c0)
-                .cloned()
-                .collect();
-            (c0, sub)
-        })
-        .collect();
     (Parts { e, d, d_esc }, children)
 }
 
