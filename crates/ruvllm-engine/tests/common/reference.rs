@@ -167,10 +167,17 @@ impl<'g> Reference<'g> {
                 let mut cur = vec![false; n + 2];
                 cur[i] = true;
                 for _ in 0..*min {
-                    cur = step(&cur);
-                    if cur.iter().all(|b| !b) {
+                    let next = step(&cur);
+                    if next.iter().all(|b| !b) {
                         return out;
                     }
+                    if next == cur {
+                        // A fixpoint: every further repetition gives the same ends (long
+                        // minimum counts such as `{260,}` would otherwise cost one step
+                        // each, and nested ones timed the matcher fuzzer out).
+                        break;
+                    }
+                    cur = next;
                 }
                 // Breadth-first over further repetitions: earliest discovery is enough.
                 let mut reach = cur.clone();
