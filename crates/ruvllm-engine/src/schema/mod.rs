@@ -2939,10 +2939,13 @@ fn key_trie_inline(keys: &[Vec<char>], depth: usize, ch: &Expr) -> Expr {
     Expr::Alt(alts)
 }
 
+/// A child of a key-trie node: the next character and the keys (as characters) that
+/// continue with it.
+type TrieChild = (char, Vec<Vec<char>>);
+
 /// For the trie node of `keys` (which share their first `depth` characters): whether a key
 /// ends there, and each next character (ascending) with the keys that continue with it.
-#[allow(clippy::type_complexity)]
-fn trie_children(keys: &[Vec<char>], depth: usize) -> (bool, Vec<(char, Vec<Vec<char>>)>) {
+fn trie_children(keys: &[Vec<char>], depth: usize) -> (bool, Vec<TrieChild>) {
     let mut next: Vec<char> = keys
         .iter()
         .filter(|k| k.len() > depth)
@@ -2984,8 +2987,7 @@ fn alt_of(v: Vec<Expr>) -> Option<Expr> {
 
 /// The exits of the trie node of `keys` (which share their first `depth` characters), and
 /// its children: each next character with the keys that continue with it.
-#[allow(clippy::type_complexity)]
-fn key_trie_node(keys: &[Vec<char>], depth: usize) -> (Parts, Vec<(char, Vec<Vec<char>>)>) {
+fn key_trie_node(keys: &[Vec<char>], depth: usize) -> (Parts, Vec<TrieChild>) {
     let (mut e, mut d, mut d_esc) = (None, None, None);
     let (ends_here, children) = trie_children(keys, depth);
     if !ends_here {
