@@ -515,10 +515,8 @@ impl<'a> Lowerer<'a> {
             self.limits.max_lexeme_states,
             self.limits.max_dfa_bytes,
         ) {
-            Ok(d) => {
-                self.dfa_spent += d.num_states();
-                Ok(Some((*d).clone()))
-            }
+            // Charged once, as part of the counted lexeme's states (see `register`).
+            Ok(d) => Ok(Some((*d).clone())),
             Err(dfa::DfaError::TooBig { cost }) => {
                 self.dfa_spent += cost;
                 Ok(None)
