@@ -225,13 +225,14 @@ pub(crate) fn equivalent(a: &Dfa, s: u32, b: &Dfa, t: u32, depth: usize) -> bool
     if a.accepting(s) != b.accepting(t) || a.allowed(s) != b.allowed(t) {
         return false;
     }
-    // One byte per cell of the two DFAs' joint byte partition.
-    let mut reps: Vec<u8> = Vec::new();
-    let mut cells: Vec<(u8, u8)> = Vec::new();
+    // One byte per run of the two DFAs' joint byte partition (bytes of one class behave
+    // alike; a cell that recurs after another gets a second, redundant representative).
+    let mut reps: Vec<u8> = Vec::with_capacity(64);
+    let mut last = None;
     for byte in 0..=255u8 {
-        let cell = (a.class_of(byte), b.class_of(byte));
-        if !cells.contains(&cell) {
-            cells.push(cell);
+        let cell = Some((a.class_of(byte), b.class_of(byte)));
+        if cell != last {
+            last = cell;
             reps.push(byte);
         }
     }
@@ -352,8 +353,10 @@ struct PlainReach<'a> {
 
 impl<'a> PlainReach<'a> {
     fn new(dfa: &'a Dfa, max_depth: usize) -> Self {
+        // One byte per run of equal cells (a cell recurring after another gets a second,
+        // redundant representative).
         let mut reps: Vec<u8> = Vec::new();
-        let mut cells: Vec<(u8, [u8; plain::STATES as usize])> = Vec::new();
+        let mut last = None;
         for b in 0..=255u8 {
             // The byte's move in every plain state: bytes that agree on it and on the DFA
             // class behave alike everywhere in the search.
@@ -364,9 +367,9 @@ impl<'a> PlainReach<'a> {
             if moves.iter().all(|&m| m == plain::BAD) {
                 continue;
             }
-            let cell = (dfa.class_of(b), moves);
-            if !cells.contains(&cell) {
-                cells.push(cell);
+            let cell = Some((dfa.class_of(b), moves));
+            if cell != last {
+                last = cell;
                 reps.push(b);
             }
         }

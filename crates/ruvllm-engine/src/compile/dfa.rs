@@ -1,26 +1,28 @@
-//! Lexeme automata: a `regex-automata` dense DFA re-tabled for the engine.
+//! Lexeme automata: byte-level DFAs in the engine's own table.
 //!
-//! `regex-automata` determinizes (with size limits that turn pathological regexes into
-//! errors instead of hangs). We then copy the reachable states into our own table with:
+//! `regex-automata` compiles a lexeme's regex to a Thompson NFA; [`super::subset`]
+//! determinizes it (with budgets that turn pathological regexes into errors instead of
+//! hangs) straight into this table:
 //!
-//! * state 0 as the single dead state, and every state that cannot reach a match folded
-//!   into it (so "alive" really means "this prefix can still complete the lexeme", which is
+//! * state 0 is the single dead state, and every state that cannot reach a match is that
+//!   state (so "alive" really means "this prefix can still complete the lexeme", which is
 //!   what makes masks exact);
-//! * `accepting[s]`: the bytes read so far form a complete lexeme (regex-automata reports
-//!   matches one byte late; we resolve that with its end-of-input transition);
+//! * `accepting[s]`: the bytes read so far form a complete lexeme;
 //! * `allowed[s]`: the bytes that keep the lexeme alive, for O(1) pruning during trie walks;
 //! * byte equivalence classes, so the table is `states × classes` words.
+//!
+//! Until this module had its own subset construction it used regex-automata's dense
+//! builder and copied the result; the tests keep that builder as the oracle
+//! (`subset_construction_equals_dense_dfa`).
 
-use regex_automata::dfa::{dense, Automaton, StartKind};
 use regex_automata::nfa::thompson;
-use regex_automata::util::start;
-use regex_automata::{Anchored, MatchKind};
 use regex_syntax::hir::Hir;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::counted::Counted;
+use super::subset::Stop;
 use crate::byteset::ByteSet;
 use crate::tables::Tables;
 
@@ -105,159 +107,66 @@ impl Dfa {
             )
             .build_from_hir(hir)
             .map_err(|_| DfaError::TooBig { cost: max_states })?;
-        // Determinization costs about (DFA states) x (NFA states per DFA state), and the
-        // second factor is what `determinize_size_limit` bounds (the NFA-state sets it keeps
-        // per DFA state). A memory limit alone let a large NFA with big sets spend seconds
-        // inside it (found by fuzzing: `(?:\S+…|s+){0,99}…`, 3,000 NFA states, 1.3 s per
-        // attempt at 4 MiB, 77 ms at 256 KiB). Past `NFA_FULL_BUDGET` NFA states the
-        // determinization budget shrinks with the square of the ratio, down to a floor of
-        // `DETERMINIZE_FLOOR`; the DFA itself keeps the whole budget. Bounded repeats of a
-        // JSON string character (the common large NFA: 6,600 NFA states for 200
-        // characters) have small sets and fit in 256 KiB, so they still get their DFA;
-        // shrinking the DFA budget too had split `maxLength: 60` strings into per-character
-        // lexemes, which cost seconds per mask in the parser.
+        // Determinization costs about (DFA states) x (NFA states per DFA state); the
+        // second factor is what the set budget bounds (the NFA-state sets kept per DFA
+        // state, and the memoized closures). A memory limit alone let a large NFA with big
+        // sets spend seconds (found by fuzzing: `(?:\S+…|s+){0,99}…`, 3,000 NFA states,
+        // 1.3 s per attempt at 4 MiB, 77 ms at 256 KiB). Past `NFA_FULL_BUDGET` NFA states
+        // the set budget shrinks with the square of the ratio, down to a floor of
+        // `DETERMINIZE_FLOOR`; the table keeps the whole budget. Bounded repeats of a JSON
+        // string character (the common large NFA: 6,600 NFA states for 200 characters)
+        // have small sets and fit in 256 KiB, so they still get their DFA; shrinking the
+        // table budget too had split `maxLength: 60` strings into per-character lexemes,
+        // which cost seconds per mask in the parser. The state limit is exact and stops
+        // the construction when it is passed (a fuzz-found `(-?[0-9]{1,16})*` had been
+        // determinized to 65,000 states before being refused).
         let n = nfa.states().len().max(1);
-        let det_bytes = if n > NFA_FULL_BUDGET {
+        let set_bytes = if n > NFA_FULL_BUDGET {
             let f = NFA_FULL_BUDGET as u128;
             let scaled = (max_bytes as u128 * f * f / (n as u128 * n as u128)) as usize;
             scaled.max(DETERMINIZE_FLOOR).min(max_bytes)
         } else {
             max_bytes
         };
-        // The DFA may not outgrow `max_states` either: that many states' transitions (at
-        // the NFA's alphabet, padded to a power of two as regex-automata stores them) and
-        // match lists (12 bytes per match state), plus slack for the start table. Without
-        // this, a blow-up that fits in `max_bytes` was determinized to the end (65,000
-        // states of `(-?[0-9]{1,16})*`, seconds) only to be refused afterwards for having
-        // more than `max_states` (found by fuzzing).
-        let stride = nfa.byte_classes().alphabet_len().next_power_of_two();
-        let state_bytes = max_states
-            .saturating_add(8)
-            .saturating_mul(stride * std::mem::size_of::<u32>() + 16)
-            .saturating_add(STATE_BOUND_SLACK);
-        let dfa = dense::Builder::new()
-            .configure(
-                dense::Config::new()
-                    .match_kind(MatchKind::All)
-                    .start_kind(StartKind::Anchored)
-                    .minimize(false)
-                    .accelerate(false)
-                    .specialize_start_states(false)
-                    .determinize_size_limit(Some(det_bytes))
-                    .dfa_size_limit(Some(max_bytes.min(state_bytes))),
-            )
-            .build_from_nfa(&nfa)
-            .map_err(|_| DfaError::TooBig {
-                cost: (max_states as u128 * det_bytes as u128 / max_bytes.max(1) as u128).max(1)
-                    as usize,
+        let d =
+            super::subset::determinize(&nfa, max_states, set_bytes, max_bytes).map_err(|stop| {
+                DfaError::TooBig {
+                    cost: match stop {
+                        Stop::Memory => (max_states as u128 * set_bytes as u128
+                            / max_bytes.max(1) as u128)
+                            .max(1) as usize,
+                        Stop::States | Stop::Look => max_states,
+                    },
+                }
             })?;
-        let s0 = dfa
-            .start_state(&start::Config::new().anchored(Anchored::Yes))
-            .map_err(|_| DfaError::TooBig { cost: max_states })?;
-
-        // regex-automata's byte classes: bytes no transition distinguishes.
-        let bc = dfa.byte_classes();
-        let mut classes = [0u8; 256];
+        let n = d.accepting.len();
+        // Each class is an interval of bytes: `allowed` is the union of the live classes'.
+        let mut first = vec![255u8; d.stride];
+        let mut last = vec![0u8; d.stride];
+        for b in (0..=255u8).rev() {
+            first[d.classes[b as usize] as usize] = b;
+        }
         for b in 0..=255u8 {
-            classes[b as usize] = bc.get(b);
-        }
-        let stride = bc.alphabet_len() - 1; // the last class is end-of-input
-        let mut reps = vec![0u8; stride];
-        let mut seen_class = vec![false; stride];
-        for b in 0..=255u8 {
-            let c = classes[b as usize] as usize;
-            if c < stride && !seen_class[c] {
-                seen_class[c] = true;
-                reps[c] = b;
-            }
-        }
-        // Breadth-first copy of the reachable states. Ours: 0 = dead.
-        // Our id of each regex-automata state, indexed by its table index (0 = not yet).
-        let index = |id: regex_automata::util::primitives::StateID| id.as_usize() >> dfa.stride2();
-        let mut ids: Vec<u32> = Vec::new();
-        let set_id = |ids: &mut Vec<u32>, i: usize, x: u32| {
-            if i >= ids.len() {
-                ids.resize(i + 1, 0);
-            }
-            ids[i] = x;
-        };
-        let mut order = vec![s0];
-        set_id(&mut ids, index(s0), 1);
-        let mut trans: Vec<u32> = vec![0; 2 * stride];
-        let mut accepting = vec![false, false];
-        let mut i = 0;
-        while i < order.len() {
-            let s = order[i];
-            let me = i + 1;
-            accepting[me] = dfa.is_match_state(dfa.next_eoi_state(s));
-            for (c, &b) in reps.iter().enumerate() {
-                let n = dfa.next_state(s, b);
-                if dfa.is_dead_state(n) || dfa.is_quit_state(n) {
-                    continue;
-                }
-                let next_id = match ids.get(index(n)).copied().filter(|&x| x != 0) {
-                    Some(x) => x,
-                    None => {
-                        if order.len() >= max_states {
-                            return Err(DfaError::TooBig { cost: max_states });
-                        }
-                        order.push(n);
-                        let x = order.len() as u32;
-                        set_id(&mut ids, index(n), x);
-                        trans.resize(trans.len() + stride, 0);
-                        accepting.push(false);
-                        x
-                    }
-                };
-                trans[me * stride + c] = next_id;
-            }
-            i += 1;
-        }
-        let n = accepting.len();
-        // Co-reachability: states from which an accepting state can be reached.
-        let mut rev: Vec<Vec<u32>> = vec![Vec::new(); n];
-        for s in 0..n {
-            for &t in &trans[s * stride..(s + 1) * stride] {
-                if t != 0 {
-                    rev[t as usize].push(s as u32);
-                }
-            }
-        }
-        let mut alive = vec![false; n];
-        let mut stack: Vec<u32> = (0..n as u32).filter(|&s| accepting[s as usize]).collect();
-        for &s in &stack {
-            alive[s as usize] = true;
-        }
-        while let Some(s) = stack.pop() {
-            for &p in &rev[s as usize] {
-                if !alive[p as usize] {
-                    alive[p as usize] = true;
-                    stack.push(p);
-                }
-            }
-        }
-        for t in trans.iter_mut() {
-            if !alive[*t as usize] {
-                *t = 0;
-            }
+            last[d.classes[b as usize] as usize] = b;
         }
         let mut allowed = vec![ByteSet::EMPTY; n];
         for (s, a) in allowed.iter_mut().enumerate() {
-            for b in 0..=255u8 {
-                let c = classes[b as usize] as usize;
-                if c < stride && trans[s * stride + c] != 0 {
-                    a.insert(b);
+            let row = &d.trans[s * d.stride..(s + 1) * d.stride];
+            for (c, &t) in row.iter().enumerate() {
+                if t != 0 {
+                    for b in first[c]..=last[c] {
+                        a.insert(b);
+                    }
                 }
             }
         }
-        let start = if alive[1] { 1 } else { 0 };
         Ok(Dfa {
-            classes,
-            stride,
-            trans,
-            accepting,
+            classes: d.classes,
+            stride: d.stride,
+            trans: d.trans,
+            accepting: d.accepting,
             allowed,
-            start,
+            start: d.start,
             counted: None,
         })
     }
@@ -347,11 +256,6 @@ impl std::ops::Deref for Lexeme {
 const NFA_FULL_BUDGET: usize = 512;
 /// The least determinization budget of a large NFA (when `max_dfa_bytes` is larger).
 const DETERMINIZE_FLOOR: usize = 256 << 10;
-
-/// Bytes allowed over a `max_states`-state transition table for the rest of a dense DFA
-/// (start states, match pattern lists), so that a DFA within the state limit is never
-/// refused by the byte bound derived from it.
-const STATE_BOUND_SLACK: usize = 64 << 10;
 
 /// Vocabularies whose tables a lexeme keeps (oldest dropped first).
 const TABLES_PER_LEXEME: usize = 4;
@@ -446,6 +350,117 @@ mod tests {
             .build()
             .parse(re)
             .unwrap()
+    }
+
+    /// Checks that `ours` recognizes the language of `re` state by state, against
+    /// regex-automata's dense DFA (anchored, all matches): the same whole-lexeme verdicts,
+    /// a byte allowed exactly when the reference can still reach a match after it, and
+    /// dead exactly when it cannot.
+    fn same_as_dense(re: &str, ours: &Dfa) {
+        use regex_automata::dfa::{dense, Automaton, StartKind};
+        use regex_automata::util::primitives::StateID;
+        use regex_automata::{util::start, Anchored, MatchKind};
+        let theirs = dense::Builder::new()
+            .configure(
+                dense::Config::new()
+                    .match_kind(MatchKind::All)
+                    .start_kind(StartKind::Anchored),
+            )
+            .thompson(thompson::Config::new().utf8(false))
+            .syntax(regex_automata::util::syntax::Config::new().utf8(false))
+            .build(re)
+            .unwrap();
+        let t0 = theirs
+            .start_state(&start::Config::new().anchored(Anchored::Yes))
+            .unwrap();
+        let live = |t: StateID| {
+            let mut seen = std::collections::HashSet::new();
+            let mut stack = vec![t];
+            while let Some(t) = stack.pop() {
+                if theirs.is_dead_state(t) || !seen.insert(t) {
+                    continue;
+                }
+                if theirs.is_match_state(theirs.next_eoi_state(t)) {
+                    return true;
+                }
+                stack.extend((0..=255u8).map(|b| theirs.next_state(t, b)));
+            }
+            false
+        };
+        assert_eq!(ours.start() != 0, live(t0), "{re}: start");
+        let mut seen = std::collections::HashSet::new();
+        let mut stack = vec![(ours.start(), t0)];
+        while let Some((s, t)) = stack.pop() {
+            if s == 0 || !seen.insert((s, t)) {
+                continue;
+            }
+            assert_eq!(
+                ours.accepting(s),
+                theirs.is_match_state(theirs.next_eoi_state(t)),
+                "{re}: accepting"
+            );
+            for b in 0..=255u8 {
+                let (s2, t2) = (ours.next(s, b), theirs.next_state(t, b));
+                assert_eq!(s2 != 0, live(t2), "{re}: byte {b:#x}");
+                assert_eq!(ours.allowed(s).contains(b), s2 != 0, "{re}: allowed {b:#x}");
+                stack.push((s2, t2));
+            }
+        }
+    }
+
+    /// The subset construction against regex-automata's dense builder, on the engine's
+    /// own lexeme shapes and on random regexes over a small alphabet with Unicode classes,
+    /// bounded repeats, nullable and dead parts.
+    #[test]
+    fn subset_construction_equals_dense_dfa() {
+        let ch = r#"(?:[ -!#-\[\]-\x{10FFFF}]|\\["/\\bfnrt]|\\u(?:[0-9A-CE-Fa-ce-f][0-9A-Fa-f]{3}|[Dd][0-7][0-9A-Fa-f]{2}|[Dd][89ABab][0-9A-Fa-f]{2}\\u[Dd][C-Fc-f][0-9A-Fa-f]{2}))"#;
+        let mut res: Vec<String> = vec![
+            format!("\"{ch}*\""),
+            format!("\"{ch}{{2,9}}\""),
+            format!("[ \t\n]{{0,20}},[ \t\n]{{0,20}}\"(?:name|nick)\"[ \t\n]{{0,20}}:[ \t\n]{{0,20}}\"{ch}*\""),
+            r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?".into(),
+            r"(?:true|false|null)".into(),
+            r"a*b".into(),
+            r"".into(),
+            r"[^\x00-\xff]".into(),
+            r"(?:ab|a)(?:bc|c)*".into(),
+            r"\x{80}|\x{7ff}|\x{800}|\x{ffff}|\x{10000}|\x{10ffff}".into(),
+            r"[\x00-\xff]{3}".into(),
+            r"(?-u:[\x80-\xff])+é".into(),
+        ];
+        // Random regexes from a tiny grammar (a fixed-seed generator, so failures repeat).
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        fn gen(rnd: &mut dyn FnMut(u64) -> u64, depth: u32) -> String {
+            let atoms = [
+                "a", "b", "ab", "[a-c]", "[^a]", "é", "[à-ÿ]", "\\.", "(?:)", "[b-z]",
+            ];
+            if depth == 0 || rnd(3) == 0 {
+                return atoms[rnd(atoms.len() as u64) as usize].to_string();
+            }
+            match rnd(5) {
+                0 => format!("(?:{}|{})", gen(rnd, depth - 1), gen(rnd, depth - 1)),
+                1 => format!("{}{}", gen(rnd, depth - 1), gen(rnd, depth - 1)),
+                2 => format!("(?:{})*", gen(rnd, depth - 1)),
+                3 => {
+                    let lo = rnd(3);
+                    format!("(?:{}){{{},{}}}", gen(rnd, depth - 1), lo, lo + rnd(4))
+                }
+                _ => format!("(?:{})?{}", gen(rnd, depth - 1), gen(rnd, depth - 1)),
+            }
+        }
+        for _ in 0..400 {
+            res.push(gen(&mut rnd, 4));
+        }
+        for re in &res {
+            let d = Dfa::build(&hir(re), 100_000, 1 << 26).unwrap();
+            same_as_dense(re, &d);
+        }
     }
 
     /// The byte bound derived from the state limit: an ambiguous digit repeat whose DFA

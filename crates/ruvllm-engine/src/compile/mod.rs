@@ -22,6 +22,7 @@
 
 mod counted;
 pub(crate) mod dfa;
+mod subset;
 
 use std::collections::HashMap;
 
