@@ -251,7 +251,13 @@ pub(crate) fn equivalent(a: &Dfa, s: u32, b: &Dfa, t: u32, depth: usize) -> bool
             if !a.allowed(x).contains(byte) {
                 continue;
             }
-            let (nx, ny) = (a.next(x, byte), b.next(y, byte));
+            // Only `depth - d - 1` more bytes matter from the next pair: counts of a
+            // counted lexeme that cannot be told apart within them are one state.
+            let r = depth - d - 1;
+            let (nx, ny) = (
+                a.canonical(a.next(x, byte), r),
+                b.canonical(b.next(y, byte), r),
+            );
             if seen.insert((nx, ny)) {
                 if seen.len() > MAX_PAIRS {
                     return false;
@@ -412,6 +418,10 @@ impl<'a> PlainReach<'a> {
                     if x2 == 0 || dfa.accepting(x2) {
                         return d - 1;
                     }
+                    // Counts of a counted lexeme that the remaining depth cannot tell
+                    // apart are one state (without this, a long string's search never
+                    // met a pair twice and ran to `max_depth`: milliseconds per table).
+                    let x2 = dfa.canonical(x2, self.max_depth - d);
                     if seen.insert((x2, q2)) {
                         next.push((x2, q2));
                     }

@@ -312,6 +312,42 @@ impl Counted {
         }
     }
 
+    /// A state that behaves like `id` on every byte string of at most `r` bytes (same
+    /// acceptance and aliveness, one byte further included): `id` itself, or, when its
+    /// count is in a shared class of [`Counted::count_class`] for depth `r`, the least
+    /// count of that class with the same item state. Searches bounded by a remaining depth
+    /// use it to stop telling apart counts they cannot distinguish. Cost: O(1).
+    pub(crate) fn canonical(&self, id: u32, r: usize) -> u32 {
+        let Part::C(c, q) = self.decode(id) else {
+            return id;
+        };
+        let l = r as u64 + 2;
+        let (c64, min, top) = (c as u64, self.min as u64, self.top as u64);
+        let rep = if self.bounded {
+            if top < 2 * l + 3 {
+                return id;
+            }
+            if c64 < min {
+                if c64 + l < min {
+                    0
+                } else {
+                    return id;
+                }
+            } else if c64 + l < top {
+                self.min
+            } else {
+                return id;
+            }
+        } else {
+            // Counts past `min` are already capped at `min`.
+            if min < l + 2 || c64 + l >= min {
+                return id;
+            }
+            0
+        };
+        self.off_c + rep * self.nx + q
+    }
+
     /// Number of token-table slots for tokens of at most `depth` bytes.
     pub(crate) fn table_slots(&self, depth: usize) -> usize {
         let (k, _) = self.count_class(depth, 0);
@@ -438,6 +474,44 @@ mod tests {
             "suffix starts like an item"
         );
         assert!(!c(None, "a", 5, Some(4), None), "max below min");
+    }
+
+    /// A canonical state behaves like the original on every string of the remaining
+    /// depth, near and far from both bounds, between items and mid-item.
+    #[test]
+    fn canonical_states_are_exact() {
+        for (min, max) in [
+            (0, Some(200)),
+            (40, Some(200)),
+            (100, Some(130)),
+            (60, None),
+            (3, Some(9)),
+        ] {
+            let d = Dfa::counted(Some(dfa("\"")), dfa(CH), min, max, Some(dfa("\""))).unwrap();
+            let Some(c) = &d.counted else { unreachable!() };
+            let top = max.unwrap_or(min);
+            let mut moved = 0;
+            for r in [0usize, 1, 2, 5, 12, 40] {
+                for count in 0..=top {
+                    for q in [0, c.x.next(c.x.start(), b'\\')] {
+                        if q != 0 && max == Some(count) {
+                            continue;
+                        }
+                        let id = c.off_c + count * c.nx + q;
+                        let canon = d.canonical(id, r);
+                        moved += (canon != id) as usize;
+                        assert!(
+                            crate::tables::equivalent(&d, canon, &d, id, r),
+                            "{min}..{max:?}: count {count} (x state {q}) at depth {r}"
+                        );
+                    }
+                }
+            }
+            assert!(
+                moved > 0 || top < 10,
+                "{min}..{max:?}: nothing canonicalized"
+            );
+        }
     }
 
     /// Counts that share a token-table slot are equivalent for every byte string the

@@ -171,6 +171,16 @@ impl Dfa {
         })
     }
 
+    /// A state that behaves like `s` on every byte string of at most `r` bytes (see
+    /// [`Counted::canonical`]); `s` itself except for counted lexemes. Cost: O(1).
+    #[inline]
+    pub(crate) fn canonical(&self, s: u32, r: usize) -> u32 {
+        match &self.counted {
+            None => s,
+            Some(c) => c.canonical(s, r),
+        }
+    }
+
     /// The byte class of `b` (bytes of one class behave alike in every state).
     #[inline(always)]
     pub(crate) fn class_of(&self, b: u8) -> u8 {
