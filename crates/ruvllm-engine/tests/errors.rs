@@ -288,3 +288,43 @@ fn fuzz_found_ambiguous_digit_repeat_compiles() {
         ruvllm_engine::CheckResult::Accepted
     );
 }
+
+/// One DFA attempt stops at the compile deadline, not only at the state and memory limits:
+/// a lexeme of 2^18 DFA states, under state and memory limits raised to let it through and
+/// a 5 ms compile budget, is refused with the compile-time error within a few milliseconds
+/// of the deadline, instead of being determinized to the end first (about 0.5 s in the test
+/// build, measured with the deadline removed) and refused afterwards.
+#[test]
+fn one_dfa_attempt_stops_at_the_compile_deadline() {
+    let roomy = Limits {
+        max_lexeme_states: 1 << 20,
+        max_total_dfa_states: 1 << 21,
+        max_dfa_bytes: 1 << 30,
+        ..Limits::default()
+    };
+    let limits = Limits {
+        max_compile_time: Duration::from_millis(5),
+        ..roomy.clone()
+    };
+    let text = "root ::= [ab]* \"a\" [ab]{17}\n";
+    let g = Grammar::from_gbnf(text, &limits).unwrap();
+    let t = Instant::now();
+    let r = Constraint::new(&g, toy_vocab(), &limits);
+    let took = t.elapsed();
+    match r {
+        Err(GrammarError::Limit { hint, .. }) => {
+            assert!(hint.contains("max_compile_time"), "{hint}")
+        }
+        Err(e) => panic!("unexpected error {e}"),
+        Ok(_) => panic!("expected the compile-time limit"),
+    }
+    assert!(took < Duration::from_millis(100), "took {took:?}");
+    // With the default time budget the same grammar compiles.
+    let c = Constraint::new(&g, toy_vocab(), &roomy).unwrap();
+    let mut m = Matcher::new(&c).unwrap();
+    let text = [b"bba".as_slice(), &[b'b'; 17]].concat();
+    assert_eq!(
+        m.check_bytes(&text).unwrap(),
+        ruvllm_engine::CheckResult::Accepted
+    );
+}

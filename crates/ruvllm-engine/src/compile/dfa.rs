@@ -37,6 +37,9 @@ pub(crate) enum DfaError {
         /// Work charged, in DFA states.
         cost: usize,
     },
+    /// The compile deadline passed during the attempt (not cached: it says nothing about
+    /// the regex).
+    Deadline,
 }
 
 /// A byte-level DFA for one lexeme. Cost of `next`: two table loads.
@@ -96,7 +99,18 @@ impl Dfa {
 
     /// Builds the DFA of `hir` (anchored, all matches), within `max_states` states and
     /// `max_bytes` of determinization memory.
+    #[cfg(test)]
     pub(crate) fn build(hir: &Hir, max_states: usize, max_bytes: usize) -> Result<Dfa, DfaError> {
+        Self::build_until(hir, max_states, max_bytes, None)
+    }
+
+    /// [`Dfa::build`], stopping with [`DfaError::Deadline`] once `deadline` has passed.
+    pub(crate) fn build_until(
+        hir: &Hir,
+        max_states: usize,
+        max_bytes: usize,
+        deadline: Option<std::time::Instant>,
+    ) -> Result<Dfa, DfaError> {
         let nfa = thompson::Compiler::new()
             .configure(
                 thompson::Config::new()
@@ -128,16 +142,14 @@ impl Dfa {
         } else {
             max_bytes
         };
-        let d =
-            super::subset::determinize(&nfa, max_states, set_bytes, max_bytes).map_err(|stop| {
-                DfaError::TooBig {
-                    cost: match stop {
-                        Stop::Memory => (max_states as u128 * set_bytes as u128
-                            / max_bytes.max(1) as u128)
-                            .max(1) as usize,
-                        Stop::States | Stop::Look => max_states,
-                    },
-                }
+        let d = super::subset::determinize(&nfa, max_states, set_bytes, max_bytes, deadline)
+            .map_err(|stop| match stop {
+                Stop::Time => DfaError::Deadline,
+                Stop::Memory => DfaError::TooBig {
+                    cost: (max_states as u128 * set_bytes as u128 / max_bytes.max(1) as u128).max(1)
+                        as usize,
+                },
+                Stop::States | Stop::Look => DfaError::TooBig { cost: max_states },
             })?;
         let n = d.accepting.len();
         // Each class is an interval of bytes: `allowed` is the union of the live classes'.
@@ -298,15 +310,17 @@ impl Lexeme {
 type Cache = Mutex<(HashMap<String, Result<Arc<Lexeme>, DfaError>>, usize)>;
 
 /// Builds (or fetches) the lexeme of `hir` under the given limits; `Err` when it is too
-/// big (also cached, so a hopeless build is attempted once).
+/// big (also cached, so a hopeless build is attempted once) or `deadline` passed (not
+/// cached).
 pub(crate) fn cached(
     key: &str,
     hir: &Hir,
     max_states: usize,
     max_bytes: usize,
+    deadline: Option<std::time::Instant>,
 ) -> Result<Arc<Lexeme>, DfaError> {
     cached_with(&format!("{max_states}/{max_bytes}/{key}"), || {
-        Dfa::build(hir, max_states, max_bytes)
+        Dfa::build_until(hir, max_states, max_bytes, deadline)
     })
 }
 
@@ -327,6 +341,9 @@ pub(crate) fn cached_with(
         return hit.clone();
     }
     let built = build();
+    if matches!(built, Err(DfaError::Deadline)) {
+        return Err(DfaError::Deadline);
+    }
     let built = built.map(|dfa| {
         Arc::new(Lexeme {
             dfa,

@@ -515,6 +515,7 @@ impl<'a> Lowerer<'a> {
             hir,
             self.limits.max_lexeme_states,
             self.limits.max_dfa_bytes,
+            Some(self.deadline()),
         ) {
             // Charged once, as part of the counted lexeme's states (see `register`).
             Ok(d) => Ok(Some((*d).clone())),
@@ -522,6 +523,7 @@ impl<'a> Lowerer<'a> {
                 self.dfa_spent += cost;
                 Ok(None)
             }
+            Err(dfa::DfaError::Deadline) => Err(self.time_error()),
         }
     }
 
@@ -707,21 +709,31 @@ impl<'a> Lowerer<'a> {
     fn lexeme(&mut self, hir: Hir) -> Result<Option<u32>, GrammarError> {
         let key = hir.to_string();
         let (states, bytes) = (self.limits.max_lexeme_states, self.limits.max_dfa_bytes);
+        let deadline = Some(self.deadline());
         self.register(format!("{states}/{bytes}/{key}"), key, move || {
-            Dfa::build(&hir, states, bytes)
+            Dfa::build_until(&hir, states, bytes, deadline)
         })
+    }
+
+    /// When the compile-time budget runs out (one DFA attempt stops there too).
+    fn deadline(&self) -> std::time::Instant {
+        self.started + self.limits.max_compile_time
+    }
+
+    /// The compile-time limit error, with the time spent so far.
+    fn time_error(&self) -> GrammarError {
+        limit(
+            "compile time in milliseconds",
+            self.started.elapsed().as_millis() as usize,
+            self.limits.max_compile_time.as_millis() as usize,
+            "Limits::max_compile_time",
+        )
     }
 
     /// Fails when the compile-time or total-DFA budget is spent.
     fn check_budgets(&self) -> Result<(), GrammarError> {
-        let elapsed = self.started.elapsed();
-        if elapsed > self.limits.max_compile_time {
-            return Err(limit(
-                "compile time in milliseconds",
-                elapsed.as_millis() as usize,
-                self.limits.max_compile_time.as_millis() as usize,
-                "Limits::max_compile_time",
-            ));
+        if self.started.elapsed() > self.limits.max_compile_time {
+            return Err(self.time_error());
         }
         if self.dfa_spent > self.limits.max_total_dfa_states {
             return Err(limit(
@@ -787,6 +799,7 @@ impl<'a> Lowerer<'a> {
                 self.dfa_spent += cost;
                 Ok(None)
             }
+            Err(dfa::DfaError::Deadline) => Err(self.time_error()),
         }
     }
 

@@ -24,8 +24,10 @@
 //!
 //! **Budgets.** `max_states` bounds the live states; `set_bytes` bounds the memory of the
 //! sets and closures (what grows with NFA states per DFA state, the factor that made some
-//! fuzz-found regexes slow); `table_bytes` bounds the transition table. Hitting any of
-//! them stops the construction at once.
+//! fuzz-found regexes slow); `table_bytes` bounds the transition table; an optional
+//! deadline (the grammar's compile budget) bounds the time of one attempt, which the
+//! state and memory budgets bound only indirectly. Hitting any of them stops the
+//! construction at once.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -41,7 +43,12 @@ pub(crate) enum Stop {
     Memory,
     /// The NFA has a look-around assertion (the engine's regexes never do).
     Look,
+    /// The deadline passed (checked every [`DEADLINE_EVERY`] states).
+    Time,
 }
+
+/// States added between two looks at the clock.
+const DEADLINE_EVERY: usize = 64;
 
 /// A determinized lexeme: state 0 dead, `start` the start state (0 when the language is
 /// empty), `trans[s * stride + class]` the next state.
@@ -85,12 +92,13 @@ impl Hasher for Fx {
 type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<Fx>>;
 
 /// Determinizes `nfa` from its anchored start. Cost: O(DFA states × (members + classes))
-/// plus the closures, within the three budgets.
+/// plus the closures, within the three budgets and, when given, until `deadline`.
 pub(crate) fn determinize(
     nfa: &NFA,
     max_states: usize,
     set_bytes: usize,
     table_bytes: usize,
+    deadline: Option<std::time::Instant>,
 ) -> Result<Subset, Stop> {
     if !nfa.look_set_any().is_empty() {
         return Err(Stop::Look);
@@ -301,6 +309,11 @@ pub(crate) fn determinize(
                         used_bytes += set.len() * 4 + 8;
                         if used_bytes > set_bytes || sets.len() * row_bytes > table_bytes {
                             return Err(Stop::Memory);
+                        }
+                        if sets.len().is_multiple_of(DEADLINE_EVERY)
+                            && deadline.is_some_and(|d| std::time::Instant::now() > d)
+                        {
+                            return Err(Stop::Time);
                         }
                         let id = sets.len() as u32;
                         let boxed: Box<[u32]> = set.as_slice().into();
