@@ -7,11 +7,17 @@
 //! same blocks, and an AVX2 kernel walks each weight row once while accumulating up to 8
 //! input rows in independent registers. Work is split across threads by weight rows.
 //!
-//! The arithmetic is exactly candle's `q8_0 x q8_0` (inputs quantized per block of 32 with
-//! an f16 scale; per block `d_w * d_x * sum(q_w * q_x)` fused-multiply-added into 8 `f32`
-//! lanes, then the same horizontal sum), so a row's result does not depend on which path
-//! or batch computed it: batching never changes an output. Without AVX2 (or on other
-//! architectures) a scalar loop computes the same sums (to rounding).
+//! The arithmetic is that of candle's AVX2 `q8_0 x q8_0` dot product (inputs quantized per
+//! block of 32 with an f16 scale; per block `d_w * d_x * sum(q_w * q_x)` fused-multiply-
+//! added into 8 `f32` lanes, then the same horizontal sum). Each (weight row, input row)
+//! pair goes through the same sequence of operations whatever the batch: a row's result
+//! does not depend on how many rows are computed with it, so batching never changes an
+//! output (`a_row_gives_the_same_bits_in_any_batch`). The runtime uses this kernel for a
+//! single decode row too: candle's own single-row path is not the same arithmetic on every
+//! CPU (with AVX-512 VNNI it quantizes some inputs per 256 values). For one or two input
+//! rows the kernel walks 4 weight rows at once, so that independent accumulators hide the
+//! multiply-add latency. Without AVX2 (or on other architectures) a scalar loop computes
+//! the same sums (to rounding).
 
 use rayon::prelude::*;
 
@@ -97,7 +103,7 @@ impl Q8Matrix {
                 *q = (v * id).round() as i8;
             }
             // The scale is kept as f16, exactly as candle's (and ggml's) `block_q8_0`
-            // keeps it, so that products match candle's bit for bit.
+            // keeps it, so that products match candle's AVX2 `q8_0` path bit for bit.
             xd[b] = half::f16::from_f32(d).to_f32();
         }
         let mut y = vec![0f32; m * self.n];
@@ -111,33 +117,77 @@ impl Q8Matrix {
                 let out = &out;
                 let j0 = task * ROWS_PER_TASK;
                 let j1 = self.n.min(j0 + ROWS_PER_TASK);
-                let mut acc = [0f32; TILE];
-                for j in j0..j1 {
-                    self.dot_tile(j, xq, xd, r, &mut acc);
-                    for (t, a) in acc.iter().enumerate().take(r) {
-                        // SAFETY: each (row t0 + t, column j) is written by exactly one
-                        // task (tasks own disjoint column ranges), within `m * n`.
-                        unsafe { *out.0.add((t0 + t) * self.n + j) = *a };
+                let mut acc = [[0f32; TILE]; GROUP];
+                let g = group(r);
+                let mut j = j0;
+                while j < j1 {
+                    // A whole group of weight rows, or single rows at the end.
+                    let jn = if j + g <= j1 { g } else { 1 };
+                    self.dot_rows(j, jn, xq, xd, r, &mut acc);
+                    for (jj, row) in acc.iter().enumerate().take(jn) {
+                        for (t, a) in row.iter().enumerate().take(r) {
+                            // SAFETY: each (row t0 + t, column j + jj) is written by
+                            // exactly one task (tasks own disjoint column ranges), within
+                            // `m * n`.
+                            unsafe { *out.0.add((t0 + t) * self.n + j + jj) = *a };
+                        }
                     }
+                    j += jn;
                 }
             });
         }
         y
     }
 
-    /// Dot products of weight row `j` with the `r` quantized input rows.
-    fn dot_tile(&self, j: usize, xq: &[i8], xd: &[f32], r: usize, acc: &mut [f32; TILE]) {
-        let wq = &self.q[j * self.kb * QK..(j + 1) * self.kb * QK];
-        let wd = &self.d[j * self.kb..(j + 1) * self.kb];
+    /// Dot products of the `jn` weight rows from `j` (1 or [`group`]`(r)`) with the `r`
+    /// quantized input rows, into `out[row][input]`.
+    fn dot_rows(
+        &self,
+        j: usize,
+        jn: usize,
+        xq: &[i8],
+        xd: &[f32],
+        r: usize,
+        out: &mut [[f32; TILE]; GROUP],
+    ) {
+        let row = self.kb * QK;
+        let wq = &self.q[j * row..(j + jn) * row];
+        let wd = &self.d[j * self.kb..(j + jn) * self.kb];
         #[cfg(target_arch = "x86_64")]
         {
             if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
-                // SAFETY: the features are present; slices have `kb * QK` quants per row.
-                unsafe { avx2::dot_tile(wq, wd, xq, xd, self.kb, r, acc) };
+                // SAFETY: the features are present; `wq` holds `jn` rows of `kb * QK`
+                // quants, `xq` `r` rows, and `jn`, `r` are a pair `dot_rows` supports.
+                unsafe { avx2::dot_rows(wq, wd, xq, xd, self.kb, jn, r, out) };
                 return;
             }
         }
-        scalar_dot_tile(wq, wd, xq, xd, self.kb, r, acc);
+        for (jj, o) in out.iter_mut().enumerate().take(jn) {
+            scalar_dot_tile(
+                &wq[jj * row..(jj + 1) * row],
+                &wd[jj * self.kb..(jj + 1) * self.kb],
+                xq,
+                xd,
+                self.kb,
+                r,
+                o,
+            );
+        }
+    }
+}
+
+/// Most weight rows one call of the kernel walks together.
+const GROUP: usize = 4;
+
+/// Weight rows walked together for `r` input rows: enough independent accumulators to
+/// hide the multiply-add latency (a single decode row would otherwise wait on one chain),
+/// few enough to stay in registers. Each (weight row, input row) pair is computed by the
+/// same sequence of operations whatever the group, so results never depend on it.
+fn group(r: usize) -> usize {
+    match r {
+        1 | 2 => 4,
+        3 | 4 => 2,
+        _ => 1,
     }
 }
 
@@ -182,40 +232,79 @@ mod avx2 {
         _mm_cvtss_f32(s)
     }
 
-    /// See [`super::Q8Matrix::dot_tile`].
+    /// `J` weight rows (at `wp`, `kb` blocks each) against `R` input rows: per pair, per
+    /// block, `d_w * d_x * sum(q_w * q_x)` fused-multiply-added into 8 lanes, then
+    /// [`hsum`]. The constants let the accumulators live in registers.
     ///
     /// # Safety
-    /// AVX2 and FMA must be available; `wq` holds `kb * QK` quants, `xq` `r * kb * QK`,
-    /// `wd` `kb` scales, `xd` `r * kb`, and `r <= TILE`.
+    /// AVX2 and FMA must be available; `wp` points at `J * kb * QK` quants, `wd` at
+    /// `J * kb` scales, `xp` at `R * kb * QK` quants, `xd` at `R * kb` scales.
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn dot_tile(
+    unsafe fn tile<const J: usize, const R: usize>(
+        wp: *const i8,
+        wd: *const f32,
+        xp: *const i8,
+        xd: *const f32,
+        kb: usize,
+        out: &mut [[f32; TILE]; super::GROUP],
+    ) {
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = [[_mm256_setzero_ps(); R]; J];
+        for b in 0..kb {
+            for (jj, accs) in acc.iter_mut().enumerate() {
+                let w = _mm256_loadu_si256(wp.add((jj * kb + b) * QK) as *const __m256i);
+                let aw = _mm256_sign_epi8(w, w);
+                let dw = *wd.add(jj * kb + b);
+                for (t, a) in accs.iter_mut().enumerate() {
+                    let x = _mm256_loadu_si256(xp.add((t * kb + b) * QK) as *const __m256i);
+                    let sx = _mm256_sign_epi8(x, w);
+                    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), ones);
+                    let d = _mm256_set1_ps(dw * *xd.add(t * kb + b));
+                    *a = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), *a);
+                }
+            }
+        }
+        for (o, accs) in out.iter_mut().zip(&acc) {
+            for (v, a) in o.iter_mut().zip(accs) {
+                *v = hsum(*a);
+            }
+        }
+    }
+
+    /// See [`super::Q8Matrix::dot_rows`].
+    ///
+    /// # Safety
+    /// AVX2 and FMA must be available; `wq` holds `jn * kb * QK` quants, `xq`
+    /// `r * kb * QK`, `wd` `jn * kb` scales, `xd` `r * kb`; `jn` is 1 or
+    /// `super::group(r)` and `1 <= r <= TILE`.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn dot_rows(
         wq: &[i8],
         wd: &[f32],
         xq: &[i8],
         xd: &[f32],
         kb: usize,
+        jn: usize,
         r: usize,
-        out: &mut [f32; TILE],
+        out: &mut [[f32; TILE]; super::GROUP],
     ) {
-        debug_assert!(r <= TILE && wq.len() == kb * QK && xq.len() >= r * kb * QK);
-        let ones = _mm256_set1_epi16(1);
-        let mut acc = [_mm256_setzero_ps(); TILE];
-        let wp = wq.as_ptr();
-        let xp = xq.as_ptr();
-        for b in 0..kb {
-            let w = _mm256_loadu_si256(wp.add(b * QK) as *const __m256i);
-            let aw = _mm256_sign_epi8(w, w);
-            let dw = *wd.get_unchecked(b);
-            for (t, a) in acc.iter_mut().enumerate().take(r) {
-                let x = _mm256_loadu_si256(xp.add((t * kb + b) * QK) as *const __m256i);
-                let sx = _mm256_sign_epi8(x, w);
-                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), ones);
-                let d = _mm256_set1_ps(dw * *xd.get_unchecked(t * kb + b));
-                *a = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), *a);
-            }
-        }
-        for t in 0..r {
-            out[t] = hsum(acc[t]);
+        debug_assert!(r <= TILE && wq.len() == jn * kb * QK && xq.len() >= r * kb * QK);
+        debug_assert!(jn == 1 || jn == super::group(r));
+        let (w, d, x, e) = (wq.as_ptr(), wd.as_ptr(), xq.as_ptr(), xd.as_ptr());
+        match (jn, r) {
+            (4, 1) => tile::<4, 1>(w, d, x, e, kb, out),
+            (4, 2) => tile::<4, 2>(w, d, x, e, kb, out),
+            (2, 3) => tile::<2, 3>(w, d, x, e, kb, out),
+            (2, 4) => tile::<2, 4>(w, d, x, e, kb, out),
+            (_, 1) => tile::<1, 1>(w, d, x, e, kb, out),
+            (_, 2) => tile::<1, 2>(w, d, x, e, kb, out),
+            (_, 3) => tile::<1, 3>(w, d, x, e, kb, out),
+            (_, 4) => tile::<1, 4>(w, d, x, e, kb, out),
+            (_, 5) => tile::<1, 5>(w, d, x, e, kb, out),
+            (_, 6) => tile::<1, 6>(w, d, x, e, kb, out),
+            (_, 7) => tile::<1, 7>(w, d, x, e, kb, out),
+            _ => tile::<1, 8>(w, d, x, e, kb, out),
         }
     }
 }
@@ -304,32 +393,88 @@ mod tests {
     #[test]
     fn scalar_and_simd_paths_agree() {
         let kb = 5;
-        let wq: Vec<i8> = (0..kb * QK)
+        let jn = GROUP;
+        let wq: Vec<i8> = (0..jn * kb * QK)
             .map(|i| ((i * 73 % 256) as i32 - 128) as i8)
             .collect();
-        let wd: Vec<f32> = (0..kb).map(|b| 0.01 + b as f32 * 0.003).collect();
-        let r = 7;
-        let xq: Vec<i8> = (0..r * kb * QK)
+        let wd: Vec<f32> = (0..jn * kb).map(|b| 0.01 + b as f32 * 0.003).collect();
+        let xq: Vec<i8> = (0..TILE * kb * QK)
             .map(|i| ((i * 31 % 255) as i32 - 127) as i8)
             .collect();
-        let xd: Vec<f32> = (0..r * kb).map(|b| 0.02 + b as f32 * 0.001).collect();
-        let mut a = [0f32; TILE];
-        scalar_dot_tile(&wq, &wd, &xq, &xd, kb, r, &mut a);
-        #[cfg(target_arch = "x86_64")]
-        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
-            let mut b = [0f32; TILE];
-            // SAFETY: features checked; sizes as documented.
-            unsafe { avx2::dot_tile(&wq, &wd, &xq, &xd, kb, r, &mut b) };
-            for t in 0..r {
-                assert!(
-                    (a[t] - b[t]).abs() <= 1e-4 * (1.0 + a[t].abs()),
-                    "{t}: {} vs {}",
-                    a[t],
-                    b[t]
-                );
+        let xd: Vec<f32> = (0..TILE * kb).map(|b| 0.02 + b as f32 * 0.001).collect();
+        let row = kb * QK;
+        for r in 1..=TILE {
+            let mut a = [[0f32; TILE]; GROUP];
+            for (jj, o) in a.iter_mut().enumerate() {
+                let (w, d) = (&wq[jj * row..(jj + 1) * row], &wd[jj * kb..(jj + 1) * kb]);
+                scalar_dot_tile(w, d, &xq, &xd, kb, r, o);
+            }
+            assert!(a[0][..r].iter().any(|v| *v != 0.0));
+            #[cfg(target_arch = "x86_64")]
+            if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+                // Grouped and single weight rows give the same bits; both agree with the
+                // scalar loop to rounding.
+                let g = group(r);
+                let mut grouped = [[0f32; TILE]; GROUP];
+                // SAFETY: features checked; sizes as documented.
+                unsafe {
+                    avx2::dot_rows(
+                        &wq[..g * row],
+                        &wd[..g * kb],
+                        &xq,
+                        &xd,
+                        kb,
+                        g,
+                        r,
+                        &mut grouped,
+                    )
+                };
+                for jj in 0..GROUP {
+                    let mut one = [[0f32; TILE]; GROUP];
+                    let (w, d) = (&wq[jj * row..(jj + 1) * row], &wd[jj * kb..(jj + 1) * kb]);
+                    // SAFETY: as above.
+                    unsafe { avx2::dot_rows(w, d, &xq, &xd, kb, 1, r, &mut one) };
+                    for t in 0..r {
+                        if jj < g {
+                            assert_eq!(grouped[jj][t].to_bits(), one[0][t].to_bits());
+                        }
+                        let want = a[jj][t];
+                        assert!(
+                            (want - one[0][t]).abs() <= 1e-4 * (1.0 + want.abs()),
+                            "{r} {jj} {t}: {want} vs {}",
+                            one[0][t]
+                        );
+                    }
+                }
             }
         }
-        assert!(a[..r].iter().any(|v| *v != 0.0));
+    }
+
+    #[test]
+    fn a_row_gives_the_same_bits_in_any_batch() {
+        // The property batching relies on: a row's product does not depend on how many
+        // rows are computed with it, or where in the batch it sits.
+        let (n, k) = (70, 128);
+        let mut bytes = Vec::new();
+        for j in 0..n * k / QK {
+            bytes.extend_from_slice(&f32_to_f16_bits(0.01 * (1 + j % 7) as f32).to_le_bytes());
+            bytes.extend((0..QK).map(|i| ((j * 31 + i * 17) % 255) as u8));
+        }
+        let mat = Q8Matrix::from_ggml(&bytes, n, k).unwrap();
+        let x: Vec<f32> = (0..11 * k)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0)
+            .collect();
+        let alone: Vec<Vec<f32>> = (0..11)
+            .map(|r| mat.matmul(&x[r * k..(r + 1) * k], 1))
+            .collect();
+        for m in 1..=11 {
+            let y = mat.matmul(&x[..m * k], m);
+            for (r, want) in alone.iter().enumerate().take(m) {
+                for j in 0..n {
+                    assert_eq!(y[r * n + j].to_bits(), want[j].to_bits(), "{m} {r} {j}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -110,8 +110,11 @@ pub struct LoadOptions {
     /// Whether to keep an f16 copy of the weight matrices for products over many rows
     /// (prompts). Default [`BatchWeights::Off`].
     pub batch_weights: BatchWeights,
-    /// Use our Q8_0 kernel ([`crate::kernels`]) instead of candle's for products over 2
-    /// to [`WIDE_ROWS`] rows (default `true`; costs a second copy of the Q8_0 weights).
+    /// Use our Q8_0 kernel ([`crate::kernels`]) instead of candle's for products over 1
+    /// to [`WIDE_ROWS`] - 1 rows (default `true`; costs a second copy of the Q8_0
+    /// weights). With it, a sequence's logits are the same bits whether it is decoded
+    /// alone or batched with others; with candle's kernels they can differ on CPUs with
+    /// AVX-512 VNNI, where candle computes one row and several rows differently.
     pub own_kernel: bool,
 }
 
@@ -271,8 +274,13 @@ impl Mat {
             }
         }
         if let Some(m8) = &self.k8 {
-            // One row is candle's (its single-row path is faster, `ruvllm-bench steps`).
-            if rows >= 2 && m8.cols() == k {
+            // Every row count below `WIDE_ROWS` is ours, a single decode row included:
+            // a row's product must not depend on how many rows share the call, or
+            // batching would change outputs. candle's single-row path is not a match on
+            // every CPU: with AVX-512 VNNI, candle 0.11 sends matrices whose inner size is
+            // a multiple of 256 through a kernel that quantizes the input per 256 values
+            // instead of per 32 (`batched_forward_matches_one_sequence_at_a_time`).
+            if m8.cols() == k {
                 let x = xs.flatten_all()?.to_vec1::<f32>()?;
                 let y = m8.matmul(&x, rows);
                 let mut dims = xs.dims().to_vec();
