@@ -209,7 +209,7 @@ fn budgets_refuse_with_their_flag() {
         "--max-prompt-tokens",
         "40",
         "--max-tokens-limit",
-        "16",
+        "200",
         "--max-body-bytes",
         "20000",
         "--max-batch",
@@ -303,7 +303,7 @@ fn budgets_refuse_with_their_flag() {
         ),
         (
             "max_tokens",
-            json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 17}),
+            json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 201}),
             400,
             "max_tokens",
         ),
@@ -341,10 +341,12 @@ fn budgets_refuse_with_their_flag() {
         "{text}"
     );
     // Concurrent requests: one place (--max-batch 1 --max-queue 0). A streamed request
-    // holds it while a second one is refused with 503.
+    // holds it while a second one is refused with 503. The held request cannot end early:
+    // its regex needs 150 letters before EOS (in pieces of 50, the `--max-repeat` here).
+    // With 16 free tokens, a fast decode once finished it before the second request came.
     let mut hold = TcpStream::connect(&srv.host).unwrap();
     let body = json!({"messages": [{"role": "user", "content": "Tell a long story."}],
-        "max_tokens": 16, "stream": true})
+        "max_tokens": 200, "stream": true, "guided_regex": "[a-z]{50}[a-z]{50}[a-z]{50}"})
     .to_string();
     write!(
         hold,
@@ -360,7 +362,12 @@ fn budgets_refuse_with_their_flag() {
             .to_string()
             .as_bytes(),
     );
-    assert_eq!(st, 503, "concurrency: {text}");
+    assert_eq!(
+        st,
+        503,
+        "concurrency: {text}; the held request began {:?}",
+        String::from_utf8_lossy(&first)
+    );
     drop(hold);
     // The constraint cache: with a 0 MiB bound only the latest constraint stays cached.
     // (The stream above may still hold the place for a moment: retry on 503.)
