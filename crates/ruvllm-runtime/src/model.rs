@@ -110,9 +110,9 @@ pub struct LoadOptions {
     /// Whether to keep an f16 copy of the weight matrices for products over many rows
     /// (prompts). Default [`BatchWeights::Off`].
     pub batch_weights: BatchWeights,
-    /// Use our Q8_0 kernel ([`crate::kernels`]) instead of candle's for products over 1
-    /// to [`WIDE_ROWS`] - 1 rows (default `true`; costs a second copy of the Q8_0
-    /// weights). With it, a sequence's logits are the same bits whether it is decoded
+    /// Use our Q8_0 kernel ([`crate::kernels`]) instead of candle's for every product of
+    /// Q8_0 weights, except those of [`WIDE_ROWS`] rows or more when the f16 copy is on
+    /// (default `true`; costs a second copy of the Q8_0 weights). With it, a sequence's logits are the same bits whether it is decoded
     /// alone or batched with others; with candle's kernels they can differ on CPUs with
     /// AVX-512 VNNI, where candle computes one row and several rows differently.
     pub own_kernel: bool,
@@ -244,8 +244,8 @@ pub const WIDE_ROWS: usize = 48;
 struct Mat {
     q: QMatMul,
     wide: Option<QMatMul>,
-    /// Q8_0 weights in our kernel's layout ([`crate::kernels`]), used from 2 rows up to
-    /// [`WIDE_ROWS`] (batched decode, forced tokens).
+    /// Q8_0 weights in our kernel's layout ([`crate::kernels`]), used for every row count
+    /// the f16 copy does not take (decode, batches, forced tokens, prompts).
     k8: Option<Q8Matrix>,
 }
 
@@ -274,7 +274,8 @@ impl Mat {
             }
         }
         if let Some(m8) = &self.k8 {
-            // Every row count below `WIDE_ROWS` is ours, a single decode row included:
+            // Every row count not taken by the f16 copy above is ours, a single decode
+            // row included:
             // a row's product must not depend on how many rows share the call, or
             // batching would change outputs. candle's single-row path is not a match on
             // every CPU: with AVX-512 VNNI, candle 0.11 sends matrices whose inner size is
