@@ -49,6 +49,10 @@ pub struct LimitArgs {
     /// Parser items in one decoding step (bounds the time of a mask).
     #[arg(long, default_value_t = Limits::default().max_parser_items)]
     pub max_parser_items: usize,
+    /// Milliseconds for one token mask (bounds first-use token tables and the parser walk;
+    /// over it, the request fails rather than get an approximate mask).
+    #[arg(long, default_value_t = Limits::default().max_mask_time.as_millis() as u64)]
+    pub max_mask_time_ms: u64,
     /// MiB of compiled constraints (token tables) cached for reuse.
     #[arg(long, default_value_t = 256)]
     pub constraint_cache_mb: usize,
@@ -74,6 +78,7 @@ impl LimitArgs {
             max_lexemes: self.max_lexemes,
             max_compile_time: std::time::Duration::from_millis(self.max_compile_time_ms),
             max_parser_items: self.max_parser_items,
+            max_mask_time: std::time::Duration::from_millis(self.max_mask_time_ms),
             ..Limits::default()
         }
     }

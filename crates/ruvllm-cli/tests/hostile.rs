@@ -403,6 +403,27 @@ fn budgets_refuse_with_their_flag() {
         let msg = error_message(&text).unwrap_or_default();
         assert!(msg.contains("--max-compile-time-ms"), "{msg}");
     }
+    drop(srv);
+    // Mask time, on a server whose budget is 0 ms: the first token table of any
+    // constraint runs over it. The server stays up and answers unconstrained requests.
+    let mut srv = Server::start(&["--max-mask-time-ms", "0"]);
+    let (st, text) = srv.post(
+        "/v1/chat/completions",
+        chat(json!({"guided_regex": "[a-c]+x"}))
+            .to_string()
+            .as_bytes(),
+    );
+    assert_eq!(st, 400, "mask time: {text}");
+    let msg = error_message(&text).unwrap_or_default();
+    assert!(msg.contains("--max-mask-time-ms"), "{msg}");
+    let (st, text) = srv.post(
+        "/v1/chat/completions",
+        json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+            .to_string()
+            .as_bytes(),
+    );
+    assert_eq!(st, 200, "unconstrained after the mask-time error: {text}");
+    assert!(srv.alive());
 }
 
 /// How a 200 answer is checked.
@@ -680,6 +701,18 @@ fn cases() -> Vec<Case> {
         .map(|i| format!("r{i} ::= r{} | \"{}\"\n", i + 1, i % 10))
         .collect::<String>()
         + "r3000 ::= \"end\"\nroot ::= r0";
+    // 3,000 distinct lexemes alive at the first byte, each needing its own token table:
+    // 2.5 s for the first mask (release build) before `--max-mask-time-ms`.
+    let live_lexemes = format!(
+        "root ::= {}\n{}",
+        (0..3000)
+            .map(|i| format!("r{i}"))
+            .collect::<Vec<_>>()
+            .join(" | "),
+        (0..3000)
+            .map(|i| format!("r{i} ::= [a-z]* \"{i}\" r{i} | \".\"\n"))
+            .collect::<String>()
+    );
     let extreme_gbnf: Vec<(&str, String)> = vec![
         ("empty text (llama.cpp: no grammar)", String::new()),
         ("left recursion", "root ::= root \"a\" | \"a\"".into()),
@@ -695,6 +728,7 @@ fn cases() -> Vec<Case> {
         ("balanced parens", "root ::= \"(\" root \")\" | \"\"".into()),
         ("5000 alternatives", many_alts),
         ("3000-rule chain", chain),
+        ("3000 lexemes alive at once", live_lexemes),
         ("any unicode", "root ::= [^\\x00]{1,4}".into()),
         (
             "emoji literal",

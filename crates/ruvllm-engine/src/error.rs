@@ -160,6 +160,13 @@ pub enum MatchError {
         /// The limit.
         limit: usize,
     },
+    /// One mask took longer than [`crate::Limits::max_mask_time`]; no mask is produced
+    /// rather than an approximate one. The matcher is left as it was before the call.
+    #[error("mask time budget exceeded: one mask took over {limit_ms} ms")]
+    MaskTime {
+        /// The budget in milliseconds.
+        limit_ms: u64,
+    },
     /// Forced-token computation needs a tokenizer that can encode text.
     #[error("this vocabulary has no encoder; forced tokens need one")]
     NoEncoder,

@@ -104,6 +104,11 @@ pub struct Limits {
     pub max_parser_items: usize,
     /// Longest forced text computed at once (default 4,096 bytes).
     pub max_forced_bytes: usize,
+    /// Wall-clock time for one mask; exceeded = [`MatchError::MaskTime`] (default 500 ms;
+    /// the slowest MaskBench mask, a first visit, takes about 50 ms). Bounds first-use
+    /// token tables, which [`Limits::max_parser_items`] does not: a grammar with thousands
+    /// of distinct lexemes alive at once needs one trie walk per lexeme state.
+    pub max_mask_time: std::time::Duration,
 }
 
 impl Default for Limits {
@@ -125,6 +130,7 @@ impl Default for Limits {
             max_lexemes: 200_000,
             max_parser_items: 200_000,
             max_forced_bytes: 4096,
+            max_mask_time: std::time::Duration::from_millis(500),
         }
     }
 }

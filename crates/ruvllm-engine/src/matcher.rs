@@ -1,6 +1,7 @@
 //! The per-generation matcher: masks, commits, rollback and forced text.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::compile::Sym;
 use crate::earley::Parser;
@@ -78,6 +79,7 @@ impl Matcher {
             return Ok(());
         }
         let g = &self.c.grammar;
+        let mut clock = Deadline::new(self.c.limits.max_mask_time);
         self.parser.ensure_closed(g)?;
         let trie = vocab.trie();
         let k = self.parser.top();
@@ -88,15 +90,20 @@ impl Matcher {
             if let Sym::Lex(l) = g.syms[it.pos as usize] {
                 let sensitive = g.has_checks && g.lex_check_sensitive[it.pos as usize];
                 let repeat = seen.contains(&(l, it.state));
+                clock.tick(seen.len())?;
                 if repeat && !sensitive {
                     continue;
                 }
-                let t = self.c.tables[l as usize].get(
-                    &g.lexemes[l as usize],
-                    it.state,
-                    trie,
-                    vocab.len(),
-                );
+                let tables = &self.c.tables[l as usize];
+                let lexeme = &g.lexemes[l as usize];
+                let t = match tables.known(lexeme, it.state) {
+                    Some(t) => t,
+                    None => {
+                        // A first use is one trie walk: look at the clock before each.
+                        clock.check()?;
+                        tables.get(lexeme, it.state, trie, vocab.len())
+                    }
+                };
                 if sensitive {
                     finals.extend_from_slice(&t.finals);
                 }
@@ -118,7 +125,11 @@ impl Matcher {
                 }
             }
             let c = self.c.clone();
-            walk(&c, &mut self.parser, 0, &merged, mask)?;
+            if let Err(e) = walk(&c, &mut self.parser, 0, &merged, mask, &mut clock) {
+                // The walk stopped midway: drop the sets it had pushed.
+                self.parser.truncate(k);
+                return Err(e);
+            }
         }
         // Tokens that complete a value under a semantic check: the parser decides.
         if !finals.is_empty() {
@@ -126,7 +137,9 @@ impl Matcher {
             finals.dedup();
             let c = self.c.clone();
             for t in finals {
-                let ok = self.token_viable(c.vocab.token_bytes(t))?;
+                let bytes = c.vocab.token_bytes(t);
+                clock.tick(bytes.len() * self.parser.set(k).len())?;
+                let ok = self.token_viable(bytes)?;
                 let (w, bit) = ((t >> 5) as usize, 1u32 << (t & 31));
                 if ok {
                     mask[w] |= bit;
@@ -402,6 +415,7 @@ fn walk(
     n: u32,
     ranges: &[(u32, u32)],
     mask: &mut [u32],
+    clock: &mut Deadline,
 ) -> Result<(), MatchError> {
     let trie = c.vocab.trie();
     let end = trie.end(n);
@@ -415,7 +429,10 @@ fn walk(
             continue;
         }
         let b = trie.byte(child);
+        let before = p.items.len();
         if p.top_info().allowed.contains(b) && p.push_byte(&c.grammar, b)? {
+            // Work of this step: the items it built (at least one unit per byte).
+            clock.tick(1 + p.items.len().saturating_sub(before))?;
             if ranges[ri].0 <= child {
                 for &t in trie.tokens_at(child) {
                     mask[(t >> 5) as usize] |= 1 << (t & 31);
@@ -423,7 +440,7 @@ fn walk(
             }
             if ce > child + 1 {
                 let sub = ranges.partition_point(|r| r.1 <= child + 1);
-                walk(c, p, child, &ranges[sub..], mask)?;
+                walk(c, p, child, &ranges[sub..], mask, clock)?;
             }
             p.pop();
         }
@@ -433,4 +450,52 @@ fn walk(
         }
     }
     Ok(())
+}
+
+/// The mask-time budget of one step ([`crate::Limits::max_mask_time`]).
+///
+/// Reading the clock costs about 20 ns, so it is read once at the start of a mask, before
+/// each first-use token table (one trie walk, milliseconds at most), and after every
+/// [`Deadline::EVERY`] units of other work (parser items built by the boundary walk, table
+/// lookups). A step thus overshoots the budget by at most one table or that much work.
+pub(crate) struct Deadline {
+    end: Option<Instant>,
+    limit: Duration,
+    work: usize,
+}
+
+impl Deadline {
+    /// Work units between two looks at the clock.
+    const EVERY: usize = 4096;
+
+    /// A budget of `limit` from now.
+    pub(crate) fn new(limit: Duration) -> Deadline {
+        Deadline {
+            end: Instant::now().checked_add(limit),
+            limit,
+            work: 0,
+        }
+    }
+
+    /// Counts `units` of work; looks at the clock once enough has accumulated.
+    #[inline]
+    pub(crate) fn tick(&mut self, units: usize) -> Result<(), MatchError> {
+        self.work += units;
+        if self.work >= Self::EVERY {
+            self.work = 0;
+            self.check()
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Fails with [`MatchError::MaskTime`] when the budget has run out.
+    pub(crate) fn check(&self) -> Result<(), MatchError> {
+        match self.end {
+            Some(end) if Instant::now() >= end => Err(MatchError::MaskTime {
+                limit_ms: self.limit.as_millis() as u64,
+            }),
+            _ => Ok(()),
+        }
+    }
 }

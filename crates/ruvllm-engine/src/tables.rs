@@ -148,6 +148,14 @@ impl Tables {
         }
     }
 
+    /// The table of `state` of `lexeme` if it was built already. Cost: a slot load.
+    #[inline]
+    pub fn known(&self, lexeme: &Arc<Lexeme>, state: u32) -> Option<&StateTokens> {
+        self.slots[lexeme.table_slot(state, self.depth)]
+            .get()
+            .map(|t| &**t)
+    }
+
     /// The table of `state` of `lexeme`. Cost: a slot load when known; on first use, a few
     /// equivalence checks against registered states, else one pruned trie walk.
     #[inline]

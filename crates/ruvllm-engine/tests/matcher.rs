@@ -208,3 +208,84 @@ fn regex_and_choice_constraints() {
     assert!(!a.contains(&v.token_id(b"yellow").unwrap()));
     assert!(Grammar::from_choices::<&str>(&[]).is_err());
 }
+
+/// A limits value whose mask-time budget is spent before the first look at the clock.
+fn no_mask_time() -> Limits {
+    Limits {
+        max_mask_time: std::time::Duration::ZERO,
+        ..Limits::default()
+    }
+}
+
+/// Limits with a mask-time budget no machine reaches in these tests.
+fn ample_mask_time() -> Limits {
+    Limits {
+        max_mask_time: std::time::Duration::from_secs(600),
+        ..Limits::default()
+    }
+}
+
+#[test]
+fn mask_time_budget_stops_first_use_tables() {
+    // 30 distinct lexemes alive at the start, each needing its own trie walk (a grammar
+    // like this with 10,000 of them took 22 s for its first mask before the budget).
+    let mut g = String::from("root ::= ");
+    g.push_str(
+        &(0..30)
+            .map(|i| format!("r{i}"))
+            .collect::<Vec<_>>()
+            .join(" | "),
+    );
+    for i in 0..30 {
+        g.push_str(&format!("\nr{i} ::= [a-z ]* \"{i}\" r{i} | \".\""));
+    }
+    let tight = Constraint::from_gbnf(&g, llama3(), &no_mask_time()).unwrap();
+    let mut m = Matcher::new(&tight).unwrap();
+    let mut mask = vec![0u32; llama3().mask_words()];
+    match m.compute_mask(&mut mask) {
+        Err(MatchError::MaskTime { limit_ms: 0 }) => {}
+        other => panic!("expected the mask-time error, got {other:?}"),
+    }
+    assert_eq!(m.position(), 0);
+    // The matcher still commits, and the same grammar with time to spare masks.
+    m.commit_token(ids(".")[0]).unwrap();
+    assert!(m.is_accepting());
+    let ok = Constraint::from_compiled(tight.grammar().clone(), llama3(), &ample_mask_time());
+    let mut m2 = Matcher::new(&ok).unwrap();
+    let n = allowed(&mut m2).len();
+    assert!(n > 10_000, "{n} tokens allowed");
+}
+
+#[test]
+fn mask_time_budget_stops_the_boundary_walk_and_restores_the_parser() {
+    // An ambiguous grammar: every set holds an item per earlier position, so the parser
+    // walk over tokens of a's (which cross lexeme boundaries) does thousands of items.
+    const N: usize = 400;
+    let text = "root ::= s\ns ::= s s | \"a\" | \"\"";
+    let ok = Constraint::from_gbnf(text, llama3(), &ample_mask_time()).unwrap();
+    let a = ids("a")[0];
+    let mut m_ok = Matcher::new(&ok).unwrap();
+    for _ in 0..N {
+        assert!(allowed(&mut m_ok).contains(&a));
+        m_ok.commit_token(a).unwrap();
+    }
+    let want = allowed(&mut m_ok);
+    // Same lexemes, so the same (now built) token tables; only the walk can stop it.
+    let tight = Constraint::from_compiled(ok.grammar().clone(), llama3(), &no_mask_time());
+    let mut m = Matcher::new(&tight).unwrap();
+    for _ in 0..N {
+        m.commit_token(a).unwrap();
+    }
+    let mut mask = vec![0u32; llama3().mask_words()];
+    match m.compute_mask(&mut mask) {
+        Err(MatchError::MaskTime { .. }) => {}
+        other => panic!("expected the mask-time error, got {other:?}"),
+    }
+    // The sets the walk had pushed are gone: the matcher is where it was.
+    assert_eq!(m.position(), N);
+    assert_eq!(m.next_bytes().unwrap(), m_ok.next_bytes().unwrap());
+    m.commit_token(a).unwrap();
+    m_ok.commit_token(a).unwrap();
+    assert_eq!(m.position(), N + 1);
+    assert!(want.contains(&a));
+}

@@ -101,6 +101,10 @@ impl ApiError {
                 constraint_param,
                 format!("{e} (the constraint is too costly to follow; raise --max-parser-items)"),
             ),
+            RuntimeError::Match(MatchError::MaskTime { .. }) => ApiError::bad(
+                constraint_param,
+                format!("{e} (the constraint is too costly to follow; raise --max-mask-time-ms)"),
+            ),
             RuntimeError::ContextFull { .. } | RuntimeError::PromptTooLong { .. } => {
                 ApiError::bad("messages", e.to_string()).code("context_length_exceeded")
             }
