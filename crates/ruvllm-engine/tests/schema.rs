@@ -942,3 +942,42 @@ fn additional_keys_differ_from_every_declared_key() {
         assert!(checked > 20);
     }
 }
+
+#[test]
+fn a_counted_string_takes_the_regular_text_after_it() {
+    // `name` is a counted lexeme (maxLength over 32); the optional `email` after `age`
+    // is a heavy run. The counted lexeme used to stop at the closing quote, so tokens
+    // like `",` crossed a lexeme boundary and every mask inside the string walked the
+    // parser over them (45 µs instead of 1 µs per mask). Now one lexeme runs on: after
+    // the closing quote a single lexeme is pending, and the language is unchanged.
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "maxLength": 40},
+            "age": {"type": "integer"},
+            "email": {"type": "string"}
+        },
+        "required": ["name", "age"],
+        "additionalProperties": false
+    });
+    let c = compile(&schema);
+    let mut m = Matcher::new(&c).unwrap();
+    match m.check_bytes(br#"{"name": "Ada""#).unwrap() {
+        CheckResult::Incomplete { expected } => assert_eq!(expected.len(), 1, "{expected:?}"),
+        other => panic!("{other:?}"),
+    }
+    let v = oracle(&schema);
+    let long = "x".repeat(40);
+    let longer = "x".repeat(41);
+    for text in [
+        r#"{"name": "Ada", "age": 36}"#.to_string(),
+        r#"{"name": "", "age": 0, "email": "a@b"}"#.to_string(),
+        format!(r#"{{"name": "{long}", "age": 1}}"#),
+        format!(r#"{{"name": "{longer}", "age": 1}}"#),
+        r#"{"name": "Ada", "age": 36, "email": 5}"#.to_string(),
+        r#"{"name": "Ada"}"#.to_string(),
+    ] {
+        let doc: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(accepts(&c, &text), v.is_valid(&doc), "{text}");
+    }
+}
