@@ -41,6 +41,12 @@ pub(crate) struct SetInfo {
     /// Whether prediction/completion has run. A set starts as its scanned core and is
     /// closed only when needed (see [`Parser::push_byte`]).
     pub closed: bool,
+    /// How many of the set's items are its core (scanned, or the start rule's for set 0):
+    /// the rest were added by the closure, which the core and the sets below determine.
+    pub core: u32,
+    /// Whether closing the set evaluated a semantic check (then its items also depend on
+    /// the text read, not only on the core and the sets below).
+    pub checked: bool,
 }
 
 /// A fast hasher for packed item keys.
@@ -58,6 +64,12 @@ impl Hasher for ItemHasher {
     fn write_u32(&mut self, i: u32) {
         self.0 = (self.0.rotate_left(23) ^ i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     }
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(23) ^ i).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+    fn write_usize(&mut self, i: usize) {
+        self.write_u64(i as u64);
+    }
 }
 
 const LINEAR_DEDUP: usize = 24;
@@ -74,6 +86,12 @@ pub(crate) struct Parser {
     /// The bytes read (`bytes[k]` took set `k` to set `k + 1`), kept only when the grammar
     /// has semantic checks, which look at the text a rule derived.
     bytes: Vec<u8>,
+    /// Semantic checks evaluated so far (a step that leaves it unchanged depended only on
+    /// the parser's items, not on the text).
+    pub checks: u64,
+    /// The lowest top index reached by [`Parser::pop`] or [`Parser::truncate`] since
+    /// [`Parser::reset_low_water`]: sets at or below it have not changed since then.
+    pub low_water: usize,
 }
 
 impl Parser {
@@ -87,12 +105,16 @@ impl Parser {
             dedup_len: 0,
             max_items,
             bytes: Vec::new(),
+            checks: 0,
+            low_water: usize::MAX,
         };
         p.sets.push(SetInfo {
             start: 0,
             accepting: false,
             allowed: ByteSet::EMPTY,
             closed: false,
+            core: 0,
+            checked: false,
         });
         for &a in &g.rule_alts[g.root as usize] {
             let it = Item {
@@ -102,6 +124,7 @@ impl Parser {
             };
             p.add(it)?;
         }
+        p.sets[0].core = p.items.len() as u32;
         p.close(g)?;
         Ok(p)
     }
@@ -175,6 +198,7 @@ impl Parser {
         let k = self.top() as u32;
         let mut i = self.sets[k as usize].start as usize;
         let mut accepting = false;
+        let checks = self.checks;
         while i < self.items.len() {
             let it = self.items[i];
             i += 1;
@@ -213,6 +237,7 @@ impl Parser {
                         } else {
                             it.origin as usize
                         };
+                        self.checks += 1;
                         if !c.0.accepts(&self.bytes[o..k as usize]) {
                             continue;
                         }
@@ -251,6 +276,7 @@ impl Parser {
         info.accepting = accepting;
         info.allowed = allowed;
         info.closed = true;
+        info.checked = self.checks != checks;
         Ok(())
     }
 
@@ -311,6 +337,8 @@ impl Parser {
             accepting: false,
             allowed: ByteSet::EMPTY,
             closed: false,
+            core: 0,
+            checked: false,
         });
         if g.has_checks {
             self.bytes.push(b);
@@ -335,6 +363,7 @@ impl Parser {
             self.pop();
             return Ok(false);
         }
+        self.sets[k + 1].core = self.items.len() as u32 - start;
         self.finish_core(g);
         if g.has_checks && !self.top_info().closed {
             // A byte that completes a value whose check fails must be refused now: close
@@ -359,6 +388,7 @@ impl Parser {
         self.items.truncate(s.start as usize);
         self.bytes.truncate(self.sets.len().saturating_sub(1));
         self.dedup_start = usize::MAX;
+        self.low_water = self.low_water.min(self.sets.len().saturating_sub(1));
     }
 
     /// Keeps sets `0..=k`.
@@ -369,7 +399,21 @@ impl Parser {
             self.items.truncate(s);
             self.bytes.truncate(k);
             self.dedup_start = usize::MAX;
+            self.low_water = self.low_water.min(k);
         }
+    }
+
+    /// Starts a new low-water period (see [`Parser::low_water`]).
+    pub fn reset_low_water(&mut self) {
+        self.low_water = usize::MAX;
+    }
+
+    /// The core items of the top set (see [`SetInfo::core`]).
+    #[inline]
+    pub fn top_core(&self) -> &[Item] {
+        let info = self.top_info();
+        let s = info.start as usize;
+        &self.items[s..s + info.core as usize]
     }
 }
 

@@ -167,6 +167,12 @@ pub enum MatchError {
         /// The budget in milliseconds.
         limit_ms: u64,
     },
+    /// An internal consistency check failed (a bug: please report it with the grammar).
+    #[error("internal error: {what}")]
+    Internal {
+        /// What disagreed.
+        what: &'static str,
+    },
     /// Forced-token computation needs a tokenizer that can encode text.
     #[error("this vocabulary has no encoder; forced tokens need one")]
     NoEncoder,

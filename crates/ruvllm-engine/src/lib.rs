@@ -45,6 +45,7 @@
 
 #![warn(missing_docs)]
 
+mod boundary;
 pub mod byteset;
 pub mod compile;
 mod earley;

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::boundary::WalkMemo;
 use crate::compile::Sym;
 use crate::earley::Parser;
 use crate::error::MatchError;
@@ -22,6 +23,8 @@ pub struct Matcher {
     tokens: Vec<(u32, bool)>,
     finished: bool,
     ranges: Vec<(u32, u32)>,
+    /// Parser steps of the boundary walk, remembered (see [`crate::boundary`]).
+    memo: WalkMemo,
 }
 
 /// The outcome of checking text against a grammar (see [`Matcher::check_bytes`]).
@@ -53,6 +56,7 @@ impl Matcher {
             tokens: Vec::new(),
             finished: false,
             ranges: Vec::new(),
+            memo: WalkMemo::default(),
         })
     }
 
@@ -80,6 +84,7 @@ impl Matcher {
         }
         let g = &self.c.grammar;
         let mut clock = Deadline::new(self.c.limits.max_mask_time);
+        self.memo.prepare(&mut self.parser);
         self.parser.ensure_closed(g)?;
         let trie = vocab.trie();
         let k = self.parser.top();
@@ -125,11 +130,14 @@ impl Matcher {
                 }
             }
             let c = self.c.clone();
-            if let Err(e) = walk(&c, &mut self.parser, 0, &merged, mask, &mut clock) {
-                // The walk stopped midway: drop the sets it had pushed.
-                self.parser.truncate(k);
-                return Err(e);
-            }
+            crate::boundary::walk(
+                &c,
+                &mut self.parser,
+                &mut self.memo,
+                &merged,
+                mask,
+                &mut clock,
+            )?;
         }
         // Tokens that complete a value under a semantic check: the parser decides.
         if !finals.is_empty() {
@@ -405,56 +413,6 @@ impl Matcher {
         }
         Ok(ids[..keep].to_vec())
     }
-}
-
-/// Walks the trie below node `n` over the uncertain `ranges` only, stepping the real parser,
-/// and sets the bits of tokens it accepts.
-fn walk(
-    c: &Constraint,
-    p: &mut Parser,
-    n: u32,
-    ranges: &[(u32, u32)],
-    mask: &mut [u32],
-    clock: &mut Deadline,
-) -> Result<(), MatchError> {
-    let trie = c.vocab.trie();
-    let end = trie.end(n);
-    let mut child = n + 1;
-    // Ranges are sorted and disjoint, and the caller passes only those that may reach below
-    // `n`: skipping the ones that end before the first child is a short linear scan (a
-    // binary search per node was a third of the walk's own time).
-    let mut ri = 0;
-    while ri < ranges.len() && ranges[ri].1 <= child {
-        ri += 1;
-    }
-    while child < end && ri < ranges.len() {
-        let ce = trie.end(child);
-        if ranges[ri].0 >= ce {
-            // No range touches this subtree: skip to the next sibling (or jump further).
-            child = ce;
-            continue;
-        }
-        let b = trie.byte(child);
-        let before = p.items.len();
-        if p.top_info().allowed.contains(b) && p.push_byte(&c.grammar, b)? {
-            // Work of this step: the items it built (at least one unit per byte).
-            clock.tick(1 + p.items.len().saturating_sub(before))?;
-            if ranges[ri].0 <= child {
-                for &t in trie.tokens_at(child) {
-                    mask[(t >> 5) as usize] |= 1 << (t & 31);
-                }
-            }
-            if ce > child + 1 {
-                walk(c, p, child, &ranges[ri..], mask, clock)?;
-            }
-            p.pop();
-        }
-        child = ce;
-        while ri < ranges.len() && ranges[ri].1 <= child {
-            ri += 1;
-        }
-    }
-    Ok(())
 }
 
 /// The mask-time budget of one step ([`crate::Limits::max_mask_time`]).

@@ -289,3 +289,207 @@ fn mask_time_budget_stops_the_boundary_walk_and_restores_the_parser() {
     assert_eq!(m.position(), N + 1);
     assert!(want.contains(&a));
 }
+
+/// The mask of a fresh matcher after `tokens` (its boundary-walk memo starts empty).
+fn fresh_mask(c: &Arc<Constraint>, tokens: &[u32]) -> Vec<u32> {
+    let mut m = Matcher::new(c).unwrap();
+    for &t in tokens {
+        m.commit_token(t).unwrap();
+    }
+    let mut mask = vec![0u32; llama3().mask_words()];
+    m.compute_mask(&mut mask).unwrap();
+    mask
+}
+
+/// Fails naming the first tokens on which two masks differ.
+#[track_caller]
+fn assert_same(got: &[u32], want: &[u32], what: impl std::fmt::Display) {
+    let v = llama3();
+    let bit = |m: &[u32], t: u32| m[(t >> 5) as usize] >> (t & 31) & 1 == 1;
+    let diff: Vec<String> = (0..v.len() as u32)
+        .filter(|&t| bit(got, t) != bit(want, t))
+        .take(5)
+        .map(|t| {
+            format!(
+                "{:?} (fresh: {})",
+                String::from_utf8_lossy(v.token_bytes(t)),
+                bit(want, t)
+            )
+        })
+        .collect();
+    assert!(diff.is_empty(), "{what}: masks differ on {diff:?}");
+}
+
+#[test]
+fn boundary_memo_agrees_with_fresh_matchers_across_commits_and_rollbacks() {
+    use ruvllm_engine::schema::{schema_to_grammar, SchemaOptions};
+    // Strings followed by structural loops (additional properties allowed: keys in any
+    // order, under a semantic check at `}`), a counted string, plain strings, nested
+    // arrays, numbers: the walk crosses boundaries after quotes, digits and brackets.
+    let schema: serde_json::Value = serde_json::from_str(
+        r#"{"type": "object", "properties": {
+            "pem": {"type": "string", "maxLength": 300},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "n": {"type": "integer"},
+            "kids": {"type": "array", "items": {"type": "object",
+                "properties": {"id": {"type": "string"}}, "required": ["id"]}}},
+           "required": ["pem"]}"#,
+    )
+    .unwrap();
+    let opts = SchemaOptions {
+        any_order: true,
+        ..SchemaOptions::default()
+    };
+    let g = schema_to_grammar(&schema, &opts).unwrap();
+    assert!(!g.checks.is_empty(), "the any-order key check is exercised");
+    let c = Constraint::new(&g, llama3(), &Limits::default()).unwrap();
+    let a = ids(
+        r#"{"pem": "MIIEpAIBAAKCAQEAn1pMVSEDO4EPzQxK", "tags": ["x", "yz"], "n": 1234, "kids": [{"id": "a\"b"}, {"id": "q"}]}"#,
+    );
+    let b =
+        ids(r#"{"kids": [{"id": "k", "extra": [1, {"p": "s"}]}], "pem": "AAAA", "zz": "tail"}"#);
+    // Tokens that cross boundaries (structural bytes), probed one by one by commit.
+    let v = llama3();
+    let probes: Vec<u32> = (0..v.len() as u32)
+        .filter(|&t| {
+            let bytes = v.token_bytes(t);
+            !v.is_special(t) && bytes.len() <= 4 && bytes.iter().any(|x| b"\"{}[],:".contains(x))
+        })
+        .collect();
+    assert!(probes.len() > 500, "{} probes", probes.len());
+    let bit = |mask: &[u32], t: u32| mask[(t >> 5) as usize] >> (t & 31) & 1 == 1;
+    let mut m = Matcher::new(&c).unwrap();
+    let mut mask = vec![0u32; v.mask_words()];
+    let mut committed: Vec<u32> = Vec::new();
+    let mut checked = 0;
+    // Forward through `a` with rollbacks of one and three tokens on the way (recommitting
+    // the same tokens), then back to the start and forward through `b`.
+    let mut plan: Vec<(usize, u32)> = Vec::new(); // (rollback first, token)
+    for (i, &t) in a.iter().enumerate() {
+        plan.push((
+            if i % 5 == 4 {
+                1
+            } else if i % 11 == 10 {
+                3
+            } else {
+                0
+            },
+            t,
+        ));
+    }
+    let mut step = 0;
+    let mut run = |m: &mut Matcher, committed: &mut Vec<u32>, plan: &[(usize, u32)]| {
+        for &(back, t) in plan {
+            if back > 0 && committed.len() >= back {
+                m.rollback(back).unwrap();
+                let redo: Vec<u32> = committed.split_off(committed.len() - back);
+                m.compute_mask(&mut mask).unwrap();
+                assert_same(
+                    &mask,
+                    &fresh_mask(&c, committed),
+                    format!("after rolling back {back}"),
+                );
+                for r in redo {
+                    m.commit_token(r).unwrap();
+                    committed.push(r);
+                }
+            }
+            m.compute_mask(&mut mask).unwrap();
+            let at = format!("after {} tokens", committed.len());
+            assert_same(&mask, &fresh_mask(&c, committed), at);
+            if step % 3 == 0 {
+                let mut probe = m.clone();
+                for &p in &probes {
+                    let ok = probe.commit_token(p).is_ok();
+                    if ok {
+                        probe.rollback(1).unwrap();
+                    }
+                    assert_eq!(
+                        bit(&mask, p),
+                        ok,
+                        "token {:?} after {} tokens",
+                        String::from_utf8_lossy(v.token_bytes(p)),
+                        committed.len()
+                    );
+                }
+                checked += 1;
+            }
+            step += 1;
+            m.commit_token(t).unwrap();
+            committed.push(t);
+        }
+    };
+    run(&mut m, &mut committed, &plan);
+    m.rollback(committed.len()).unwrap();
+    committed.clear();
+    let plan_b: Vec<(usize, u32)> = b.iter().map(|&t| (0, t)).collect();
+    run(&mut m, &mut committed, &plan_b);
+    assert!(m.is_accepting());
+    assert!(checked > 20, "{checked} masks probed token by token");
+}
+
+#[test]
+fn boundary_memo_is_dropped_when_its_sets_change_and_skips_semantic_checks() {
+    use ruvllm_engine::schema::{schema_to_grammar, SchemaOptions};
+    let v = llama3();
+    let mut mask = vec![0u32; v.mask_words()];
+    // The string value starts at byte 4 in both texts, so its parser core is the same, but
+    // the set below it expects `]` in one and `}` in the other: a memo kept across the
+    // rollback would answer for the wrong container.
+    let json = Constraint::new(
+        &Grammar::builtin(Builtin::Json, &Limits::default()).unwrap(),
+        v.clone(),
+        &Limits::default(),
+    )
+    .unwrap();
+    let mut m = Matcher::new(&json).unwrap();
+    for (text, other) in [(r#"[1, "ab"#, r#"{"":"ab"#), (r#"{"":"ab"#, r#"[1, "ab"#)] {
+        for t in ids(text) {
+            m.commit_token(t).unwrap();
+        }
+        m.compute_mask(&mut mask).unwrap();
+        assert_same(&mask, &fresh_mask(&json, &ids(text)), text);
+        m.rollback(m.num_tokens()).unwrap();
+        for t in ids(other) {
+            m.commit_token(t).unwrap();
+        }
+        m.compute_mask(&mut mask).unwrap();
+        assert_same(
+            &mask,
+            &fresh_mask(&json, &ids(other)),
+            format!("{other} after {text}"),
+        );
+        m.rollback(m.num_tokens()).unwrap();
+    }
+    // A semantic check reads the text, which the parser's items do not show: inside a
+    // string the items repeat from token to token, but whether `"]` may close the array
+    // depends on the string (uniqueItems).
+    let schema: serde_json::Value = serde_json::from_str(
+        r#"{"type": "array", "items": {"type": "string"}, "uniqueItems": true}"#,
+    )
+    .unwrap();
+    let g = schema_to_grammar(&schema, &SchemaOptions::default()).unwrap();
+    assert!(!g.checks.is_empty());
+    let c = Constraint::new(&g, v.clone(), &Limits::default()).unwrap();
+    let close = ids(r#""]"#);
+    assert_eq!(close.len(), 1, "one token closes the string and the array");
+    let bit = |mask: &[u32], t: u32| mask[(t >> 5) as usize] >> (t & 31) & 1 == 1;
+    let mut m = Matcher::new(&c).unwrap();
+    let mut text = String::from(r#"["ab", "a"#);
+    for t in ids(&text) {
+        m.commit_token(t).unwrap();
+    }
+    for (more, unique) in [("", true), ("b", false), ("c", true)] {
+        if !more.is_empty() {
+            m.commit_token(ids(more)[0]).unwrap();
+            text.push_str(more);
+        }
+        m.compute_mask(&mut mask).unwrap();
+        assert_eq!(bit(&mask, close[0]), unique, "after {text}");
+        assert_same(&mask, &fresh_mask(&c, &ids(&text)), format!("after {text}"));
+        if more == "b" {
+            m.rollback(1).unwrap();
+            text.pop();
+        }
+    }
+}

@@ -251,6 +251,8 @@ impl Vocabulary {
 pub struct TokenTrie {
     byte: Vec<u8>,
     end: Vec<u32>,
+    /// Per node: its parent (the root is its own).
+    parent: Vec<u32>,
     tok_start: Vec<u32>,
     toks: Vec<u32>,
     depth: Vec<u16>,
@@ -314,6 +316,7 @@ impl TokenTrie {
             + self.depth.len() * 2
             + self.pstate.len()
             + self.plain_depth.len() * 2
+            + self.parent.len() * 4
     }
 
     /// Builds the trie over the non-special, non-empty tokens. Cost: sort + O(total bytes).
@@ -325,6 +328,7 @@ impl TokenTrie {
         let mut t = TokenTrie {
             byte: vec![0],
             end: vec![0],
+            parent: vec![0],
             tok_start: vec![0],
             toks: Vec::with_capacity(ids.len()),
             depth: vec![0],
@@ -347,6 +351,7 @@ impl TokenTrie {
                 let n = t.byte.len() as u32;
                 t.byte.push(b);
                 t.end.push(0);
+                t.parent.push(*path.last().unwrap());
                 t.tok_start.push(t.toks.len() as u32);
                 t.depth.push((d + 1).min(u16::MAX as usize) as u16);
                 let parent = t.pstate[*path.last().unwrap() as usize];
@@ -423,6 +428,12 @@ impl TokenTrie {
     #[inline]
     pub fn byte(&self, n: u32) -> u8 {
         self.byte[n as usize]
+    }
+
+    /// The parent of node `n` (the root's is the root).
+    #[inline]
+    pub fn parent(&self, n: u32) -> u32 {
+        self.parent[n as usize]
     }
 
     /// One past the last node of `n`'s subtree.
