@@ -25,8 +25,8 @@
 //!
 //! * a step is remembered only when it ran no semantic check ([`Parser::checks`] is
 //!   unchanged, which covers the closure of the set before and, with checks, of the set
-//!   after). A step that ran one is taken for real every time, and the node below it is
-//!   the new set's canonical node only if its own closure ran none;
+//!   after). A step that ran one is taken for real every time, and the positions below it
+//!   are not memoized until a step that ran none reaches a canonical core;
 //! * the memo lives in the [`crate::Matcher`] and stays valid while the sets its cores
 //!   point at are unchanged: a rollback below the highest such origin
 //!   ([`Parser::low_water`]) clears it.
@@ -35,8 +35,11 @@
 //! tens of items). When a lookup misses below a run of hits, the bytes of the run are
 //! pushed for real first (the parser is only as deep as the last real step).
 //!
-//! Limits: the memo is bounded ([`MAX_EDGES`] transitions, cleared at the start of a mask
-//! once over it; a walk that fills it takes further steps for real).
+//! Limits: the memo is bounded: it is cleared at the start of a mask once it holds
+//! [`MAX_EDGES`] transitions or nodes, and a walk that reaches twice that takes its further
+//! steps for real, so a matcher's memo stays under about 1.5 MiB (a walk inside a string
+//! needs about 700 transitions). A clone of a matcher starts with an empty memo: it is a
+//! cache, and copying it would make forks cost more than the parser history they copy.
 
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
@@ -52,18 +55,24 @@ type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<ItemHasher>>;
 const NONE: u32 = u32::MAX;
 /// The byte was refused.
 const DEAD: u32 = u32::MAX - 1;
-/// Transitions kept per matcher (about 1 MiB with the cores); see the module doc.
-pub(crate) const MAX_EDGES: usize = 1 << 15;
+/// Transitions (and nodes) a memo may hold at the start of a mask; see the module doc.
+pub(crate) const MAX_EDGES: usize = 1 << 13;
 
-/// Memoized parser steps of the boundary walk (see the module doc). Cloned with its
-/// matcher.
-#[derive(Clone, Default)]
+/// Memoized parser steps of the boundary walk (see the module doc). A clone is empty.
+#[derive(Default)]
 pub(crate) struct WalkMemo {
     cores: FastMap<Box<[Item]>, u32>,
     next: FastMap<u64, u32>,
     nodes: u32,
     /// The highest origin a canonical core points at: sets `0..=hi` must not change.
     hi: usize,
+}
+
+impl Clone for WalkMemo {
+    /// An empty memo (see the module doc).
+    fn clone(&self) -> Self {
+        WalkMemo::default()
+    }
 }
 
 #[inline]
@@ -75,7 +84,11 @@ impl WalkMemo {
     /// Drops the memo when a rollback changed a set it depends on, or when it is full.
     /// Called at the start of each mask; starts a new low-water period of the parser.
     pub(crate) fn prepare(&mut self, p: &mut Parser) {
-        if self.nodes > 0 && (p.low_water < self.hi || self.next.len() >= MAX_EDGES) {
+        if self.nodes > 0
+            && (p.low_water < self.hi
+                || self.next.len() >= MAX_EDGES
+                || self.nodes as usize >= MAX_EDGES)
+        {
             *self = WalkMemo::default();
         }
         p.reset_low_water();

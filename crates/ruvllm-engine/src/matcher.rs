@@ -12,9 +12,11 @@ use crate::Constraint;
 /// Tracks one generation against a [`Constraint`].
 ///
 /// Costs: [`Matcher::compute_mask`] is a union of precomputed token sets plus a parser walk
-/// over the few tokens that cross a lexeme boundary; [`Matcher::commit_token`] is one parser
-/// step per byte of the token; [`Matcher::rollback`] is O(1); [`Matcher::clone`] copies the
-/// parser history (O(bytes generated · items per byte)).
+/// over the few tokens that cross a lexeme boundary (its parser steps memoized per
+/// matcher: ARCHITECTURE.md and the engine's `boundary` module say why that is exact);
+/// [`Matcher::commit_token`] is one parser step per byte of the token;
+/// [`Matcher::rollback`] is O(1); [`Matcher::clone`] copies the parser history
+/// (O(bytes generated · items per byte)) and starts with an empty walk memo.
 #[derive(Clone)]
 pub struct Matcher {
     c: Arc<Constraint>,
