@@ -581,6 +581,19 @@ fn main() -> Result<()> {
                     println!("{name}: valid rejected {f}: {t}");
                 }
             }
+            if let Some(v) = out.get_mut("ruvllm") {
+                // Where the cold part of TBM goes: first uses of lexeme states.
+                let (built, spent) = ruvllm_engine::table_build_totals();
+                let tbm_total_ms = v["tbm_us"]["mean"].as_f64().unwrap_or(0.0)
+                    * v["tokens"].as_f64().unwrap_or(0.0)
+                    / 1000.0;
+                let ms = spent.as_secs_f64() * 1000.0;
+                println!(
+                    "ruvllm token tables: {built} computed, {ms:.1} ms in first uses ({:.0}% of {tbm_total_ms:.0} ms of TBM)",
+                    100.0 * ms / tbm_total_ms.max(1e-9)
+                );
+                v["tables"] = serde_json::json!({"computed": built, "first_use_ms": ms});
+            }
             if let Some(path) = json {
                 let doc = serde_json::json!({"files": files.len(), "engines": out});
                 std::fs::write(&path, serde_json::to_string_pretty(&doc)?)?;

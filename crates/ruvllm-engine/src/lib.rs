@@ -64,6 +64,13 @@ pub use grammar::{Builtin, Expr, Grammar};
 pub use matcher::{CheckResult, Matcher};
 pub use vocab::{TokenEncoder, Vocabulary};
 
+/// Token tables computed so far in this process (tables found equal to an existing one and
+/// shared are not counted) and the time spent in first uses of lexeme states, sharing checks
+/// included: the part of mask time that a warm matcher no longer pays. Cost: two atomic loads.
+pub fn table_build_totals() -> (usize, std::time::Duration) {
+    tables::build_totals()
+}
+
 /// Limits on every input-driven cost. The defaults accept any reasonable grammar and stop
 /// hostile ones within a fraction of a second and a few hundred MB.
 #[derive(Debug, Clone)]

@@ -120,6 +120,19 @@ type Registry = Mutex<HashMap<u64, Vec<Arc<Hot>>>>;
 /// Bytes of token tables built since the process-wide caches were last cleared.
 static TABLE_BYTES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
+/// Token tables computed (not shared) in this process, and the nanoseconds spent in first
+/// uses (sharing checks included).
+static TABLE_BUILDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static TABLE_NANOS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// See [`crate::table_build_totals`].
+pub(crate) fn build_totals() -> (usize, std::time::Duration) {
+    (
+        TABLE_BUILDS.load(std::sync::atomic::Ordering::Relaxed),
+        std::time::Duration::from_nanos(TABLE_NANOS.load(std::sync::atomic::Ordering::Relaxed)),
+    )
+}
+
 /// Bytes of token tables built since the caches were last cleared (see
 /// [`crate::compile::Lexeme`]).
 pub(crate) fn table_bytes() -> usize {
@@ -178,6 +191,20 @@ impl Tables {
         trie: &TokenTrie,
         vocab_len: usize,
     ) -> Arc<StateTokens> {
+        let t0 = std::time::Instant::now();
+        let t = self.first_use_inner(lexeme, state, trie, vocab_len);
+        let ns = t0.elapsed().as_nanos().min(u64::MAX as u128) as u64;
+        TABLE_NANOS.fetch_add(ns, std::sync::atomic::Ordering::Relaxed);
+        t
+    }
+
+    fn first_use_inner(
+        &self,
+        lexeme: &Arc<Lexeme>,
+        state: u32,
+        trie: &TokenTrie,
+        vocab_len: usize,
+    ) -> Arc<StateTokens> {
         // Tokens are at most `max_depth` bytes; the table also needs the allowed bytes after
         // the last one (for `finals`), which a check at depth `max_depth` covers.
         let depth = trie.max_depth();
@@ -193,6 +220,7 @@ impl Tables {
             }
         }
         let t = Arc::new(compute(lexeme, state, trie, vocab_len));
+        TABLE_BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         TABLE_BYTES.fetch_add(t.memory(), std::sync::atomic::Ordering::Relaxed);
         if matches!(t.accept, TokenSet::Dense(_)) {
             let mut r = registry().lock().unwrap_or_else(|e| e.into_inner());
@@ -297,7 +325,7 @@ fn compute_with(
     vocab_len: usize,
     skip_plain: bool,
 ) -> StateTokens {
-    let mut accept: Vec<u32> = Vec::new();
+    let mut accept = Accept::new(vocab_len);
     let mut uncertain: Vec<(u32, u32)> = Vec::new();
     let mut finals: Vec<u32> = Vec::new();
     let mut reach = PlainReach::new(dfa, trie.max_depth());
@@ -312,7 +340,7 @@ fn compute_with(
             let b = trie.byte(c);
             if allowed.contains(b) {
                 let s2 = dfa.next(s, b);
-                accept.extend_from_slice(trie.tokens_at(c));
+                accept.add(trie.tokens_at(c));
                 if dfa.accepting(s2) && dfa.allowed(s2).is_empty() {
                     finals.extend_from_slice(trie.tokens_at(c));
                 }
@@ -322,7 +350,7 @@ fn compute_with(
                         && deepest > 0
                         && reach.safe_depth(s2, trie.plain_state(c)) >= deepest - trie.depth(c)
                     {
-                        accept.extend_from_slice(trie.tokens_in(c + 1, ce));
+                        accept.add(trie.tokens_in(c + 1, ce));
                     } else {
                         stack.push((c, s2, exited || dfa.accepting(s2)));
                     }
@@ -334,20 +362,59 @@ fn compute_with(
         }
     }
     uncertain.sort_unstable();
-    let accept = if accept.len() * 32 > vocab_len {
-        let mut words = vec![0u32; vocab_len.div_ceil(32)];
-        for t in accept {
-            words[(t >> 5) as usize] |= 1 << (t & 31);
-        }
-        TokenSet::Dense(words)
-    } else {
-        accept.sort_unstable();
-        TokenSet::Sparse(accept)
-    };
     StateTokens {
-        accept,
+        accept: accept.finish(),
         uncertain,
         finals,
+    }
+}
+
+/// The accept set while a table is built: ids while few, then a bitmap written in place
+/// (a dense set inside a JSON string holds most of the vocabulary: collecting its ids
+/// first, growing the vector, then scattering them cost about a tenth of table time).
+enum Accept {
+    /// The ids so far, and the vocabulary size.
+    Ids(Vec<u32>, usize),
+    /// The bitmap, once over a 32nd of the vocabulary.
+    Bits(Vec<u32>),
+}
+
+impl Accept {
+    fn new(vocab_len: usize) -> Accept {
+        Accept::Ids(Vec::new(), vocab_len)
+    }
+
+    #[inline]
+    fn add(&mut self, ids: &[u32]) {
+        match self {
+            Accept::Ids(v, vocab_len) => {
+                v.extend_from_slice(ids);
+                if v.len() * 32 > *vocab_len {
+                    let mut words = vec![0u32; vocab_len.div_ceil(32)];
+                    for &t in v.iter() {
+                        words[(t >> 5) as usize] |= 1 << (t & 31);
+                    }
+                    *self = Accept::Bits(words);
+                }
+            }
+            Accept::Bits(words) => {
+                for &t in ids {
+                    words[(t >> 5) as usize] |= 1 << (t & 31);
+                }
+            }
+        }
+    }
+
+    /// The set: dense once over a 32nd of the vocabulary (a token is in the trie once,
+    /// so the count is exact).
+    fn finish(self) -> TokenSet {
+        match self {
+            Accept::Ids(mut v, _) => {
+                v.sort_unstable();
+                TokenSet::Sparse(v)
+            }
+            Accept::Bits(words) => TokenSet::Dense(words),
+        }
     }
 }
 

@@ -493,3 +493,15 @@ fn boundary_memo_is_dropped_when_its_sets_change_and_skips_semantic_checks() {
         }
     }
 }
+
+#[test]
+fn table_build_totals_count_first_uses() {
+    // A lexeme no other test builds: its first mask computes at least one table.
+    let (n0, t0) = ruvllm_engine::table_build_totals();
+    let c = gbnf("root ::= \"qzx\" [a-f]{3} \"jkw\"");
+    let mut m = Matcher::new(&c).unwrap();
+    assert!(!allowed(&mut m).is_empty());
+    let (n1, t1) = ruvllm_engine::table_build_totals();
+    assert!(n1 > n0, "{n0} -> {n1} tables");
+    assert!(t1 > t0, "{t0:?} -> {t1:?}");
+}
