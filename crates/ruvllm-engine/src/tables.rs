@@ -95,7 +95,13 @@ pub(crate) struct Tables {
     /// The vocabulary's longest token in bytes (which states share a slot depends on it,
     /// see [`Dfa::table_slot`]).
     depth: usize,
+    /// The plain-reach searches of earlier tables of this lexeme (see [`PlainReach`]): the
+    /// reach of a DFA state does not depend on which table asks.
+    reach_memo: Mutex<FastMap<(u32, u8), usize>>,
 }
+
+/// Plain-reach answers kept per lexeme (about 1.5 MiB at most).
+const MAX_REACH_MEMO: usize = 1 << 16;
 
 impl std::fmt::Debug for Tables {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -158,6 +164,7 @@ impl Tables {
             slots: (0..n).map(|_| OnceLock::new()).collect(),
             vocab_id,
             depth,
+            reach_memo: Mutex::new(FastMap::default()),
         }
     }
 
@@ -219,7 +226,17 @@ impl Tables {
                 return h.table.clone();
             }
         }
-        let t = Arc::new(compute(lexeme, state, trie, vocab_len));
+        // Taken out of the lock while the table is computed (a table of another state
+        // computed meanwhile starts with an empty memo: slower, never wrong).
+        let memo = std::mem::take(&mut *self.reach_memo.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut reach = PlainReach::new(lexeme, trie.max_depth());
+        reach.memo = memo;
+        let t = Arc::new(compute_with(
+            lexeme, state, trie, vocab_len, true, &mut reach,
+        ));
+        if reach.memo.len() <= MAX_REACH_MEMO {
+            *self.reach_memo.lock().unwrap_or_else(|e| e.into_inner()) = reach.memo;
+        }
         TABLE_BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         TABLE_BYTES.fetch_add(t.memory(), std::sync::atomic::Ordering::Relaxed);
         if matches!(t.accept, TokenSet::Dense(_)) {
@@ -311,24 +328,19 @@ pub(crate) fn equivalent(a: &Dfa, s: u32, b: &Dfa, t: u32, depth: usize) -> bool
 /// whole, without visiting it, when the lexeme provably stays alive and non-accepting on
 /// every plain text as deep as the subtree (checked once per state by [`PlainReach`]):
 /// every token in it is then in `accept`, none is uncertain or final. Inside a JSON
-/// string this skips most of the vocabulary.
-fn compute(dfa: &Dfa, s0: u32, trie: &TokenTrie, vocab_len: usize) -> StateTokens {
-    compute_with(dfa, s0, trie, vocab_len, true)
-}
-
-/// [`compute`], with the plain-subtree shortcut on or off (off: the plain walk, which the
-/// tests compare against).
+/// string this skips most of the vocabulary. `skip_plain` off gives the plain walk, which
+/// the tests compare against; `reach` may hold the searches of earlier tables of the DFA.
 fn compute_with(
     dfa: &Dfa,
     s0: u32,
     trie: &TokenTrie,
     vocab_len: usize,
     skip_plain: bool,
+    reach: &mut PlainReach,
 ) -> StateTokens {
     let mut accept = Accept::new(vocab_len);
     let mut uncertain: Vec<(u32, u32)> = Vec::new();
     let mut finals: Vec<u32> = Vec::new();
-    let mut reach = PlainReach::new(dfa, trie.max_depth());
     // (node, state, exited): `exited` = the lexeme accepted at some proper prefix.
     let mut stack: Vec<(u32, u32, bool)> = vec![(0, s0, false)];
     while let Some((n, s, exited)) = stack.pop() {
@@ -557,9 +569,11 @@ mod tests {
         for re in &res {
             let d = dfa(re);
             let mut skipped_any = false;
+            // One reach memo for all states, as the tables of one lexeme share it.
+            let mut reach = PlainReach::new(&d, trie.max_depth());
             for s in 1..d.num_states() as u32 {
-                let a = compute_with(&d, s, trie, vocab.len(), true);
-                let b = compute_with(&d, s, trie, vocab.len(), false);
+                let a = compute_with(&d, s, trie, vocab.len(), true, &mut reach);
+                let b = compute_with(&d, s, trie, vocab.len(), false, &mut reach);
                 let ids = |t: &TokenSet| {
                     let mut m = vec![0u32; vocab.len().div_ceil(32)];
                     t.or_into(&mut m);
