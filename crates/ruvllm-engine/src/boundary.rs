@@ -37,7 +37,7 @@
 //!
 //! Limits: the memo is bounded: it is cleared at the start of a mask once it holds
 //! [`MAX_EDGES`] transitions or nodes, and a walk that reaches twice that takes its further
-//! steps for real, so a matcher's memo stays under about 1.5 MiB (a walk inside a string
+//! steps for real, so a matcher's memo stays under about 2 MiB (a walk inside a string
 //! needs about 700 transitions). A clone of a matcher starts with an empty memo: it is a
 //! cache, and copying it would make forks cost more than the parser history they copy.
 
@@ -94,8 +94,15 @@ impl WalkMemo {
         p.reset_low_water();
     }
 
+    /// Transitions and nodes held.
+    #[cfg(test)]
+    pub(crate) fn sizes(&self) -> (usize, usize) {
+        (self.next.len(), self.nodes as usize)
+    }
+
+    /// Whether the walk may add no more (twice the limit at a mask's start).
     fn full(&self) -> bool {
-        self.nodes as usize >= 2 * MAX_EDGES
+        self.nodes as usize >= 2 * MAX_EDGES || self.next.len() >= 2 * MAX_EDGES
     }
 
     fn fresh(&mut self) -> u32 {
@@ -300,10 +307,62 @@ impl Walk<'_> {
             if next == NONE {
                 next = self.memo.fresh();
             }
-            if next != NONE {
+            if next != NONE && !self.memo.full() {
                 self.memo.next.insert(key(node, b), next);
             }
         }
         Ok(next)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Limits, Matcher, Vocabulary};
+    use std::sync::Arc;
+
+    /// A walk over tens of thousands of boundary-crossing tokens fills the memo past its
+    /// limit: it stops growing, is cleared at the next mask, and the masks stay those of
+    /// fresh matchers.
+    #[test]
+    fn memo_stays_bounded_on_a_huge_walk() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../assets/tokenizers/llama3_1/tokenizer.json"
+        );
+        let vocab = Arc::new(
+            Vocabulary::from_file(path).expect("assets missing: run scripts/fetch-assets.sh"),
+        );
+        // Every letter is a lexeme of its own (the rule is ambiguous and recursive), so
+        // every token made of letters crosses lexeme boundaries.
+        let c = crate::Constraint::from_gbnf(
+            "root ::= s\ns ::= s s | [a-z] | \"\"",
+            vocab.clone(),
+            &Limits::default(),
+        )
+        .unwrap();
+        let enc = vocab.encoder().unwrap();
+        let text = enc.encode("hello").unwrap();
+        let mut m = Matcher::new(&c).unwrap();
+        let mut mask = vec![0u32; vocab.mask_words()];
+        let mut peak = (0, 0);
+        for (i, &t) in text.iter().enumerate() {
+            m.compute_mask(&mut mask).unwrap();
+            let (e, n) = m.memo_sizes();
+            peak = (peak.0.max(e), peak.1.max(n));
+            assert!(
+                e <= 2 * MAX_EDGES && n <= 2 * MAX_EDGES,
+                "{e} transitions, {n} nodes"
+            );
+            let mut fresh = Matcher::new(&c).unwrap();
+            for &u in &text[..i] {
+                fresh.commit_token(u).unwrap();
+            }
+            let mut want = vec![0u32; vocab.mask_words()];
+            fresh.compute_mask(&mut want).unwrap();
+            assert!(mask == want, "mask {i} differs from a fresh matcher's");
+            m.commit_token(t).unwrap();
+        }
+        assert!(peak.0 >= MAX_EDGES, "the walk filled the memo: {peak:?}");
     }
 }

@@ -62,6 +62,12 @@ impl Matcher {
         })
     }
 
+    /// The boundary-walk memo's transitions and nodes.
+    #[cfg(test)]
+    pub(crate) fn memo_sizes(&self) -> (usize, usize) {
+        self.memo.sizes()
+    }
+
     /// The constraint this matcher follows.
     pub fn constraint(&self) -> &Arc<Constraint> {
         &self.c
