@@ -14,6 +14,11 @@ fn corpus() -> Vec<(&'static str, Value, Option<Repair>)> {
         ("Sure! ```json {\"age\": 41} ```", json!({"age": 41}), Some(CodeFence)),
         ("Here is the JSON:\n```json\n{\"name\": \"Ada\"}\n```\nLet me know!", json!({"name": "Ada"}), Some(CodeFence)),
         ("```json\n{\"a\": [1, 2\n", json!({"a": [1, 2]}), Some(UnclosedContainer)),
+        // Fences inside strings neither open nor close one (found by proptest: `{"":"```"}`
+        // read as the string "}").
+        ("{\"\":\"```\"}", json!({"": "```"}), None),
+        ("```json\n{\"code\": \"```py\\nx\\n```\"}\n```", json!({"code": "```py\nx\n```"}), Some(CodeFence)),
+        ("{\"a\": \"```\"} trailing", json!({"a": "```"}), Some(SurroundingText)),
         ("Sure! {\"ok\": true} Hope this helps.", json!({"ok": true}), Some(SurroundingText)),
         ("The answer is: [1, 2, 3].", json!([1, 2, 3]), Some(SurroundingText)),
         ("Note {this} is prose. {\"x\": 2}", json!({"x": 2}), Some(SurroundingText)),

@@ -93,6 +93,12 @@ pub fn repair_json(text: &str) -> Result<(Value, Vec<Repair>), RepairError> {
     if text.len() > MAX_INPUT {
         return Err(RepairError::TooLarge { len: text.len() });
     }
+    // Plain JSON is read as itself, whatever it holds (a string may contain "```").
+    if let Ok(v) = serde_json::from_str::<Value>(text) {
+        if depth_within(&v, MAX_DEPTH) {
+            return Ok((v, Vec::new()));
+        }
+    }
     let mut repairs = Vec::new();
     let region = match strip_fence(text) {
         Some(r) => {
@@ -154,18 +160,67 @@ pub fn repair_json(text: &str) -> Result<(Value, Vec<Repair>), RepairError> {
     Err(RepairError::NoJson { detail: last_err })
 }
 
-/// The content of the first Markdown code fence, if there is one.
+/// Whether `v` nests no deeper than `max` arrays and objects. Cost: one walk of `v`.
+fn depth_within(v: &Value, max: usize) -> bool {
+    let mut stack = vec![(v, 0usize)];
+    while let Some((v, d)) = stack.pop() {
+        let kids: Box<dyn Iterator<Item = &Value>> = match v {
+            Value::Array(a) => Box::new(a.iter()),
+            Value::Object(o) => Box::new(o.values()),
+            _ => continue,
+        };
+        if d + 1 > max {
+            return false;
+        }
+        stack.extend(kids.map(|k| (k, d + 1)));
+    }
+    true
+}
+
+/// The offsets of the Markdown fences (```` ``` ````) outside double-quoted strings. Cost:
+/// one pass.
+fn fences(text: &str) -> Vec<usize> {
+    let s = text.as_bytes();
+    let mut out = Vec::new();
+    let (mut inside, mut escaped) = (false, false);
+    let mut i = 0;
+    while i < s.len() {
+        let b = s[i];
+        if escaped {
+            escaped = false;
+        } else if inside {
+            match b {
+                b'\\' => escaped = true,
+                b'"' => inside = false,
+                _ => {}
+            }
+        } else if b == b'"' {
+            inside = true;
+        } else if s[i..].starts_with(b"```") {
+            out.push(i);
+            i += 3;
+            continue;
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The content of the first Markdown code fence outside a string, if there is one, up to
+/// the last fence after it (a fence inside a JSON string, as in `{"a": "```"}`, neither
+/// opens nor closes one). Cost: one pass.
 fn strip_fence(text: &str) -> Option<&str> {
-    let open = text.find("```")?;
+    let found = fences(text);
+    let open = *found.first()?;
     let after = &text[open + 3..];
     // The info string: a language tag such as `json` (the body may follow on the same line).
     let tag = after
         .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '+'))
         .unwrap_or(after.len());
-    let body = &after[tag..];
-    Some(match body.find("```") {
-        Some(close) => &body[..close],
-        None => body,
+    let body_start = open + 3 + tag;
+    Some(match found.last() {
+        Some(&close) if close >= body_start => &text[body_start..close],
+        _ => &text[body_start..],
     })
 }
 
