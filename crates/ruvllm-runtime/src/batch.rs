@@ -279,7 +279,12 @@ impl Drop for Scheduler {
 fn end(shared: &Shared, job: Job, r: Result<Option<Generation>>) {
     let c = &shared.counters;
     c.finished.fetch_add(1, Ordering::Relaxed);
-    let Job { seq, sink, .. } = job;
+    let Job {
+        seq,
+        sink,
+        _ticket: ticket,
+        ..
+    } = job;
     let u = seq.usage().clone();
     c.prompt_tokens
         .fetch_add(u.prompt_tokens as u64, Ordering::Relaxed);
@@ -302,6 +307,10 @@ fn end(shared: &Shared, job: Job, r: Result<Option<Generation>>) {
             c.failed.fetch_add(1, Ordering::Relaxed);
         }
     }
+    // The place is given back before the client hears the end: a client that sends its
+    // next request as soon as this one answers must find the place free (the ticket used
+    // to be dropped after `finish`, and the hostile test's next request then got a 503).
+    drop(ticket);
     sink.finish(r);
 }
 
