@@ -382,8 +382,8 @@ fn compute_with(
 }
 
 /// The accept set while a table is built: ids while few, then a bitmap written in place
-/// (a dense set inside a JSON string holds most of the vocabulary: collecting its ids
-/// first, growing the vector, then scattering them cost about a tenth of table time).
+/// (a dense set inside a JSON string holds most of the vocabulary, whose ids were
+/// collected in a growing vector before being scattered into the bitmap).
 enum Accept {
     /// The ids so far, and the vocabulary size.
     Ids(Vec<u32>, usize),
