@@ -160,19 +160,19 @@ pub fn repair_json(text: &str) -> Result<(Value, Vec<Repair>), RepairError> {
     Err(RepairError::NoJson { detail: last_err })
 }
 
-/// Whether `v` nests no deeper than `max` arrays and objects. Cost: one walk of `v`.
+/// Whether every value inside `v` sits at depth `max` or less (`v` itself at 0), the
+/// reader's own limit. Cost: one walk of `v`.
 fn depth_within(v: &Value, max: usize) -> bool {
     let mut stack = vec![(v, 0usize)];
     while let Some((v, d)) = stack.pop() {
-        let kids: Box<dyn Iterator<Item = &Value>> = match v {
-            Value::Array(a) => Box::new(a.iter()),
-            Value::Object(o) => Box::new(o.values()),
-            _ => continue,
-        };
-        if d + 1 > max {
+        if d > max {
             return false;
         }
-        stack.extend(kids.map(|k| (k, d + 1)));
+        match v {
+            Value::Array(a) => stack.extend(a.iter().map(|k| (k, d + 1))),
+            Value::Object(o) => stack.extend(o.values().map(|k| (k, d + 1))),
+            _ => {}
+        }
     }
     true
 }
