@@ -41,15 +41,10 @@
 //! needs about 700 transitions). A clone of a matcher starts with an empty memo: it is a
 //! cache, and copying it would make forks cost more than the parser history they copy.
 
-use std::collections::HashMap;
-use std::hash::BuildHasherDefault;
-
-use crate::earley::{Item, ItemHasher, Parser, ROOT};
+use crate::earley::{FastMap, Item, Parser, ROOT};
 use crate::error::MatchError;
 use crate::matcher::Deadline;
 use crate::Constraint;
-
-type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<ItemHasher>>;
 
 /// No node: the position is not memoized (below a step that ran a semantic check).
 const NONE: u32 = u32::MAX;

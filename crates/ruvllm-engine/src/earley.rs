@@ -49,6 +49,10 @@ pub(crate) struct SetInfo {
     pub checked: bool,
 }
 
+/// Maps and sets of small integer keys, with [`ItemHasher`].
+pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, BuildHasherDefault<ItemHasher>>;
+pub(crate) type FastSet<K> = HashSet<K, BuildHasherDefault<ItemHasher>>;
+
 /// A fast hasher for packed item keys.
 #[derive(Default)]
 pub(crate) struct ItemHasher(u64);

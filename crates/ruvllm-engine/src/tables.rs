@@ -18,15 +18,10 @@
 //! lookup per node), and kept for the life of the [`crate::Constraint`], shared by every
 //! matcher and thread.
 
-use std::collections::{HashMap, HashSet};
-use std::hash::BuildHasherDefault;
-
-use crate::earley::ItemHasher;
-
-/// Sets and maps of small integer keys, with the parser's fast hasher.
-type FastSet<K> = HashSet<K, BuildHasherDefault<ItemHasher>>;
-type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<ItemHasher>>;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
+
+use crate::earley::{FastMap, FastSet};
 
 use crate::compile::{Dfa, Lexeme};
 use crate::vocab::{plain, TokenTrie};
@@ -100,7 +95,8 @@ pub(crate) struct Tables {
     reach_memo: Mutex<FastMap<(u32, u8), usize>>,
 }
 
-/// Plain-reach answers kept per lexeme (about 1.5 MiB at most).
+/// Plain-reach answers kept per lexeme (about 2 MiB at most; their growth counts toward
+/// the table bytes that bound the lexeme cache, see [`table_bytes`]).
 const MAX_REACH_MEMO: usize = 1 << 16;
 
 impl std::fmt::Debug for Tables {
@@ -230,10 +226,14 @@ impl Tables {
         // computed meanwhile starts with an empty memo: slower, never wrong).
         let memo = std::mem::take(&mut *self.reach_memo.lock().unwrap_or_else(|e| e.into_inner()));
         let mut reach = PlainReach::new(lexeme, trie.max_depth());
+        let known = memo.len();
         reach.memo = memo;
         let t = Arc::new(compute_with(
             lexeme, state, trie, vocab_len, true, &mut reach,
         ));
+        // About 32 bytes per answer, hash table slack included.
+        let grown = reach.memo.len().saturating_sub(known) * 32;
+        TABLE_BYTES.fetch_add(grown, std::sync::atomic::Ordering::Relaxed);
         if reach.memo.len() <= MAX_REACH_MEMO {
             *self.reach_memo.lock().unwrap_or_else(|e| e.into_inner()) = reach.memo;
         }

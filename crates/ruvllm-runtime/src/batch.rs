@@ -288,10 +288,17 @@ fn end(shared: &Shared, job: Job, r: Result<Option<Generation>>) {
     let u = seq.usage().clone();
     c.prompt_tokens
         .fetch_add(u.prompt_tokens as u64, Ordering::Relaxed);
+    // The sequence (its KV cache) goes before the place is given back below.
     let r = match r {
         Ok(None) => seq.finish(&mut |s| sink.send(s)),
-        Ok(Some(g)) => Ok(g),
-        Err(e) => Err(e),
+        Ok(Some(g)) => {
+            drop(seq);
+            Ok(g)
+        }
+        Err(e) => {
+            drop(seq);
+            Err(e)
+        }
     };
     match &r {
         Ok(g) => {
