@@ -433,8 +433,13 @@ fn mix(h: u64, v: u64) -> u64 {
 /// whole, without visiting it, when the lexeme provably stays alive and non-accepting on
 /// every plain text as deep as the subtree (checked once per state by [`PlainReach`]):
 /// every token in it is then in `accept`, none is uncertain or final. Inside a JSON
-/// string this skips most of the vocabulary. `skip_plain` off gives the plain walk, which
-/// the tests compare against; `reach` may hold the searches of earlier tables of the DFA.
+/// string this skips most of the vocabulary. When that holds from `s0` itself for every
+/// text as long as the longest token, the accept set starts as the trie's bitmap of all
+/// plain tokens (a copy, instead of setting some 120,000 bits one by one) and the walk
+/// only visits the paths to tokens that are not plain. Of the two plain languages, the
+/// one without U+2028 and U+2029 is used when only it holds (a pattern's `.`).
+/// `skip_plain` off gives the plain walk, which the tests compare against; `reach` may
+/// hold the searches of earlier tables of the DFA.
 fn compute_with(
     dfa: &Dfa,
     s0: u32,
@@ -443,7 +448,26 @@ fn compute_with(
     skip_plain: bool,
     reach: &mut PlainReach,
 ) -> StateTokens {
-    let mut accept = Accept::new(vocab_len);
+    let depth = trie.max_depth();
+    // The plain language of the shortcut, and whether every token in it is accepted.
+    let (lang, seeded) = if !skip_plain {
+        (0, false)
+    } else {
+        let r0 = reach.safe_depth(s0, plain::STARTS[0]);
+        if r0 >= depth {
+            (0, true)
+        } else {
+            let r1 = reach.safe_depth(s0, plain::STARTS[1]);
+            (usize::from(r1 > r0), r1 >= depth)
+        }
+    };
+    let mut accept = if seeded {
+        let mut words = trie.plain_tokens(lang).to_vec();
+        words.resize(vocab_len.div_ceil(32), 0);
+        Accept::Bits(words)
+    } else {
+        Accept::new(vocab_len)
+    };
     let mut uncertain: Vec<(u32, u32)> = Vec::new();
     let mut finals: Vec<u32> = Vec::new();
     // (node, state, exited): `exited` = the lexeme accepted at some proper prefix.
@@ -455,17 +479,24 @@ fn compute_with(
         while c < end {
             let ce = trie.end(c);
             let b = trie.byte(c);
-            if allowed.contains(b) {
+            if seeded && trie.plain_state(lang, c) != plain::BAD {
+                // Plain: allowed, accepted, neither final nor exited (`s0` is safe on
+                // every plain text), and its tokens are in the seed already.
+                if trie.plain_depth(lang, c) == 0 {
+                    stack.push((c, dfa.next(s, b), exited));
+                }
+            } else if allowed.contains(b) {
                 let s2 = dfa.next(s, b);
                 accept.add(trie.tokens_at(c));
                 if dfa.accepting(s2) && dfa.allowed(s2).is_empty() {
                     finals.extend_from_slice(trie.tokens_at(c));
                 }
                 if ce > c + 1 {
-                    let deepest = trie.plain_depth(c);
+                    let deepest = trie.plain_depth(lang, c);
                     if skip_plain
                         && deepest > 0
-                        && reach.safe_depth(s2, trie.plain_state(c)) >= deepest - trie.depth(c)
+                        && reach.safe_depth(s2, trie.plain_state(lang, c))
+                            >= deepest - trie.depth(c)
                     {
                         accept.add(trie.tokens_in(c + 1, ce));
                     } else {
@@ -660,7 +691,15 @@ mod tests {
         let ch = r#"(?:[ !#-\[\]-\xff]|\\["/\\bfnrt])"#;
         // The JSON string character as UTF-8 bytes, surrogates excluded.
         let u8ch = r#"(?:[ !#-\[\]-\x7f]|[\xc2-\xdf][\x80-\xbf]|\xe0[\xa0-\xbf][\x80-\xbf]|[\xe1-\xec\xee\xef][\x80-\xbf]{2}|\xed[\x80-\x9f][\x80-\xbf]|\xf0[\x90-\xbf][\x80-\xbf]{2}|[\xf1-\xf3][\x80-\xbf]{3}|\xf4[\x80-\x8f][\x80-\xbf]{2}|\\["/\\bfnrt])"#;
+        // An ECMAScript `.` inside a string: the same without U+2028 and U+2029.
+        let u8dot = u8ch.replace(
+            r#"[\xe1-\xec\xee\xef][\x80-\xbf]{2}"#,
+            r#"[\xe1\xe3-\xec\xee\xef][\x80-\xbf]{2}|\xe2[\x81-\xbf][\x80-\xbf]|\xe2\x80[\x80-\xa7\xaa-\xbf]"#,
+        );
+        assert_ne!(u8dot, u8ch);
         let res = [
+            format!("\"{u8dot}*\""),
+            format!("\"{u8dot}{{0,40}}\",?"),
             format!("\"{u8ch}*\""),
             format!("\"{u8ch}{{0,5}}\""),
             format!("\"{ch}*\""),
@@ -671,6 +710,7 @@ mod tests {
             format!("\"{ch}*\"[ ]*:[ ]*\"{ch}{{0,4}}\""),
         ];
         let trie = vocab.trie();
+        let mut seeded = [0usize; 2];
         for re in &res {
             let d = dfa(re);
             let mut skipped_any = false;
@@ -690,13 +730,24 @@ mod tests {
                 fa.sort_unstable();
                 fb.sort_unstable();
                 assert_eq!(fa, fb, "{re} state {s}: finals");
-                skipped_any |=
-                    PlainReach::new(&d, trie.max_depth()).safe_depth(s, plain::START) > 0;
+                let mut fresh = PlainReach::new(&d, trie.max_depth());
+                let (r0, r1) = (
+                    fresh.safe_depth(s, plain::START),
+                    fresh.safe_depth(s, plain::START_NO_LS),
+                );
+                skipped_any |= r0.max(r1) > 0;
+                if r0 >= trie.max_depth() {
+                    seeded[0] += 1;
+                } else if r1 >= trie.max_depth() {
+                    seeded[1] += 1;
+                }
             }
             // Only lexemes that allow every plain character can take the shortcut.
-            let expect = re.contains(ch) || re.contains(u8ch);
+            let expect = re.contains(ch) || re.contains(u8ch) || re.contains(&u8dot);
             assert_eq!(skipped_any, expect, "{re}: whether the shortcut applied");
         }
+        // Both plain languages seeded a table somewhere.
+        assert!(seeded[0] > 0 && seeded[1] > 0, "{seeded:?}");
     }
 
     #[test]

@@ -258,12 +258,16 @@ pub struct TokenTrie {
     depth: Vec<u16>,
     /// The longest token in bytes.
     max_depth: usize,
-    /// Per node: the [`plain`] state after its path ([`plain::BAD`] when the path is not
-    /// plain JSON string text).
-    pstate: Vec<u8>,
-    /// Per node: the depth of the deepest node of its subtree when every node of the
-    /// subtree is plain text (0 otherwise; a plain subtree is at least 1 deep).
-    plain_depth: Vec<u16>,
+    /// Per [`plain`] language and node: the state after its path ([`plain::BAD`] when
+    /// the path is not in the language).
+    pstate: [Vec<u8>; 2],
+    /// Per language and node: the depth of the deepest node of its subtree when every
+    /// node of the subtree is in the language (0 otherwise; such a subtree is at least 1
+    /// deep).
+    plain_depth: [Vec<u16>; 2],
+    /// Per language: the bitmap (by token id, one bit per id of the vocabulary) of the
+    /// tokens whose bytes are in it.
+    plain_tokens: [Vec<u32>; 2],
 }
 
 /// Plain JSON string text as a byte automaton: characters that need no escape (no `"`,
@@ -272,17 +276,29 @@ pub struct TokenTrie {
 /// subtrees of the token trie at once where a lexeme state provably allows every plain
 /// text of the subtree's depth (see [`crate::tables`]): most of a vocabulary is plain text,
 /// and the inside of every JSON string allows it.
+///
+/// A second language, from [`plain::START_NO_LS`], is the same text without U+2028 and
+/// U+2029: what a schema `pattern` with an ECMAScript `.` allows (the dot refuses the
+/// line terminators, `\n` and `\r` being control characters already), so that strings
+/// with patterns such as `^.*$` or `.{1,80}` get the shortcut too.
 pub(crate) mod plain {
-    /// Between characters.
+    /// Between characters (JSON string text).
     pub const START: u8 = 0;
-    /// Number of states other than `BAD` (`0..STATES`).
-    pub const STATES: u8 = 8;
+    /// Between characters (JSON string text without U+2028 and U+2029).
+    pub const START_NO_LS: u8 = 8;
+    /// Number of states other than `BAD` (`0..STATES`), both languages.
+    pub const STATES: u8 = 18;
     /// Not plain text.
     pub const BAD: u8 = 255;
+    /// The start state of each language, by its index in the trie's per-language arrays.
+    pub const STARTS: [u8; 2] = [START, START_NO_LS];
 
     /// The state after byte `b` in state `p`.
     #[inline]
     pub fn next(p: u8, b: u8) -> u8 {
+        if p >= START_NO_LS {
+            return next_no_ls(p, b);
+        }
         match p {
             START => match b {
                 b'"' | b'\\' => BAD,
@@ -306,6 +322,39 @@ pub(crate) mod plain {
             _ => BAD,
         }
     }
+
+    /// [`next`] in the language without U+2028 and U+2029 (E2 80 A8, E2 80 A9): states
+    /// 8..18 mirror 0..8, plus 16 (after E2) and 17 (after E2 80).
+    fn next_no_ls(p: u8, b: u8) -> u8 {
+        let cont = (0x80..=0xbf).contains(&b);
+        match p {
+            8 => match b {
+                b'"' | b'\\' => BAD,
+                0x20..=0x7f => 8,
+                0xc2..=0xdf => 9,
+                0xe0 => 11,
+                0xe2 => 16,
+                0xe1 | 0xe3..=0xec | 0xee..=0xef => 10,
+                0xed => 12,
+                0xf0 => 14,
+                0xf1..=0xf3 => 13,
+                0xf4 => 15,
+                _ => BAD,
+            },
+            9 if cont => 8,
+            10 if cont => 9,
+            11 if (0xa0..=0xbf).contains(&b) => 9,
+            12 if (0x80..=0x9f).contains(&b) => 9,
+            13 if cont => 10,
+            14 if (0x90..=0xbf).contains(&b) => 10,
+            15 if (0x80..=0x8f).contains(&b) => 10,
+            16 if b == 0x80 => 17,
+            16 if cont => 9,
+            17 if b == 0xa8 || b == 0xa9 => BAD,
+            17 if cont => 8,
+            _ => BAD,
+        }
+    }
 }
 
 impl TokenTrie {
@@ -314,8 +363,9 @@ impl TokenTrie {
         self.byte.len()
             + (self.end.len() + self.tok_start.len() + self.toks.len()) * 4
             + self.depth.len() * 2
-            + self.pstate.len()
-            + self.plain_depth.len() * 2
+            + self.pstate.iter().map(Vec::len).sum::<usize>()
+            + self.plain_depth.iter().map(|v| v.len() * 2).sum::<usize>()
+            + self.plain_tokens.iter().map(|v| v.len() * 4).sum::<usize>()
             + self.parent.len() * 4
     }
 
@@ -333,8 +383,9 @@ impl TokenTrie {
             toks: Vec::with_capacity(ids.len()),
             depth: vec![0],
             max_depth: 0,
-            pstate: vec![plain::START],
-            plain_depth: Vec::new(),
+            pstate: plain::STARTS.map(|p| vec![p]),
+            plain_depth: [Vec::new(), Vec::new()],
+            plain_tokens: [Vec::new(), Vec::new()],
         };
         // Stack of open nodes: path[d] is the node at depth d (path[0] = root).
         let mut path: Vec<u32> = vec![0];
@@ -354,12 +405,14 @@ impl TokenTrie {
                 t.parent.push(*path.last().unwrap());
                 t.tok_start.push(t.toks.len() as u32);
                 t.depth.push((d + 1).min(u16::MAX as usize) as u16);
-                let parent = t.pstate[*path.last().unwrap() as usize];
-                t.pstate.push(if parent == plain::BAD {
-                    plain::BAD
-                } else {
-                    plain::next(parent, b)
-                });
+                for ps in &mut t.pstate {
+                    let parent = ps[*path.last().unwrap() as usize];
+                    ps.push(if parent == plain::BAD {
+                        plain::BAD
+                    } else {
+                        plain::next(parent, b)
+                    });
+                }
                 path.push(n);
             }
             t.toks.push(id);
@@ -373,40 +426,61 @@ impl TokenTrie {
         // Plain subtrees, bottom-up: a node's subtree is its own node then its children's
         // subtrees, so in reverse pre-order every child is done before its parent.
         let n = t.byte.len();
-        let mut plain_depth = vec![0u16; n];
-        for v in (1..n).rev() {
-            if t.pstate[v] == plain::BAD {
-                continue;
-            }
-            let mut deepest = t.depth[v];
-            let mut all = true;
-            let mut c = v + 1;
-            while c < t.end[v] as usize {
-                if plain_depth[c] == 0 {
-                    all = false;
-                    break;
+        for lang in 0..2 {
+            let pstate = &t.pstate[lang];
+            let mut plain_depth = vec![0u16; n];
+            for v in (1..n).rev() {
+                if pstate[v] == plain::BAD {
+                    continue;
                 }
-                deepest = deepest.max(plain_depth[c]);
-                c = t.end[c] as usize;
+                let mut deepest = t.depth[v];
+                let mut all = true;
+                let mut c = v + 1;
+                while c < t.end[v] as usize {
+                    if plain_depth[c] == 0 {
+                        all = false;
+                        break;
+                    }
+                    deepest = deepest.max(plain_depth[c]);
+                    c = t.end[c] as usize;
+                }
+                if all {
+                    plain_depth[v] = deepest.max(1);
+                }
             }
-            if all {
-                plain_depth[v] = deepest.max(1);
+            let mut bits = vec![0u32; tokens.len().div_ceil(32)];
+            for (v, &p) in pstate.iter().enumerate().skip(1) {
+                if p != plain::BAD {
+                    for &id in &t.toks[t.tok_start[v] as usize..t.tok_start[v + 1] as usize] {
+                        bits[(id >> 5) as usize] |= 1 << (id & 31);
+                    }
+                }
             }
+            t.plain_depth[lang] = plain_depth;
+            t.plain_tokens[lang] = bits;
         }
-        t.plain_depth = plain_depth;
         t
     }
 
-    /// The [`plain`] state after node `n`'s path.
+    /// The state of [`plain`] language `lang` (0: JSON string text, 1: the same without
+    /// U+2028 and U+2029) after node `n`'s path.
     #[inline]
-    pub(crate) fn plain_state(&self, n: u32) -> u8 {
-        self.pstate[n as usize]
+    pub(crate) fn plain_state(&self, lang: usize, n: u32) -> u8 {
+        self.pstate[lang][n as usize]
     }
 
-    /// When every node below and at `n` is plain text: the depth of the deepest (else 0).
+    /// When every node below and at `n` is in [`plain`] language `lang`: the depth of the
+    /// deepest (else 0).
     #[inline]
-    pub(crate) fn plain_depth(&self, n: u32) -> usize {
-        self.plain_depth[n as usize] as usize
+    pub(crate) fn plain_depth(&self, lang: usize, n: u32) -> usize {
+        self.plain_depth[lang][n as usize] as usize
+    }
+
+    /// The tokens whose bytes are in [`plain`] language `lang`, as a bitmap over the whole
+    /// vocabulary's ids (`ceil(vocabulary / 32)` words).
+    #[inline]
+    pub(crate) fn plain_tokens(&self, lang: usize) -> &[u32] {
+        &self.plain_tokens[lang]
     }
 
     /// The longest token, in bytes (the trie's depth).
