@@ -246,7 +246,8 @@ impl Vocabulary {
 
 /// A pre-order trie of token byte strings. Node 0 is the root (the empty prefix); node `n`'s
 /// subtree is `n..end(n)`; its children are `n+1`, then `end(child)` for each next sibling.
-/// Memory: about 9 bytes per node plus 4 per token; a 128k vocabulary has ~300k nodes.
+/// Memory: about 21 bytes per node plus 4 per token, and one bitmap of the vocabulary per
+/// [`plain`] language; a 128k vocabulary has ~300k nodes.
 #[derive(Debug, Clone)]
 pub struct TokenTrie {
     byte: Vec<u8>,
