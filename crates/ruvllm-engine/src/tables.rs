@@ -566,6 +566,37 @@ impl Accept {
     }
 }
 
+/// Per byte, which class of bytes it falls in by its moves in every [`plain`] state
+/// ([`NO_MOVE`]: not plain in any state). Computed once per process (256 x 18 moves: a
+/// few microseconds, which every table paid before).
+fn plain_moves() -> &'static [u8; 256] {
+    static MOVES: OnceLock<[u8; 256]> = OnceLock::new();
+    MOVES.get_or_init(|| {
+        let mut kinds: Vec<[u8; plain::STATES as usize]> = Vec::new();
+        let mut out = [NO_MOVE; 256];
+        for b in 0..=255u8 {
+            let mut moves = [plain::BAD; plain::STATES as usize];
+            for (p, m) in moves.iter_mut().enumerate() {
+                *m = plain::next(p as u8, b);
+            }
+            if moves.iter().all(|&m| m == plain::BAD) {
+                continue;
+            }
+            out[b as usize] = match kinds.iter().position(|k| *k == moves) {
+                Some(i) => i as u8,
+                None => {
+                    kinds.push(moves);
+                    (kinds.len() - 1) as u8
+                }
+            };
+        }
+        out
+    })
+}
+
+/// See [`plain_moves`].
+const NO_MOVE: u8 = u8::MAX;
+
 /// How deep a lexeme stays alive on plain text: for a DFA state `s` and a
 /// [`plain`] state `p`, the largest `d` such that every plain continuation of at most `d`
 /// bytes from `p` keeps the DFA alive and non-accepting from `s` (`usize::MAX` when that
@@ -587,13 +618,10 @@ impl<'a> PlainReach<'a> {
         let mut reps: Vec<u8> = Vec::new();
         let mut last = None;
         for b in 0..=255u8 {
-            // The byte's move in every plain state: bytes that agree on it and on the DFA
-            // class behave alike everywhere in the search.
-            let mut moves = [plain::BAD; plain::STATES as usize];
-            for (p, m) in moves.iter_mut().enumerate() {
-                *m = plain::next(p as u8, b);
-            }
-            if moves.iter().all(|&m| m == plain::BAD) {
+            // Bytes that agree on their moves in every plain state and on the DFA class
+            // behave alike everywhere in the search.
+            let moves = plain_moves()[b as usize];
+            if moves == NO_MOVE {
                 continue;
             }
             let cell = Some((dfa.class_of(b), moves));
