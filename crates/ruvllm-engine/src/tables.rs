@@ -427,6 +427,11 @@ fn mix(h: u64, v: u64) -> u64 {
     (h ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29)
 }
 
+/// The least plain-safe depth of a table's state for which its accept set starts from the
+/// plain tokens of that length (below it, few tokens are that short and the walk visits
+/// nearly every node anyway).
+const MIN_SEED: usize = 8;
+
 /// One pruned walk of the trie from DFA state `s0`.
 ///
 /// A subtree whose nodes are all plain string text (see [`crate::vocab::plain`]) is taken
@@ -434,9 +439,10 @@ fn mix(h: u64, v: u64) -> u64 {
 /// every plain text as deep as the subtree (checked once per state by [`PlainReach`]):
 /// every token in it is then in `accept`, none is uncertain or final. Inside a JSON
 /// string this skips most of the vocabulary. When that holds from `s0` itself for every
-/// text as long as the longest token, the accept set starts as the trie's bitmap of all
-/// plain tokens (a copy, instead of setting some 120,000 bits one by one) and the walk
-/// only visits the paths to tokens that are not plain. Of the two plain languages, the
+/// text of `r` bytes (`r` ≥ [`MIN_SEED`]; inside an unbounded string, as long as the
+/// longest token), the accept set starts as the trie's bitmap of the plain tokens of at
+/// most `r` bytes (a copy, instead of setting some 120,000 bits one by one) and the walk
+/// only visits the paths to tokens that are not plain or longer than `r`. Of the two plain languages, the
 /// one without U+2028 and U+2029 is used when only it holds (a pattern's `.`).
 /// `skip_plain` off gives the plain walk, which the tests compare against; `reach` may
 /// hold the searches of earlier tables of the DFA.
@@ -449,20 +455,31 @@ fn compute_with(
     reach: &mut PlainReach,
 ) -> StateTokens {
     let depth = trie.max_depth();
-    // The plain language of the shortcut, and whether every token in it is accepted.
-    let (lang, seeded) = if !skip_plain {
-        (0, false)
+    // The plain language of the shortcut, and how deep `s0` is safe on it: every plain
+    // token of at most `seed` bytes is accepted (0: no seed).
+    let (lang, seed) = if !skip_plain {
+        (0, 0)
     } else {
         let r0 = reach.safe_depth(s0, plain::STARTS[0]);
-        if r0 >= depth {
-            (0, true)
+        let (lang, r) = if r0 >= depth {
+            (0, r0)
         } else {
             let r1 = reach.safe_depth(s0, plain::STARTS[1]);
-            (usize::from(r1 > r0), r1 >= depth)
-        }
+            if r1 > r0 {
+                (1, r1)
+            } else {
+                (0, r0)
+            }
+        };
+        let seed = if r >= MIN_SEED.min(depth) {
+            r.min(depth)
+        } else {
+            0
+        };
+        (lang, seed)
     };
-    let mut accept = if seeded {
-        let mut words = trie.plain_tokens(lang).to_vec();
+    let mut accept = if seed > 0 {
+        let mut words = trie.plain_tokens_upto(lang, seed).to_vec();
         words.resize(vocab_len.div_ceil(32), 0);
         Accept::Bits(words)
     } else {
@@ -479,10 +496,13 @@ fn compute_with(
         while c < end {
             let ce = trie.end(c);
             let b = trie.byte(c);
-            if seeded && trie.plain_state(lang, c) != plain::BAD {
-                // Plain: allowed, accepted, neither final nor exited (`s0` is safe on
-                // every plain text), and its tokens are in the seed already.
-                if trie.plain_depth(lang, c) == 0 {
+            if trie.depth(c) <= seed && trie.plain_state(lang, c) != plain::BAD {
+                // Plain and within the seed: allowed, accepted, neither final nor exited
+                // (`s0` is safe on plain text this long), its tokens in the seed already.
+                // Its subtree needs a visit only where it holds a token that is not
+                // plain or is longer than the seed.
+                let deepest = trie.plain_depth(lang, c);
+                if deepest == 0 || deepest > seed {
                     stack.push((c, dfa.next(s, b), exited));
                 }
             } else if allowed.contains(b) {
@@ -730,6 +750,7 @@ mod tests {
             format!("\"{u8dot}{{0,40}}\",?"),
             format!("\"{u8ch}*\""),
             format!("\"{u8ch}{{0,5}}\""),
+            format!("\"{u8ch}{{2,30}}\""),
             format!("\"{ch}*\""),
             format!("\"{ch}{{0,6}}\""),
             format!("\"{ch}{{3,9}}\",?"),
@@ -738,7 +759,8 @@ mod tests {
             format!("\"{ch}*\"[ ]*:[ ]*\"{ch}{{0,4}}\""),
         ];
         let trie = vocab.trie();
-        let mut seeded = [0usize; 2];
+        // Tables seeded with every plain token, per language; and with the short ones.
+        let (mut seeded, mut seeded_short) = ([0usize; 2], 0);
         for re in &res {
             let d = dfa(re);
             let mut skipped_any = false;
@@ -768,6 +790,8 @@ mod tests {
                     seeded[0] += 1;
                 } else if r1 >= trie.max_depth() {
                     seeded[1] += 1;
+                } else if r0.max(r1) >= MIN_SEED {
+                    seeded_short += 1;
                 }
             }
             // Only lexemes that allow every plain character can take the shortcut.
@@ -775,7 +799,10 @@ mod tests {
             assert_eq!(skipped_any, expect, "{re}: whether the shortcut applied");
         }
         // Both plain languages seeded a table somewhere.
-        assert!(seeded[0] > 0 && seeded[1] > 0, "{seeded:?}");
+        assert!(
+            seeded[0] > 0 && seeded[1] > 0 && seeded_short > 0,
+            "{seeded:?} {seeded_short}"
+        );
     }
 
     #[test]

@@ -269,6 +269,9 @@ pub struct TokenTrie {
     /// Per language: the bitmap (by token id, one bit per id of the vocabulary) of the
     /// tokens whose bytes are in it.
     plain_tokens: [Vec<u32>; 2],
+    /// Per language and length `d` below the longest token: the same bitmap for the
+    /// tokens of at most `d` bytes, built on first use (see [`TokenTrie::plain_tokens_upto`]).
+    plain_upto: [Vec<std::sync::OnceLock<Vec<u32>>>; 2],
 }
 
 /// Plain JSON string text as a byte automaton: characters that need no escape (no `"`,
@@ -367,6 +370,13 @@ impl TokenTrie {
             + self.pstate.iter().map(Vec::len).sum::<usize>()
             + self.plain_depth.iter().map(|v| v.len() * 2).sum::<usize>()
             + self.plain_tokens.iter().map(|v| v.len() * 4).sum::<usize>()
+            + self
+                .plain_upto
+                .iter()
+                .flatten()
+                .filter_map(|b| b.get())
+                .map(|v| v.len() * 4)
+                .sum::<usize>()
             + self.parent.len() * 4
     }
 
@@ -387,6 +397,7 @@ impl TokenTrie {
             pstate: plain::STARTS.map(|p| vec![p]),
             plain_depth: [Vec::new(), Vec::new()],
             plain_tokens: [Vec::new(), Vec::new()],
+            plain_upto: [Vec::new(), Vec::new()],
         };
         // Stack of open nodes: path[d] is the node at depth d (path[0] = root).
         let mut path: Vec<u32> = vec![0];
@@ -459,6 +470,7 @@ impl TokenTrie {
             }
             t.plain_depth[lang] = plain_depth;
             t.plain_tokens[lang] = bits;
+            t.plain_upto[lang] = (0..t.max_depth).map(|_| Default::default()).collect();
         }
         t
     }
@@ -477,11 +489,25 @@ impl TokenTrie {
         self.plain_depth[lang][n as usize] as usize
     }
 
-    /// The tokens whose bytes are in [`plain`] language `lang`, as a bitmap over the whole
-    /// vocabulary's ids (`ceil(vocabulary / 32)` words).
-    #[inline]
-    pub(crate) fn plain_tokens(&self, lang: usize) -> &[u32] {
-        &self.plain_tokens[lang]
+    /// The tokens of at most `d` bytes whose bytes are in [`plain`] language `lang`, as a
+    /// bitmap over the whole vocabulary's ids (`ceil(vocabulary / 32)` words). Cost: a
+    /// load for `d` at least the longest token, or once built; the first use of each
+    /// other `(lang, d)` scans the trie (one bitmap kept per pair).
+    pub(crate) fn plain_tokens_upto(&self, lang: usize, d: usize) -> &[u32] {
+        let Some(slot) = self.plain_upto[lang].get(d) else {
+            return &self.plain_tokens[lang];
+        };
+        slot.get_or_init(|| {
+            let mut bits = vec![0u32; self.plain_tokens[lang].len()];
+            for v in 1..self.byte.len() {
+                if self.depth[v] as usize <= d && self.pstate[lang][v] != plain::BAD {
+                    for &id in self.tokens_at(v as u32) {
+                        bits[(id >> 5) as usize] |= 1 << (id & 31);
+                    }
+                }
+            }
+            bits
+        })
     }
 
     /// The longest token, in bytes (the trie's depth).
