@@ -479,9 +479,7 @@ fn compute_with(
         (lang, seed)
     };
     let mut accept = if seed > 0 {
-        let mut words = trie.plain_tokens_upto(lang, seed).to_vec();
-        words.resize(vocab_len.div_ceil(32), 0);
-        Accept::Bits(words)
+        Accept::Bits(trie.plain_seed(lang, seed, vocab_len.div_ceil(32)))
     } else {
         Accept::new(vocab_len)
     };

@@ -269,9 +269,10 @@ pub struct TokenTrie {
     /// Per language: the bitmap (by token id, one bit per id of the vocabulary) of the
     /// tokens whose bytes are in it.
     plain_tokens: [Vec<u32>; 2],
-    /// Per language and length `d` below the longest token: the same bitmap for the
-    /// tokens of at most `d` bytes, built on first use (see [`TokenTrie::plain_tokens_upto`]).
-    plain_upto: [Vec<std::sync::OnceLock<Vec<u32>>>; 2],
+    /// Per language: the ids of its tokens, longest first, and for each length `d` how
+    /// many of them are longer than `d` (see [`TokenTrie::plain_seed`]).
+    plain_by_len: [Vec<u32>; 2],
+    plain_longer: [Vec<u32>; 2],
 }
 
 /// Plain JSON string text as a byte automaton: characters that need no escape (no `"`,
@@ -370,13 +371,8 @@ impl TokenTrie {
             + self.pstate.iter().map(Vec::len).sum::<usize>()
             + self.plain_depth.iter().map(|v| v.len() * 2).sum::<usize>()
             + self.plain_tokens.iter().map(|v| v.len() * 4).sum::<usize>()
-            + self
-                .plain_upto
-                .iter()
-                .flatten()
-                .filter_map(|b| b.get())
-                .map(|v| v.len() * 4)
-                .sum::<usize>()
+            + self.plain_by_len.iter().map(|v| v.len() * 4).sum::<usize>()
+            + self.plain_longer.iter().map(|v| v.len() * 4).sum::<usize>()
             + self.parent.len() * 4
     }
 
@@ -397,7 +393,8 @@ impl TokenTrie {
             pstate: plain::STARTS.map(|p| vec![p]),
             plain_depth: [Vec::new(), Vec::new()],
             plain_tokens: [Vec::new(), Vec::new()],
-            plain_upto: [Vec::new(), Vec::new()],
+            plain_by_len: [Vec::new(), Vec::new()],
+            plain_longer: [Vec::new(), Vec::new()],
         };
         // Stack of open nodes: path[d] is the node at depth d (path[0] = root).
         let mut path: Vec<u32> = vec![0];
@@ -470,7 +467,19 @@ impl TokenTrie {
             }
             t.plain_depth[lang] = plain_depth;
             t.plain_tokens[lang] = bits;
-            t.plain_upto[lang] = (0..t.max_depth).map(|_| Default::default()).collect();
+            let mut by_len: Vec<(u16, u32)> = Vec::new();
+            for (v, &p) in pstate.iter().enumerate().skip(1) {
+                if p != plain::BAD {
+                    for &id in &t.toks[t.tok_start[v] as usize..t.tok_start[v + 1] as usize] {
+                        by_len.push((t.depth[v], id));
+                    }
+                }
+            }
+            by_len.sort_unstable_by(|a, b| b.cmp(a));
+            t.plain_longer[lang] = (0..=t.max_depth)
+                .map(|d| by_len.partition_point(|&(len, _)| len as usize > d) as u32)
+                .collect();
+            t.plain_by_len[lang] = by_len.into_iter().map(|(_, id)| id).collect();
         }
         t
     }
@@ -490,24 +499,17 @@ impl TokenTrie {
     }
 
     /// The tokens of at most `d` bytes whose bytes are in [`plain`] language `lang`, as a
-    /// bitmap over the whole vocabulary's ids (`ceil(vocabulary / 32)` words). Cost: a
-    /// load for `d` at least the longest token, or once built; the first use of each
-    /// other `(lang, d)` scans the trie (one bitmap kept per pair).
-    pub(crate) fn plain_tokens_upto(&self, lang: usize, d: usize) -> &[u32] {
-        let Some(slot) = self.plain_upto[lang].get(d) else {
-            return &self.plain_tokens[lang];
-        };
-        slot.get_or_init(|| {
-            let mut bits = vec![0u32; self.plain_tokens[lang].len()];
-            for v in 1..self.byte.len() {
-                if self.depth[v] as usize <= d && self.pstate[lang][v] != plain::BAD {
-                    for &id in self.tokens_at(v as u32) {
-                        bits[(id >> 5) as usize] |= 1 << (id & 31);
-                    }
-                }
-            }
-            bits
-        })
+    /// bitmap of `words` words over the vocabulary's ids. Cost: a copy of the bitmap of
+    /// all plain tokens, then one bit cleared per plain token longer than `d` (a few
+    /// thousand for `d` of 8 or more).
+    pub(crate) fn plain_seed(&self, lang: usize, d: usize, words: usize) -> Vec<u32> {
+        let mut bits = self.plain_tokens[lang].clone();
+        let longer = self.plain_longer[lang].get(d).map_or(0, |&n| n as usize);
+        for &id in &self.plain_by_len[lang][..longer] {
+            bits[(id >> 5) as usize] &= !(1 << (id & 31));
+        }
+        bits.resize(words, 0);
+        bits
     }
 
     /// The longest token, in bytes (the trie's depth).
