@@ -500,8 +500,9 @@ impl TokenTrie {
 
     /// The tokens of at most `d` bytes whose bytes are in [`plain`] language `lang`, as a
     /// bitmap of `words` words over the vocabulary's ids. Cost: a copy of the bitmap of
-    /// all plain tokens, then one bit cleared per plain token longer than `d` (a few
-    /// thousand for `d` of 8 or more).
+    /// all plain tokens, then one bit cleared per plain token longer than `d` (Llama 3.1
+    /// has at most 27,000 tokens longer than 8 bytes, 5,000 longer than 12, 200 longer
+    /// than 40).
     pub(crate) fn plain_seed(&self, lang: usize, d: usize, words: usize) -> Vec<u32> {
         let mut bits = self.plain_tokens[lang].clone();
         let longer = self.plain_longer[lang].get(d).map_or(0, |&n| n as usize);
