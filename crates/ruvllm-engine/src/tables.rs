@@ -117,14 +117,17 @@ struct Hot {
     state: u32,
     table: Arc<StateTokens>,
     /// [`signature`] of the state over [`SIGNATURE_ROUNDS`] bytes (or the vocabulary's
-    /// longest token, if shorter).
-    signature: u64,
+    /// longest token, if shorter); `None` when it gave up.
+    signature: Option<u64>,
 }
 
 /// Bytes covered by the signatures that refute table sharing before the bounded
 /// bisimulation runs. On the 114-file MaskBench sample, 7,147 of the 7,604 refutations
 /// that got past the first byte came within 3 bytes and 7,309 within 5.
 const SIGNATURE_ROUNDS: usize = 3;
+
+/// Distinct (state, remaining rounds) one [`signature`] may visit before giving up.
+const MAX_SIGNATURE_STATES: usize = 2048;
 
 /// Lexemes listed in one lexeme's `gave_up`, at most (dropped ones are pruned first).
 const MAX_GAVE_UP: usize = 32;
@@ -247,8 +250,10 @@ impl Tables {
                 continue;
             }
             let mine = *sig.get_or_insert_with(|| signature(lexeme, state, rounds));
-            if mine != h.signature {
-                continue;
+            if let (Some(a), Some(b)) = (mine, h.signature) {
+                if a != b {
+                    continue;
+                }
             }
             let mut gave_up = self.gave_up.lock().unwrap_or_else(|e| e.into_inner());
             if gave_up
@@ -383,8 +388,11 @@ fn equivalent_within(a: &Dfa, s: u32, b: &Dfa, t: u32, depth: usize) -> Option<b
 /// each is accepted and which bytes may follow it. States that agree on all of them (in
 /// any two DFAs, whatever their byte classes) get equal hashes, so unequal hashes prove a
 /// difference within `rounds` bytes; equal hashes prove nothing. Cost: one step per byte
-/// class for each distinct (state, remaining rounds) met, memoized.
-pub(crate) fn signature(dfa: &Dfa, s: u32, rounds: usize) -> u64 {
+/// class for each distinct (state, remaining rounds) met, memoized; `None` (no
+/// signature: the pair is then left to the bounded bisimulation) past
+/// [`MAX_SIGNATURE_STATES`] of them, so that a DFA whose states fan out widely within a
+/// few bytes cannot make it slow.
+pub(crate) fn signature(dfa: &Dfa, s: u32, rounds: usize) -> Option<u64> {
     // Each byte class is an interval: one byte per run of equal classes stands for it.
     let mut runs: Vec<u8> = Vec::with_capacity(64);
     for b in 0..=255u8 {
@@ -392,9 +400,18 @@ pub(crate) fn signature(dfa: &Dfa, s: u32, rounds: usize) -> u64 {
             runs.push(b);
         }
     }
-    fn go(dfa: &Dfa, runs: &[u8], s: u32, r: usize, memo: &mut FastMap<(u32, usize), u64>) -> u64 {
+    fn go(
+        dfa: &Dfa,
+        runs: &[u8],
+        s: u32,
+        r: usize,
+        memo: &mut FastMap<(u32, usize), u64>,
+    ) -> Option<u64> {
         if let Some(&h) = memo.get(&(s, r)) {
-            return h;
+            return Some(h);
+        }
+        if memo.len() >= MAX_SIGNATURE_STATES {
+            return None;
         }
         let allowed = *dfa.allowed(s);
         let mut h = mix(0x51_7cc1_b727_220a, dfa.accepting(s) as u64);
@@ -409,7 +426,7 @@ pub(crate) fn signature(dfa: &Dfa, s: u32, rounds: usize) -> u64 {
                 if !allowed.contains(b) {
                     continue;
                 }
-                let child = go(dfa, runs, dfa.next(s, b), r - 1, memo);
+                let child = go(dfa, runs, dfa.next(s, b), r - 1, memo)?;
                 if last != Some(child) {
                     h = mix(mix(h, b as u64), child);
                 }
@@ -417,7 +434,7 @@ pub(crate) fn signature(dfa: &Dfa, s: u32, rounds: usize) -> u64 {
             }
         }
         memo.insert((s, r), h);
-        h
+        Some(h)
     }
     go(dfa, &runs, s, rounds, &mut FastMap::default())
 }
@@ -865,5 +882,37 @@ mod tests {
             }
         }
         assert!(pairs[0] > 1000 && pairs[1] > 100, "{pairs:?}");
+    }
+
+    /// A DFA whose states fan out to 4,096 distinct states within 3 bytes: the signature
+    /// gives up (the sharing check then runs the capped bisimulation) instead of visiting
+    /// them all, and a shallower one still answers.
+    #[test]
+    fn signatures_give_up_on_wide_fan_out() {
+        let letters: Vec<char> = ('a'..='p').collect();
+        // 64 distinct tail characters: every word gets its own two-character tail.
+        let tails: Vec<char> = ('0'..='9')
+            .chain('A'..='Z')
+            .chain('a'..='z')
+            .chain(['_', '~'])
+            .collect();
+        let mut words = Vec::new();
+        for (i, x) in letters.iter().enumerate() {
+            for (j, y) in letters.iter().enumerate() {
+                for (k, z) in letters.iter().enumerate() {
+                    let n = i * 256 + j * 16 + k;
+                    words.push(format!("{x}{y}{z}{}{}", tails[n % 64], tails[n / 64]));
+                }
+            }
+        }
+        let hir = regex_syntax::ParserBuilder::new()
+            .unicode(false)
+            .build()
+            .parse(&words.join("|"))
+            .unwrap();
+        let d = Dfa::build(&hir, 20_000, 1 << 28).unwrap();
+        assert!(d.num_states() > 8000);
+        assert_eq!(signature(&d, d.start(), 3), None);
+        assert!(signature(&d, d.start(), 1).is_some());
     }
 }
