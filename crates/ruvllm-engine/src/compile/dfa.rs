@@ -18,6 +18,7 @@
 use regex_automata::nfa::thompson;
 use regex_syntax::hir::Hir;
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -111,16 +112,28 @@ impl Dfa {
         max_bytes: usize,
         deadline: Option<std::time::Instant>,
     ) -> Result<Dfa, DfaError> {
-        let nfa = thompson::Compiler::new()
-            .configure(
-                thompson::Config::new()
-                    .utf8(false)
-                    .shrink(false)
-                    .which_captures(thompson::WhichCaptures::None)
-                    .nfa_size_limit(Some(max_bytes)),
-            )
-            .build_from_hir(hir)
-            .map_err(|_| DfaError::TooBig { cost: max_states })?;
+        let config = thompson::Config::new()
+            .utf8(false)
+            .shrink(false)
+            .which_captures(thompson::WhichCaptures::None)
+            .nfa_size_limit(Some(max_bytes));
+        // One Thompson compiler per thread, reused: a fresh one allocates and zeroes its
+        // UTF-8 suffix caches (10,000 entries, about 400 KiB) for every lexeme, which was
+        // a tenth of compile time; a reused one invalidates them by bumping a version.
+        thread_local! {
+            static NFA_COMPILER: RefCell<thompson::Compiler> = RefCell::new(thompson::Compiler::new());
+        }
+        let nfa = NFA_COMPILER
+            .with(|c| {
+                let built = match c.try_borrow_mut() {
+                    Ok(mut c) => c.configure(config.clone()).build_from_hir(hir),
+                    Err(_) => thompson::Compiler::new()
+                        .configure(config.clone())
+                        .build_from_hir(hir),
+                };
+                built.ok()
+            })
+            .ok_or(DfaError::TooBig { cost: max_states })?;
         // Determinization costs about (DFA states) x (NFA states per DFA state); the
         // second factor is what the set budget bounds (the NFA-state sets kept per DFA
         // state, and the memoized closures). A memory limit alone let a large NFA with big

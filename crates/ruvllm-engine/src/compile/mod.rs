@@ -814,17 +814,19 @@ impl<'a> Lowerer<'a> {
                 self.dfa_spent += d.num_states();
                 let l = self.lexemes.len() as u32;
                 self.lexemes.push(d);
-                // Control characters escaped, so diagnostics stay on one line.
-                let mut name: String = key
-                    .chars()
-                    .flat_map(|c| {
-                        if c.is_control() {
-                            c.escape_default().collect::<Vec<_>>()
-                        } else {
-                            vec![c]
-                        }
-                    })
-                    .collect();
+                // Control characters escaped, so diagnostics stay on one line (only the
+                // first 61 bytes are needed to name it).
+                let mut name = String::new();
+                for c in key.chars() {
+                    if name.len() > 60 {
+                        break;
+                    }
+                    if c.is_control() {
+                        name.extend(c.escape_default());
+                    } else {
+                        name.push(c);
+                    }
+                }
                 if name.len() > 60 {
                     let mut cut = 57;
                     while !name.is_char_boundary(cut) {

@@ -91,6 +91,37 @@ impl Hasher for Fx {
 
 type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<Fx>>;
 
+/// The ε-closures of transition targets met so far, in one pool, with the scratch space
+/// of the search that computes them.
+struct Closures {
+    off: Vec<u32>,
+    len: Vec<u32>,
+    pool: Vec<u32>,
+    mark: Vec<u32>,
+    epoch: u32,
+    todo: Vec<u32>,
+}
+
+/// Calls `f` with each successor of NFA state `st` (byte transitions and ε-edges).
+fn successors(st: &State, mut f: impl FnMut(usize)) {
+    match st {
+        State::ByteRange { trans } => f(trans.next.as_usize()),
+        State::Sparse(s) => s.transitions.iter().for_each(|t| f(t.next.as_usize())),
+        State::Dense(d) => d
+            .transitions
+            .iter()
+            .filter(|t| t.as_usize() != 0)
+            .for_each(|t| f(t.as_usize())),
+        State::Union { alternates } => alternates.iter().for_each(|t| f(t.as_usize())),
+        State::BinaryUnion { alt1, alt2 } => {
+            f(alt1.as_usize());
+            f(alt2.as_usize());
+        }
+        State::Capture { next, .. } | State::Look { next, .. } => f(next.as_usize()),
+        State::Fail | State::Match { .. } => {}
+    }
+}
+
 /// Determinizes `nfa` from its anchored start. Cost: O(DFA states × (members + classes))
 /// plus the closures, within the three budgets and, when given, until `deadline`.
 pub(crate) fn determinize(
@@ -123,30 +154,24 @@ pub(crate) fn determinize(
     // padded to a power of two): the table budget keeps its meaning.
     let row_bytes = (stride + 1).next_power_of_two() * 4;
 
-    // Co-reachability: NFA states from which a match can be reached.
-    let mut rev: Vec<Vec<u32>> = vec![Vec::new(); n];
-    let mut edge = |from: usize, to: usize| rev[to].push(from as u32);
-    for (i, st) in states.iter().enumerate() {
-        match st {
-            State::ByteRange { trans } => edge(i, trans.next.as_usize()),
-            State::Sparse(s) => s
-                .transitions
-                .iter()
-                .for_each(|t| edge(i, t.next.as_usize())),
-            State::Dense(d) => d
-                .transitions
-                .iter()
-                .filter(|t| t.as_usize() != 0)
-                .for_each(|t| edge(i, t.as_usize())),
-            State::Union { alternates } => alternates.iter().for_each(|t| edge(i, t.as_usize())),
-            State::BinaryUnion { alt1, alt2 } => {
-                edge(i, alt1.as_usize());
-                edge(i, alt2.as_usize());
-            }
-            State::Capture { next, .. } | State::Look { next, .. } => edge(i, next.as_usize()),
-            State::Fail | State::Match { .. } => {}
-        }
+    // Co-reachability: NFA states from which a match can be reached, over the reverse
+    // graph in compressed rows (one allocation, not one vector per NFA state).
+    let mut rev_off = vec![0u32; n + 1];
+    for st in states.iter() {
+        successors(st, |to| rev_off[to + 1] += 1);
     }
+    for i in 0..n {
+        rev_off[i + 1] += rev_off[i];
+    }
+    let mut rev = vec![0u32; rev_off[n] as usize];
+    let mut fill = rev_off.clone();
+    for (i, st) in states.iter().enumerate() {
+        successors(st, |to| {
+            rev[fill[to] as usize] = i as u32;
+            fill[to] += 1;
+        });
+    }
+    drop(fill);
     let mut alive = vec![false; n];
     let mut stack: Vec<u32> = (0..n as u32)
         .filter(|&i| matches!(states[i as usize], State::Match { .. }))
@@ -155,7 +180,7 @@ pub(crate) fn determinize(
         alive[s as usize] = true;
     }
     while let Some(s) = stack.pop() {
-        for &p in &rev[s as usize] {
+        for &p in &rev[rev_off[s as usize] as usize..rev_off[s as usize + 1] as usize] {
             if !alive[p as usize] {
                 alive[p as usize] = true;
                 stack.push(p);
@@ -163,67 +188,89 @@ pub(crate) fn determinize(
         }
     }
     drop(rev);
+    drop(rev_off);
 
     let mut used_bytes = 0usize;
-    // ε-closures of transition targets: the live states that read a byte or match.
-    let mut closures: Vec<Option<Box<[u32]>>> = vec![None; n];
-    let mut cmark = vec![0u32; n];
-    let mut cepoch = 0u32;
-    let mut close =
-        |t: usize, closures: &mut Vec<Option<Box<[u32]>>>, used: &mut usize| -> Result<(), Stop> {
-            if closures[t].is_some() {
-                return Ok(());
+    // ε-closures of transition targets: the live states that read a byte or match, kept
+    // sorted in one pool (`cl_off[t]` is `NONE` until target `t` is closed).
+    const NONE: u32 = u32::MAX;
+    let mut cl = Closures {
+        off: vec![NONE; n],
+        len: vec![0; n],
+        pool: Vec::new(),
+        mark: vec![0; n],
+        epoch: 0,
+        todo: Vec::new(),
+    };
+    let close = |t: usize, cl: &mut Closures, used: &mut usize| -> Result<(), Stop> {
+        if cl.off[t] != NONE {
+            return Ok(());
+        }
+        cl.epoch += 1;
+        let from = cl.pool.len();
+        cl.todo.clear();
+        cl.todo.push(t as u32);
+        while let Some(s) = cl.todo.pop() {
+            let s = s as usize;
+            if cl.mark[s] == cl.epoch || !alive[s] {
+                continue;
             }
-            cepoch += 1;
-            let mut out = Vec::new();
-            let mut todo = vec![t as u32];
-            while let Some(s) = todo.pop() {
-                let s = s as usize;
-                if cmark[s] == cepoch || !alive[s] {
-                    continue;
+            cl.mark[s] = cl.epoch;
+            match &states[s] {
+                State::ByteRange { .. }
+                | State::Sparse(_)
+                | State::Dense(_)
+                | State::Match { .. } => cl.pool.push(s as u32),
+                // Reverse order so that the first alternative is explored first (the
+                // order does not matter to the set; this keeps the stack shallow).
+                State::Union { alternates } => {
+                    cl.todo.extend(alternates.iter().rev().map(|x| x.as_u32()))
                 }
-                cmark[s] = cepoch;
-                match &states[s] {
-                    State::ByteRange { .. }
-                    | State::Sparse(_)
-                    | State::Dense(_)
-                    | State::Match { .. } => out.push(s as u32),
-                    // Reverse order so that the first alternative is explored first (the
-                    // order does not matter to the set; this keeps the stack shallow).
-                    State::Union { alternates } => {
-                        todo.extend(alternates.iter().rev().map(|x| x.as_u32()))
-                    }
-                    State::BinaryUnion { alt1, alt2 } => {
-                        todo.push(alt2.as_u32());
-                        todo.push(alt1.as_u32());
-                    }
-                    State::Capture { next, .. } => todo.push(next.as_u32()),
-                    State::Look { .. } | State::Fail => {}
+                State::BinaryUnion { alt1, alt2 } => {
+                    cl.todo.push(alt2.as_u32());
+                    cl.todo.push(alt1.as_u32());
                 }
+                State::Capture { next, .. } => cl.todo.push(next.as_u32()),
+                State::Look { .. } | State::Fail => {}
             }
-            out.sort_unstable();
-            *used += out.len() * 4 + 8;
-            if *used > set_bytes {
-                return Err(Stop::Memory);
-            }
-            closures[t] = Some(out.into_boxed_slice());
-            Ok(())
-        };
+        }
+        cl.pool[from..].sort_unstable();
+        let len = cl.pool.len() - from;
+        *used += len * 4 + 8;
+        if *used > set_bytes {
+            return Err(Stop::Memory);
+        }
+        cl.off[t] = from as u32;
+        cl.len[t] = len as u32;
+        Ok(())
+    };
 
+    // The DFA states' NFA-state sets, in id order in one pool: set `i` is
+    // `set_pool[set_off[i]..set_off[i + 1]]` (state 0, dead, is the empty set). `heads`
+    // maps a set's hash to the newest state with that hash, `chain` to the one before.
     let start_nfa = nfa.start_anchored().as_usize();
-    close(start_nfa, &mut closures, &mut used_bytes)?;
-    let start_set: Box<[u32]> = closures[start_nfa].clone().unwrap_or_default();
-
-    let mut sets: Vec<Box<[u32]>> = vec![Box::default()];
-    let mut map: FxMap<Box<[u32]>, u32> = FxMap::default();
+    close(start_nfa, &mut cl, &mut used_bytes)?;
+    let mut set_pool: Vec<u32> = Vec::new();
+    let mut set_off: Vec<u32> = vec![0, 0];
+    let mut heads: FxMap<u64, u32> = FxMap::default();
+    let mut chain: Vec<u32> = vec![0];
     let mut trans: Vec<u32> = vec![0; stride];
     let mut accepting = vec![false];
-    let start = if start_set.is_empty() {
+    let hash = |set: &[u32]| {
+        let mut h = Fx::default();
+        set.iter().for_each(|&x| h.write_u32(x));
+        h.finish()
+    };
+    let start_len = cl.len[start_nfa] as usize;
+    let start = if start_len == 0 {
         0
     } else {
-        used_bytes += start_set.len() * 4 + 8;
-        map.insert(start_set.clone(), 1);
-        sets.push(start_set);
+        let o = cl.off[start_nfa] as usize;
+        set_pool.extend_from_slice(&cl.pool[o..o + start_len]);
+        used_bytes += start_len * 4 + 8;
+        set_off.push(set_pool.len() as u32);
+        heads.insert(hash(&set_pool), 1);
+        chain.push(0);
         trans.resize(2 * stride, 0);
         accepting.push(false);
         1
@@ -231,12 +278,14 @@ pub(crate) fn determinize(
 
     // Per class: the transition targets of the current state's members.
     let mut buckets: Vec<Vec<u32>> = vec![Vec::new(); stride];
+    let mut members: Vec<u32> = Vec::new();
     let mut set: Vec<u32> = Vec::new();
     let mut mark = vec![0u32; n];
     let mut epoch = 0u32;
     let mut i = 1;
-    while i < sets.len() {
-        let members = std::mem::take(&mut sets[i]);
+    while i < accepting.len() {
+        members.clear();
+        members.extend_from_slice(&set_pool[set_off[i] as usize..set_off[i + 1] as usize]);
         for b in buckets.iter_mut() {
             b.clear();
         }
@@ -288,8 +337,9 @@ pub(crate) fn determinize(
             set.clear();
             for &t in buckets[c].iter() {
                 let t = t as usize;
-                close(t, &mut closures, &mut used_bytes)?;
-                for &s in closures[t].as_deref().unwrap_or_default() {
+                close(t, &mut cl, &mut used_bytes)?;
+                let o = cl.off[t] as usize;
+                for &s in &cl.pool[o..o + cl.len[t] as usize] {
                     if mark[s as usize] != epoch {
                         mark[s as usize] = epoch;
                         set.push(s);
@@ -300,35 +350,42 @@ pub(crate) fn determinize(
                 0
             } else {
                 set.sort_unstable();
-                match map.get(set.as_slice()) {
-                    Some(&id) => id,
-                    None => {
-                        if sets.len() > max_states {
-                            return Err(Stop::States);
-                        }
-                        used_bytes += set.len() * 4 + 8;
-                        if used_bytes > set_bytes || sets.len() * row_bytes > table_bytes {
-                            return Err(Stop::Memory);
-                        }
-                        if sets.len().is_multiple_of(DEADLINE_EVERY)
-                            && deadline.is_some_and(|d| std::time::Instant::now() > d)
-                        {
-                            return Err(Stop::Time);
-                        }
-                        let id = sets.len() as u32;
-                        let boxed: Box<[u32]> = set.as_slice().into();
-                        map.insert(boxed.clone(), id);
-                        sets.push(boxed);
-                        trans.resize(trans.len() + stride, 0);
-                        accepting.push(false);
-                        id
+                let h = hash(&set);
+                let mut found = heads.get(&h).copied().unwrap_or(0);
+                while found != 0 {
+                    let f = found as usize;
+                    if set_pool[set_off[f] as usize..set_off[f + 1] as usize] == set[..] {
+                        break;
                     }
+                    found = chain[f];
+                }
+                if found != 0 {
+                    found
+                } else {
+                    let id = accepting.len();
+                    if id > max_states {
+                        return Err(Stop::States);
+                    }
+                    used_bytes += set.len() * 4 + 8;
+                    if used_bytes > set_bytes || id * row_bytes > table_bytes {
+                        return Err(Stop::Memory);
+                    }
+                    if id.is_multiple_of(DEADLINE_EVERY)
+                        && deadline.is_some_and(|d| std::time::Instant::now() > d)
+                    {
+                        return Err(Stop::Time);
+                    }
+                    set_pool.extend_from_slice(&set);
+                    set_off.push(set_pool.len() as u32);
+                    chain.push(heads.insert(h, id as u32).unwrap_or(0));
+                    trans.resize(trans.len() + stride, 0);
+                    accepting.push(false);
+                    id as u32
                 }
             };
             trans[i * stride + c] = id;
             prev = Some((c, id));
         }
-        sets[i] = members;
         i += 1;
     }
     Ok(Subset {
