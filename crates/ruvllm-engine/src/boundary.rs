@@ -84,7 +84,12 @@ impl WalkMemo {
                 || self.next.len() >= MAX_EDGES
                 || self.nodes as usize >= MAX_EDGES)
         {
-            *self = WalkMemo::default();
+            // Emptied in place: the tables keep their capacity, so a memo that filled once
+            // does not grow (rehashing at every doubling) again after each clear.
+            self.cores.clear();
+            self.next.clear();
+            self.nodes = 0;
+            self.hi = 0;
         }
         p.reset_low_water();
     }

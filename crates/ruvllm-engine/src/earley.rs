@@ -57,8 +57,12 @@ pub(crate) type FastSet<K> = HashSet<K, BuildHasherDefault<ItemHasher>>;
 #[derive(Default)]
 pub(crate) struct ItemHasher(u64);
 impl Hasher for ItemHasher {
+    /// The state rotated so that its well-mixed high bits come first: a multiply
+    /// spreads a key's low bits upward only, and the table indexes buckets by the low
+    /// bits, so without the rotation keys that differ only above bit 14 (boundary-walk
+    /// transitions of nodes 64 apart, with the same byte) shared a bucket position.
     fn finish(&self) -> u64 {
-        self.0
+        self.0.rotate_left(26)
     }
     fn write(&mut self, bytes: &[u8]) {
         for &b in bytes {

@@ -65,9 +65,11 @@ pub(crate) struct Subset {
 struct Fx(u64);
 
 impl Hasher for Fx {
+    /// Rotated so that the well-mixed high bits index the table (see the parser's
+    /// `ItemHasher`).
     #[inline]
     fn finish(&self) -> u64 {
-        self.0
+        self.0.rotate_left(26)
     }
     #[inline]
     fn write(&mut self, bytes: &[u8]) {
