@@ -120,6 +120,9 @@ impl Dfa {
         // One Thompson compiler per thread, reused: a fresh one allocates and zeroes its
         // UTF-8 suffix caches (10,000 entries, about 400 KiB) for every lexeme, which was
         // a tenth of compile time; a reused one invalidates them by bumping a version.
+        // regex-automata clears its builder at each build, so reuse gives the same NFA.
+        // Memory: a thread keeps the caches and the capacity of its largest NFA so far,
+        // which `nfa_size_limit` bounds by `max_bytes`.
         thread_local! {
             static NFA_COMPILER: RefCell<thompson::Compiler> = RefCell::new(thompson::Compiler::new());
         }

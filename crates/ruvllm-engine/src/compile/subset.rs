@@ -239,7 +239,8 @@ pub(crate) fn determinize(
         cl.pool[from..].sort_unstable();
         let len = cl.pool.len() - from;
         *used += len * 4 + 8;
-        if *used > set_bytes {
+        // The pools are indexed by `u32` (16 GiB of sets, past any sane `set_bytes`).
+        if *used > set_bytes || cl.pool.len() >= u32::MAX as usize {
             return Err(Stop::Memory);
         }
         cl.off[t] = from as u32;
@@ -369,7 +370,10 @@ pub(crate) fn determinize(
                         return Err(Stop::States);
                     }
                     used_bytes += set.len() * 4 + 8;
-                    if used_bytes > set_bytes || id * row_bytes > table_bytes {
+                    if used_bytes > set_bytes
+                        || id * row_bytes > table_bytes
+                        || set_pool.len() + set.len() >= u32::MAX as usize
+                    {
                         return Err(Stop::Memory);
                     }
                     if id.is_multiple_of(DEADLINE_EVERY)
