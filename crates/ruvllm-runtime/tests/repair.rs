@@ -19,6 +19,11 @@ fn corpus() -> Vec<(&'static str, Value, Option<Repair>)> {
         ("{\"\":\"```\"}", json!({"": "```"}), None),
         ("```json\n{\"code\": \"```py\\nx\\n```\"}\n```", json!({"code": "```py\nx\n```"}), Some(CodeFence)),
         ("{\"a\": \"```\"} trailing", json!({"a": "```"}), Some(SurroundingText)),
+        // A fence in a single-quoted string: the text begins with the value that holds it.
+        ("{'a': '```'}", json!({"a": "```"}), Some(SingleQuotes)),
+        ("[{'code': '```py\nx\n```'}] done", json!([{"code": "```py\nx\n```"}]), Some(SingleQuotes)),
+        // A value before a fenced block does not hold its fence: the block is the answer.
+        ("{\"a\": 1}\n```json\n{\"b\": 2}\n```", json!({"b": 2}), Some(CodeFence)),
         ("Sure! {\"ok\": true} Hope this helps.", json!({"ok": true}), Some(SurroundingText)),
         ("The answer is: [1, 2, 3].", json!([1, 2, 3]), Some(SurroundingText)),
         ("Note {this} is prose. {\"x\": 2}", json!({"x": 2}), Some(SurroundingText)),

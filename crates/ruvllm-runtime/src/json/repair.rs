@@ -99,6 +99,19 @@ pub fn repair_json(text: &str) -> Result<(Value, Vec<Repair>), RepairError> {
             return Ok((v, Vec::new()));
         }
     }
+    // A text that begins with a value is read as that value when the value holds the
+    // first fence: the fence is then inside one of its strings (a single-quoted one, which
+    // the fence scan cannot tell from an apostrophe in prose: `{'a': '```'}`).
+    let lead = text.len() - text.trim_start().len();
+    if text[lead..].starts_with(['{', '[']) {
+        if let Some(&fence) = fences(text).first().filter(|&&f| f > lead) {
+            match read_at(text, lead, &[]) {
+                Ok((v, repairs, end)) if end > fence => return Ok((v, repairs)),
+                Err(Stop::Deep(at)) => return Err(RepairError::TooDeep { at }),
+                _ => {}
+            }
+        }
+    }
     let mut repairs = Vec::new();
     let region = match strip_fence(text) {
         Some(r) => {
@@ -119,31 +132,8 @@ pub fn repair_json(text: &str) -> Result<(Value, Vec<Repair>), RepairError> {
             .take(MAX_STARTS),
     );
     for start in starts {
-        let mut r = Reader {
-            s: region.as_bytes(),
-            text: region,
-            i: start,
-            repairs: Vec::new(),
-        };
-        match r.value(0) {
-            Ok(v) => {
-                r.skip_space();
-                let mut out = repairs.clone();
-                if !region[..start].trim().is_empty() || r.i < region.len() {
-                    out.push(Repair::SurroundingText);
-                }
-                out.extend(r.repairs);
-                let mut seen = Vec::new();
-                out.retain(|x| {
-                    if seen.contains(x) {
-                        false
-                    } else {
-                        seen.push(*x);
-                        true
-                    }
-                });
-                return Ok((v, out));
-            }
+        match read_at(region, start, &repairs) {
+            Ok((v, out, _)) => return Ok((v, out)),
             Err(Stop::Deep(at)) => return Err(RepairError::TooDeep { at }),
             Err(Stop::Bad(msg)) => {
                 if last_err.is_none() {
@@ -158,6 +148,39 @@ pub fn repair_json(text: &str) -> Result<(Value, Vec<Repair>), RepairError> {
         }
     }
     Err(RepairError::NoJson { detail: last_err })
+}
+
+/// Reads one value of `region` from byte `start`: the value, the fixes (`before`, then
+/// surrounding text if any, then the reader's own, each once) and where the value ends.
+fn read_at(
+    region: &str,
+    start: usize,
+    before: &[Repair],
+) -> Result<(Value, Vec<Repair>, usize), Stop> {
+    let mut r = Reader {
+        s: region.as_bytes(),
+        text: region,
+        i: start,
+        repairs: Vec::new(),
+    };
+    let v = r.value(0)?;
+    let end = r.i;
+    r.skip_space();
+    let mut out = before.to_vec();
+    if !region[..start].trim().is_empty() || r.i < region.len() {
+        out.push(Repair::SurroundingText);
+    }
+    out.extend(r.repairs);
+    let mut seen = Vec::new();
+    out.retain(|x| {
+        if seen.contains(x) {
+            false
+        } else {
+            seen.push(*x);
+            true
+        }
+    });
+    Ok((v, out, end))
 }
 
 /// Whether every value inside `v` sits at depth `max` or less (`v` itself at 0), the
