@@ -871,7 +871,7 @@ fn cases() -> Vec<Case> {
         .collect();
     let extreme_requests: Vec<(&str, Value)> = vec![
         (
-            "known gap: 16 messages (prompt reading in this unoptimized build)",
+            "known gap: 16 messages (prompt reading)",
             json!({"messages": many_messages, "max_tokens": 4}),
         ),
         (
@@ -1015,9 +1015,10 @@ fn adversarial_corpus() {
                     }
                 }
             }
-            // Known gap (docs/RELIABILITY.md), given 30 s instead of 1 s: prompt reading
-            // scales with the prompt, and this build is the unoptimized test build.
-            let bound = Duration::from_secs(if c.name.contains("known gap:") { 30 } else { 1 });
+            // Known gap (docs/RELIABILITY.md), given 3 s instead of 1 s: prompt reading
+            // scales with the prompt (0.6 s for this one in the test build here, 1.7 s on a
+            // slower CI machine before the runtime was built at opt-level 3).
+            let bound = Duration::from_secs(if c.name.contains("known gap:") { 3 } else { 1 });
             if took > Duration::from_millis(300) {
                 eprintln!("slow case {}: {took:?} wall, {cpu:?} server CPU", c.name);
             }
