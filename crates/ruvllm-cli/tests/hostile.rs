@@ -1007,7 +1007,7 @@ fn adversarial_corpus() {
             let (st, _) = fresh.post("/v1/chat/completions", &warm_up);
             assert_eq!(st, 200);
             let (_, _, took2, cpu2) = timed(&mut fresh);
-            if took2 < took {
+            if within(took2, cpu2) || took2 < took {
                 (took, cpu) = (took2, cpu2);
             }
         }
