@@ -23,6 +23,10 @@ fn corpus() -> Vec<(&'static str, Value, Option<Repair>)> {
         ("{'a': '```'}", json!({"a": "```"}), Some(SingleQuotes)),
         ("[{'code': '```py\nx\n```'}] done", json!([{"code": "```py\nx\n```"}]), Some(SingleQuotes)),
         // A value before a fenced block does not hold its fence: the block is the answer.
+        // Nor does a value cut off by the end of the text, which would swallow the block.
+        ("{'note': 'see below\n```json\n{\"b\": 2}\n```\n", json!({"b": 2}), Some(CodeFence)),
+        // A cut-off value holding a fence, with nothing after it: still that value.
+        ("{'a': 'see ```", json!({"a": "see ```"}), Some(UnclosedString)),
         ("{\"a\": 1}\n```json\n{\"b\": 2}\n```", json!({"b": 2}), Some(CodeFence)),
         ("Sure! {\"ok\": true} Hope this helps.", json!({"ok": true}), Some(SurroundingText)),
         ("The answer is: [1, 2, 3].", json!([1, 2, 3]), Some(SurroundingText)),

@@ -101,12 +101,31 @@ pub fn repair_json(text: &str) -> Result<(Value, Vec<Repair>), RepairError> {
     }
     // A text that begins with a value is read as that value when the value holds the
     // first fence: the fence is then inside one of its strings (a single-quoted one, which
-    // the fence scan cannot tell from an apostrophe in prose: `{'a': '```'}`).
+    // the fence scan cannot tell from an apostrophe in prose: `{'a': '```'}`). Only a value
+    // that closes before the end of the text: one cut off and closed at the end swallows
+    // whatever follows, a fenced block included, which is then the better answer (the cut
+    // value stays the answer when nothing else reads).
+    let mut cut_lead = None;
     let lead = text.len() - text.trim_start().len();
     if text[lead..].starts_with(['{', '[']) {
         if let Some(&fence) = fences(text).first().filter(|&&f| f > lead) {
+            let cut = |r: &[Repair]| {
+                r.iter().any(|x| {
+                    matches!(
+                        x,
+                        Repair::UnclosedString
+                            | Repair::UnclosedContainer
+                            | Repair::IncompleteMember
+                    )
+                })
+            };
             match read_at(text, lead, &[]) {
-                Ok((v, repairs, end)) if end > fence => return Ok((v, repairs)),
+                Ok((v, repairs, end)) if end > fence => {
+                    if !cut(&repairs) {
+                        return Ok((v, repairs));
+                    }
+                    cut_lead = Some((v, repairs));
+                }
                 Err(Stop::Deep(at)) => return Err(RepairError::TooDeep { at }),
                 _ => {}
             }
@@ -147,7 +166,10 @@ pub fn repair_json(text: &str) -> Result<(Value, Vec<Repair>), RepairError> {
             }
         }
     }
-    Err(RepairError::NoJson { detail: last_err })
+    match cut_lead {
+        Some(found) => Ok(found),
+        None => Err(RepairError::NoJson { detail: last_err }),
+    }
 }
 
 /// Reads one value of `region` from byte `start`: the value, the fixes (`before`, then
