@@ -23,6 +23,13 @@ use serde_json::{json, Value};
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
+/// What the corpus test's plain request (8 tokens, "Answer.") takes on a warm server of the
+/// test build on the machine the 1 s bound was set on (2-core Xeon VM: 0.43-0.45 s wall,
+/// 0.84-0.87 s of CPU, six requests on 2026-11-22). A case over its bound is measured
+/// again on a fresh server with the bound scaled by how much slower a plain request is
+/// there and then.
+const PLAIN_REQUEST: Duration = Duration::from_millis(450);
+
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
@@ -993,6 +1000,7 @@ fn adversarial_corpus() {
             (st, body, t.elapsed(), srv.cpu_time().saturating_sub(cpu0))
         };
         let (st, body, mut took, mut cpu) = timed(&mut srv);
+        let mut slowdown = 1.0;
         if !within(took, cpu) && srv.alive() {
             // Measured once more: contention also inflates the server's CPU time (its
             // worker pool spin-waits for a preempted thread). One official CI run had two
@@ -1006,9 +1014,29 @@ fn adversarial_corpus() {
             let mut fresh = Server::start(&[]);
             let (st, _) = fresh.post("/v1/chat/completions", &warm_up);
             assert_eq!(st, 200);
+            // The machine's speed right now: the median of three plain requests against
+            // what one takes on the reference machine. A slower machine (or one slowed by
+            // its neighbours) scales the bound by as much, never below 1 s: the property
+            // checked is that hostile input costs at most about two plain requests.
+            let mut plain: Vec<Duration> = (0..3)
+                .map(|_| {
+                    let t = Instant::now();
+                    let (st, _) = fresh.post("/v1/chat/completions", &warm_up);
+                    assert_eq!(st, 200);
+                    t.elapsed()
+                })
+                .collect();
+            plain.sort();
+            slowdown = (plain[1].as_secs_f64() / PLAIN_REQUEST.as_secs_f64()).max(1.0);
             let (_, _, took2, cpu2) = timed(&mut fresh);
-            if within(took2, cpu2) || took2 < took {
-                (took, cpu) = (took2, cpu2);
+            eprintln!(
+                "  again: {took2:?}, {cpu2:?} CPU; a plain request took {:?} (slowdown {slowdown:.2})",
+                plain[1]
+            );
+            if took2.div_f64(slowdown) < took {
+                (took, cpu) = (took2.div_f64(slowdown), cpu2.div_f64(slowdown));
+            } else {
+                slowdown = 1.0;
             }
         }
         if took > slowest.0 {
@@ -1043,7 +1071,10 @@ fn adversarial_corpus() {
                 }
             }
             if took > Duration::from_millis(300) {
-                eprintln!("slow case {}: {took:?} wall, {cpu:?} server CPU", c.name);
+                eprintln!(
+                    "slow case {}: {took:?} wall, {cpu:?} server CPU (scaled by {slowdown:.2})",
+                    c.name
+                );
             }
             assert!(
                 within(took, cpu),
