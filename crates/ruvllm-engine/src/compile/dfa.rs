@@ -167,6 +167,12 @@ impl Dfa {
                 },
                 Stop::States | Stop::Look => DfaError::TooBig { cost: max_states },
             })?;
+        Ok(Dfa::from_subset(d))
+    }
+
+    /// The DFA of a complete table (state 0 dead, every other state able to reach an
+    /// accepting one): computes the allowed bytes of each state. Cost: O(states x classes).
+    pub(crate) fn from_subset(d: super::subset::Subset) -> Dfa {
         let n = d.accepting.len();
         // `allowed` is the union of the live classes' byte sets (a union of 32-byte words
         // per live class; inserting the bytes one by one was most of this function's time).
@@ -183,7 +189,7 @@ impl Dfa {
                 }
             }
         }
-        Ok(Dfa {
+        Dfa {
             classes: d.classes,
             stride: d.stride,
             trans: d.trans,
@@ -191,7 +197,7 @@ impl Dfa {
             allowed,
             start: d.start,
             counted: None,
-        })
+        }
     }
 
     /// A state that behaves like `s` on every byte string of at most `r` bytes (see

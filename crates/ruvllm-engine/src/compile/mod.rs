@@ -22,6 +22,7 @@
 
 mod counted;
 pub(crate) mod dfa;
+mod keys;
 mod subset;
 
 use std::collections::HashMap;
@@ -597,6 +598,12 @@ impl<'a> Lowerer<'a> {
             out.push(Sym::Lex(l));
             return Ok(());
         }
+        if let [Expr::Ref(r)] = run {
+            if let Some(l) = self.key_lexeme(*r)? {
+                out.push(Sym::Lex(l));
+                return Ok(());
+            }
+        }
         // Too big to be worth a DFA attempt (determinization cost grows with bounded
         // repetitions): split without trying.
         let w = run.iter().fold(0usize, |a, e| {
@@ -664,7 +671,12 @@ impl<'a> Lowerer<'a> {
                     }
                 }
             }
-            Expr::Ref(r) => vec![Sym::Rule(self.ensure_rule(*r)?)],
+            // A key complement too heavy to inline still makes one lexeme when built
+            // from its keys.
+            Expr::Ref(r) => match self.key_lexeme(*r)? {
+                Some(l) => vec![Sym::Lex(l)],
+                None => vec![Sym::Rule(self.ensure_rule(*r)?)],
+            },
             Expr::Seq(_) => self.seq(e)?,
             Expr::Alt(v) => {
                 let alts = v
@@ -769,6 +781,31 @@ impl<'a> Lowerer<'a> {
                 greedy: true,
                 sub: Box::new(self.hir(e)?),
             }),
+        })
+    }
+
+    /// The lexeme of key-complement rule `r` (see [`keys`]), built from its keys; `None`
+    /// when `r` is no such rule, its body is not what its keys give (the hint is then
+    /// ignored), or the automaton exceeds the DFA limits (the caller lowers the rule as
+    /// usual). Cost: O(the rule body) for the check, then O(states x classes) unless the
+    /// process-wide cache has it.
+    fn key_lexeme(&mut self, r: u32) -> Result<Option<u32>, GrammarError> {
+        let Some((_, ks)) = self.g.key_sets.iter().find(|(x, _)| *x == r) else {
+            return Ok(None);
+        };
+        let body = &self.g.rules[r as usize].body;
+        if crate::schema::key_complement_body(&ks.keys, &ks.ch) != *body {
+            return Ok(None);
+        }
+        let dev_hir = self.hir(&keys::dev_expr(&ks.ch))?;
+        let Some(dev) = self.part(&dev_hir)? else {
+            return Ok(None);
+        };
+        let keys = ks.keys.clone();
+        let states = self.limits.max_lexeme_states;
+        let key = format!("(?:a key other than {keys:?}){dev_hir}");
+        self.register(format!("{states}/{key}"), key, move || {
+            keys::key_complement(&keys, crate::schema::json_encodings, &dev, states)
         })
     }
 

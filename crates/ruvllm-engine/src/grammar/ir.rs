@@ -86,6 +86,23 @@ pub struct Grammar {
     /// Semantic checks on rules (see [`ValueCheck`]); a checked rule is never inlined into
     /// a lexeme, so that the parser sees each of its completions.
     pub checks: Vec<(RuleId, Check)>,
+    /// Rules whose body is the complement of a set of object keys, with the keys (see
+    /// [`KeySet`]): the compiler may build their automaton directly. A hint only: the
+    /// compiler checks the body against the keys before using it.
+    pub(crate) key_sets: Vec<(RuleId, KeySet)>,
+}
+
+/// The keys of a key-complement rule: its body is `schema::key_complement_body(keys, ch)`,
+/// the JSON strings other than these keys. Building that body's DFA through an NFA costs
+/// milliseconds for a few hundred key characters (and holds one copy of every partial
+/// UTF-8 and escape state per trie node); built from the keys it takes a fraction of that
+/// (see `compile::keys`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct KeySet {
+    /// The keys, as characters.
+    pub keys: Vec<Vec<char>>,
+    /// One JSON string character, as the body writes it (a reference to its rule).
+    pub ch: Expr,
 }
 
 impl Grammar {
@@ -98,6 +115,7 @@ impl Grammar {
             }],
             root: 0,
             checks: Vec::new(),
+            key_sets: Vec::new(),
         }
     }
 
@@ -171,6 +189,11 @@ impl Grammar {
         }
         self.checks
             .extend(other.checks.into_iter().map(|(r, c)| (r + off, c)));
+        self.key_sets
+            .extend(other.key_sets.into_iter().map(|(r, mut k)| {
+                shift_refs(&mut k.ch, off);
+                (r + off, k)
+            }));
         other.root + off
     }
 

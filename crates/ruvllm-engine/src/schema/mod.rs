@@ -47,7 +47,7 @@ use regex_syntax::hir::{Class, Hir, HirKind, Look};
 use serde_json::{Map, Value};
 use thiserror::Error;
 
-use crate::grammar::{Check, Expr, Grammar, Rule, RuleId};
+use crate::grammar::{Check, Expr, Grammar, KeySet, Rule, RuleId};
 use crate::{GrammarError, Limits};
 
 /// Where whitespace may appear between JSON tokens.
@@ -286,6 +286,7 @@ pub fn schema_to_grammar_limited(
         rules: c.rules,
         root,
         checks: c.checks,
+        key_sets: c.key_sets,
     };
     match g.prune_unproductive() {
         Err(GrammarError::EmptyLanguage { .. }) => Err(SchemaError::Unsatisfiable {
@@ -308,6 +309,8 @@ struct Compiler<'a> {
     common: HashMap<&'static str, RuleId>,
     /// Semantic checks attached to rules (see [`check`]).
     checks: Vec<(RuleId, Check)>,
+    /// Key-complement rules, with their keys (see [`KeySet`]).
+    key_sets: Vec<(RuleId, KeySet)>,
     check_builder: Option<check::CheckBuilder>,
     limits: &'a Limits,
     started: std::time::Instant,
@@ -392,6 +395,7 @@ impl<'a> Compiler<'a> {
             anchors,
             common: HashMap::new(),
             checks: Vec::new(),
+            key_sets: Vec::new(),
             check_builder: None,
             limits,
             started: std::time::Instant::now(),
@@ -2036,69 +2040,14 @@ impl<'a> Compiler<'a> {
         if keys.is_empty() {
             return Ok(Expr::Seq(vec![q(), rep(ch, 0, None), q()]));
         }
-        // A string differs from every key iff it is a proper prefix of the key trie that
-        // is no key (`e`), or leaves the trie: a key prefix, then a character no key
-        // continues with, then anything (`d`). `d` *ends* at the differing character, and
-        // one shared `char*` follows it (and one shared escape tail follows a `\` that
-        // differs whatever escape it starts, at nodes where no key character needs
-        // escaping). With the tail inside every trie node, as in a plain trie complement,
-        // the DFA held a copy of the string-character automaton per node: 5,000 states
-        // and 40 ms to build for a few hundred key characters.
-        //
-        // The top level is one alternative per first character, each with the opening
-        // quote: when the whole complement is too big for one DFA, the compiler splits it
-        // there, and every part still reads a key from its quote to the end (a split
-        // between `e` and `d`, or after the differing character, would put a lexeme
-        // boundary inside every additional key: 30x slower masks on a schema with 100 keys).
         let chars: Vec<Vec<char>> = keys.iter().map(|k| k.chars().collect()).collect();
-        let any = || rep(ch.clone(), 0, None);
-        // What may follow a differing `\`: every escape `json_chars` writes.
-        let esc_tail = || {
-            Expr::Alt(vec![
-                short_escapes(),
-                Expr::Seq(vec![
-                    Expr::Literal(b"u00".to_vec()),
-                    Expr::Chars(vec![('0', '1')]),
-                    Expr::Chars(vec![('0', '9'), ('A', 'F'), ('a', 'f')]),
-                ]),
-            ])
-        };
-        // The three parts of a trie node, tails attached.
-        let close = |p: Parts| -> Vec<Expr> {
-            let mut v = Vec::new();
-            v.extend(p.e);
-            v.extend(p.d.map(|d| Expr::Seq(vec![d, any(), q()])));
-            v.extend(p.d_esc.map(|d| Expr::Seq(vec![d, esc_tail(), any(), q()])));
-            v
-        };
-        // Large key sets: the shared tails make a DFA too big to build at once (about 30
-        // NFA states per trie node), and split in pieces they would put lexeme boundaries
-        // inside keys. The plain trie complement, tails in every node, splits per
-        // character instead, into pieces that each read a key to its end.
-        let nodes: std::collections::HashSet<&[char]> = chars
-            .iter()
-            .flat_map(|k| (1..=k.len()).map(move |i| &k[..i]))
-            .collect();
-        if nodes.len() > MAX_SHARED_TAIL_NODES {
-            let body = key_trie_inline(&chars, 0, &ch);
-            return Ok(self.rule("other-key", Expr::Seq(vec![q(), body])));
-        }
-        let (root, children) = key_trie_node(&chars, 0);
-        let mut top: Vec<Expr> = close(root)
-            .into_iter()
-            .map(|x| Expr::Seq(vec![q(), x]))
-            .collect();
-        for (c0, sub) in children {
-            let rest = close(key_trie(&sub, 1));
-            if !rest.is_empty() {
-                top.push(Expr::Seq(vec![
-                    q(),
-                    json_chars(&[(c0, c0)]),
-                    Expr::Alt(rest),
-                ]));
-            }
-        }
-        Ok(self.rule("other-key", Expr::Alt(top)))
+        let body = key_complement_body(&chars, &ch);
+        let r = self.reserve("other-key");
+        self.set(r, body);
+        // The compiler may build this rule's automaton straight from the keys (see
+        // `compile::keys`); it checks the body against the keys first.
+        self.key_sets.push((r, KeySet { keys: chars, ch }));
+        Ok(Expr::Ref(r))
     }
 
     /// The JSON text of a value, in the accepted serialization (whitespace per policy;
@@ -2897,6 +2846,118 @@ fn push_range(out: &mut Vec<(char, char)>, a: u32, b: u32) {
     }
 }
 
+/// The body of the `other-key` rule for `keys` (not empty; `ch` is one JSON string
+/// character): the JSON strings, quotes included, other than the keys, each written the
+/// way `json_chars` writes it. Cost: O(total key characters x trie depth).
+///
+/// This is the rule's meaning, and what a compiler without the keys lowers; the
+/// compiler builds the automaton from the keys instead (`compile::keys`), which is
+/// smaller and faster to build than either form below.
+pub(crate) fn key_complement_body(chars: &[Vec<char>], ch: &Expr) -> Expr {
+    let q = || Expr::Literal(b"\"".to_vec());
+    // A string differs from every key iff it is a proper prefix of the key trie that
+    // is no key (`e`), or leaves the trie: a key prefix, then a character no key
+    // continues with, then anything (`d`). `d` *ends* at the differing character, and
+    // one shared `char*` follows it (and one shared escape tail follows a `\` that
+    // differs whatever escape it starts, at nodes where no key character needs
+    // escaping). With the tail inside every trie node, as in a plain trie complement,
+    // the DFA held a copy of the string-character automaton per node: 5,000 states
+    // and 40 ms to build for a few hundred key characters.
+    //
+    // The top level is one alternative per first character, each with the opening
+    // quote: when the whole complement is too big for one DFA, the compiler splits it
+    // there, and every part still reads a key from its quote to the end (a split
+    // between `e` and `d`, or after the differing character, would put a lexeme
+    // boundary inside every additional key: 30x slower masks on a schema with 100 keys).
+    let any = || rep(ch.clone(), 0, None);
+    // What may follow a differing `\`: every escape `json_chars` writes.
+    let esc_tail = || {
+        Expr::Alt(vec![
+            short_escapes(),
+            Expr::Seq(vec![
+                Expr::Literal(b"u00".to_vec()),
+                Expr::Chars(vec![('0', '1')]),
+                Expr::Chars(vec![('0', '9'), ('A', 'F'), ('a', 'f')]),
+            ]),
+        ])
+    };
+    // The three parts of a trie node, tails attached.
+    let close = |p: Parts| -> Vec<Expr> {
+        let mut v = Vec::new();
+        v.extend(p.e);
+        v.extend(p.d.map(|d| Expr::Seq(vec![d, any(), q()])));
+        v.extend(p.d_esc.map(|d| Expr::Seq(vec![d, esc_tail(), any(), q()])));
+        v
+    };
+    let nodes: std::collections::HashSet<&[char]> = chars
+        .iter()
+        .flat_map(|k| (1..=k.len()).map(move |i| &k[..i]))
+        .collect();
+    if nodes.len() > MAX_SHARED_TAIL_NODES {
+        // Large key sets: the shared tails make a DFA too big to build at once (about 30
+        // NFA states per trie node), and split in pieces they would put lexeme boundaries
+        // inside keys. The plain trie complement, tails in every node, splits per
+        // character instead, into pieces that each read a key to its end.
+        return Expr::Seq(vec![q(), key_trie_inline(chars, 0, ch)]);
+    }
+    let (root, children) = key_trie_node(chars, 0);
+    let mut top: Vec<Expr> = close(root)
+        .into_iter()
+        .map(|x| Expr::Seq(vec![q(), x]))
+        .collect();
+    for (c0, sub) in children {
+        let rest = close(key_trie(&sub, 1));
+        if !rest.is_empty() {
+            top.push(Expr::Seq(vec![
+                q(),
+                json_chars(&[(c0, c0)]),
+                Expr::Alt(rest),
+            ]));
+        }
+    }
+    Expr::Alt(top)
+}
+
+/// The byte strings `json_chars(&[(c, c)])` matches: `c` raw where a JSON string may hold
+/// it unescaped, its two-character escape if it has one, and `\u00XX` (hex digits in
+/// either case) for a control character. Cost: O(1).
+pub(crate) fn json_encodings(c: char) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let u = c as u32;
+    if u >= 0x20 && c != '"' && c != '\\' {
+        out.push(c.to_string().into_bytes());
+    }
+    let short = match c {
+        '"' => Some(b'"'),
+        '\\' => Some(b'\\'),
+        '/' => Some(b'/'),
+        '\u{8}' => Some(b'b'),
+        '\u{c}' => Some(b'f'),
+        '\n' => Some(b'n'),
+        '\r' => Some(b'r'),
+        '\t' => Some(b't'),
+        _ => None,
+    };
+    if let Some(e) = short {
+        out.push(vec![b'\\', e]);
+    }
+    if u < 0x20 {
+        let hi = b'0' + (u >> 4) as u8;
+        let lo = (u & 15) as u8;
+        let mut los = vec![];
+        if lo < 10 {
+            los.push(b'0' + lo);
+        } else {
+            los.push(b'a' + lo - 10);
+            los.push(b'A' + lo - 10);
+        }
+        for l in los {
+            out.push(vec![b'\\', b'u', b'0', b'0', hi, l]);
+        }
+    }
+    out
+}
+
 /// The characters that may follow `\` in a two-character JSON escape.
 fn short_escapes() -> Expr {
     Expr::Chars(
@@ -2914,7 +2975,7 @@ const MAX_SHARED_TAIL_NODES: usize = 400;
 /// The strings (the rest of a key, up to the closing quote) that differ from every key in
 /// `keys`, all of which share their first `depth` characters: the plain trie complement,
 /// with the free tail (`ch* "`) written in every node.
-fn key_trie_inline(keys: &[Vec<char>], depth: usize, ch: &Expr) -> Expr {
+pub(crate) fn key_trie_inline(keys: &[Vec<char>], depth: usize, ch: &Expr) -> Expr {
     let q = || Expr::Literal(b"\"".to_vec());
     let mut alts = Vec::new();
     let (ends_here, children) = trie_children(keys, depth);
@@ -3057,7 +3118,7 @@ fn json_raw_chars(ranges: &[(char, char)]) -> Vec<(char, char)> {
 
 /// Characters of `ranges` in their JSON string encodings: raw where allowed, and the
 /// escapes a serializer writes (`\"`, `\\`, `\/`, short escapes and `\u00XX` for controls).
-fn json_chars(ranges: &[(char, char)]) -> Expr {
+pub(crate) fn json_chars(ranges: &[(char, char)]) -> Expr {
     let raw = json_raw_chars(ranges);
     // Bytes after `\` of the two-byte escapes, and the `\u00XX` control escapes as
     // (high nibble, low nibble range): one character class each rather than one

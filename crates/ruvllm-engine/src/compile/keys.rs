@@ -1,0 +1,345 @@
+//! Key-complement lexemes built from their keys.
+//!
+//! An object schema that allows properties besides its declared ones needs a lexeme for
+//! "a JSON string that is none of these keys" (`schema::key_complement_body`). Written as
+//! a regex, that is a trie of the keys where every node may also end the string or leave
+//! the trie by a character no key continues with, then anything. Through a Thompson NFA and
+//! subset construction it cost 5-17 ms for a few hundred key characters (about half the
+//! NFA, half the determinization), three quarters of all lexeme-building time on MaskBench,
+//! and its DFA kept one copy of every partial UTF-8 and escape state per trie node,
+//! because each node's "differing character" is its own piece of the NFA: 7,644 states for
+//! a trie a tenth that size.
+//!
+//! Built here from the keys instead, in three kinds of states:
+//!
+//! * **trie states**: a key prefix read, at a character boundary (one per trie node), and
+//!   the bytes read so far of a character that still may be a key's next one (a proper
+//!   prefix of one of its encodings: `\`, the first bytes of a multi-byte character, ...);
+//! * **the tail**: a copy of one small shared automaton, `dev`, for "one more character,
+//!   then any string characters, then the closing quote";
+//! * the start (before the opening quote) and the end (after the closing quote).
+//!
+//! From a trie state, a byte that continues some encoding of a next key character stays
+//! in the trie. Any other byte goes where `dev` goes on the bytes of the character read so
+//! far: they are then the start of a character no key continues with here, and `dev`
+//! finishes it. `"` at a character boundary ends the string unless the prefix is a key.
+//! The result has the language of the rule body (the tests check both automata against
+//! each other on random key sets), with the tail shared by every trie node.
+//!
+//! Encodings come from the schema module (`json_encodings`): the raw character where a
+//! JSON string may hold it, its short escape, `\u00XX` for controls; they are prefix-free,
+//! so a byte string completes at most one character.
+
+use super::dfa::{Dfa, DfaError};
+use super::subset::Subset;
+use crate::grammar::Expr;
+
+/// The tail automaton's expression for string character `ch`: one character (any, as
+/// `json_chars` writes it), then any string characters, then the closing quote.
+pub(crate) fn dev_expr(ch: &Expr) -> Expr {
+    Expr::Seq(vec![
+        crate::schema::json_chars(&[('\0', char::MAX)]),
+        Expr::Repeat {
+            e: Box::new(ch.clone()),
+            min: 0,
+            max: None,
+        },
+        Expr::Literal(b"\"".to_vec()),
+    ])
+}
+
+/// The DFA of the JSON strings, quotes included, other than `keys`, where a key
+/// character is read in any of its `encodings` and `dev` is the automaton of "one
+/// character in any of its encodings, then any string characters, then `"`".
+/// [`DfaError::TooBig`] past `max_states` states. Cost: O(states x byte classes), the
+/// states being about the trie's nodes plus `dev`'s.
+pub(crate) fn key_complement(
+    keys: &[Vec<char>],
+    encodings: impl Fn(char) -> Vec<Vec<u8>>,
+    dev: &Dfa,
+    max_states: usize,
+) -> Result<Dfa, DfaError> {
+    let too_big = DfaError::TooBig { cost: max_states };
+    if dev.counted.is_some() {
+        return Err(too_big);
+    }
+    // The character trie: node 0 is the root.
+    let mut is_key = vec![false];
+    let mut children: Vec<Vec<(char, u32)>> = vec![Vec::new()];
+    for k in keys {
+        let mut n = 0usize;
+        for &c in k {
+            n = match children[n].iter().find(|&&(x, _)| x == c) {
+                Some(&(_, m)) => m as usize,
+                None => {
+                    let m = is_key.len();
+                    if m > max_states {
+                        return Err(too_big);
+                    }
+                    is_key.push(false);
+                    children.push(Vec::new());
+                    children[n].push((c, m as u32));
+                    m
+                }
+            };
+        }
+        is_key[n] = true;
+    }
+    // State numbers: 0 dead, 1 start, 2 end, then `dev`'s live states, then one trie
+    // state per node, then the partial characters.
+    const START: u32 = 1;
+    const END: u32 = 2;
+    let dev_n = dev.num_states() as u32;
+    let from_dev = |d: u32| if d == 0 { 0 } else { END + d };
+    let trie0 = END + dev_n;
+    let nodes = is_key.len() as u32;
+    // For each trie state (node's, then partial ones): its node, the dev state after the
+    // bytes of the character begun so far, and its byte edges.
+    struct TrieState {
+        node: u32,
+        dev_at: u32,
+        edges: Vec<(u8, u32)>,
+    }
+    let mut ts: Vec<TrieState> = (0..nodes)
+        .map(|n| TrieState {
+            node: n,
+            dev_at: dev.start(),
+            edges: Vec::new(),
+        })
+        .collect();
+    let mut special = [false; 256];
+    special[b'"' as usize] = true;
+    for (n, kids) in children.iter().enumerate() {
+        for &(c, m) in kids {
+            for enc in encodings(c) {
+                let mut at = n; // index into `ts`
+                for (i, &b) in enc.iter().enumerate() {
+                    special[b as usize] = true;
+                    let last = i + 1 == enc.len();
+                    let found = ts[at].edges.iter().find(|&&(x, _)| x == b).map(|e| e.1);
+                    at = match found {
+                        Some(t) => (t - trie0) as usize,
+                        None => {
+                            let t = if last {
+                                m as usize
+                            } else {
+                                if (trie0 as usize + ts.len()) > max_states {
+                                    return Err(too_big);
+                                }
+                                let dev_at = dev.next(ts[at].dev_at, b);
+                                ts.push(TrieState {
+                                    node: n as u32,
+                                    dev_at,
+                                    edges: Vec::new(),
+                                });
+                                ts.len() - 1
+                            };
+                            ts[at].edges.push((b, trie0 + t as u32));
+                            t
+                        }
+                    };
+                }
+            }
+        }
+    }
+    let states = trie0 as usize + ts.len();
+    if states > max_states {
+        return Err(too_big);
+    }
+    // Byte classes: `dev`'s, with every byte of a key encoding (and `"`) on its own.
+    let mut classes = [0u8; 256];
+    let mut reps: Vec<u8> = Vec::new();
+    let mut seen: std::collections::HashMap<(u8, u16), u8> = std::collections::HashMap::new();
+    for b in 0..=255u8 {
+        let key = (
+            dev.class_of(b),
+            if special[b as usize] { b as u16 } else { 256 },
+        );
+        let next = seen.len();
+        let c = *seen.entry(key).or_insert_with(|| {
+            reps.push(b);
+            next as u8
+        });
+        // At most 256 distinct classes, so `next` fits in a u8.
+        classes[b as usize] = c;
+    }
+    let stride = reps.len();
+    let mut trans = vec![0u32; states * stride];
+    let mut accepting = vec![false; states];
+    accepting[END as usize] = true;
+    trans[START as usize * stride + classes[b'"' as usize] as usize] = trie0;
+    for d in 1..dev_n {
+        let row = (END + d) as usize * stride;
+        for (k, &b) in reps.iter().enumerate() {
+            trans[row + k] = from_dev(dev.next(d, b));
+        }
+        accepting[(END + d) as usize] = dev.accepting(d);
+    }
+    for (i, t) in ts.iter().enumerate() {
+        let row = (trie0 as usize + i) * stride;
+        for (k, &b) in reps.iter().enumerate() {
+            trans[row + k] = if let Some(&(_, to)) = t.edges.iter().find(|e| e.0 == b) {
+                to
+            } else if b == b'"' && i < nodes as usize {
+                if is_key[t.node as usize] {
+                    0
+                } else {
+                    END
+                }
+            } else {
+                from_dev(dev.next(t.dev_at, b))
+            };
+        }
+    }
+    Ok(Dfa::from_subset(Subset {
+        classes,
+        stride,
+        trans,
+        accepting,
+        start: START,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::{json_encodings, key_trie_inline, schema_to_grammar, SchemaOptions};
+    use crate::Limits;
+    use std::collections::{HashSet, VecDeque};
+
+    /// Whether `a` and `b` have the same language. Both keep only states that can still
+    /// complete (dead is 0), so it is enough that paired states agree on accepting and on
+    /// which bytes keep them alive.
+    fn same_language(a: &Dfa, b: &Dfa) -> Result<(), String> {
+        let mut seen = HashSet::new();
+        let mut todo = VecDeque::from([(a.start(), b.start(), Vec::<u8>::new())]);
+        while let Some((x, y, path)) = todo.pop_front() {
+            if !seen.insert((x, y)) {
+                continue;
+            }
+            if a.accepting(x) != b.accepting(y) {
+                return Err(format!(
+                    "accepting differs after {:?}",
+                    String::from_utf8_lossy(&path)
+                ));
+            }
+            for byte in 0..=255u8 {
+                let (nx, ny) = (a.next(x, byte), b.next(y, byte));
+                if (nx == 0) != (ny == 0) {
+                    let mut p = path.clone();
+                    p.push(byte);
+                    return Err(format!("byte {byte:#x} alive in one only after {p:?}"));
+                }
+                if nx != 0 && !seen.contains(&(nx, ny)) {
+                    let mut p = path.clone();
+                    p.push(byte);
+                    todo.push_back((nx, ny, p));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Builds the key complement of `{"properties": keys}` from the keys and through the
+    /// NFA, of both rule body forms, and compares them; returns whether the rule body
+    /// was the plain trie complement (a sequence).
+    fn check(keys: &[String]) -> bool {
+        let props: serde_json::Map<String, serde_json::Value> = keys
+            .iter()
+            .map(|k| (k.clone(), serde_json::json!({})))
+            .collect();
+        let schema = serde_json::json!({"type": "object", "properties": props});
+        let opts = SchemaOptions {
+            strict: false,
+            ..SchemaOptions::default()
+        };
+        let g = schema_to_grammar(&schema, &opts).unwrap();
+        assert_eq!(g.key_sets.len(), 1, "{keys:?}");
+        let limits = Limits::default();
+        let mut low = super::super::Lowerer::new(&g, &limits);
+        for (r, ks) in &g.key_sets {
+            let hir = low.hir(&Expr::Ref(*r)).unwrap();
+            let via_nfa = Dfa::build(&hir, limits.max_lexeme_states, limits.max_dfa_bytes).unwrap();
+            let dev_hir = low.hir(&dev_expr(&ks.ch)).unwrap();
+            let dev = Dfa::build(&dev_hir, 1 << 20, 256 << 20).unwrap();
+            let direct = key_complement(&ks.keys, json_encodings, &dev, 1 << 20).unwrap();
+            if let Err(e) = same_language(&via_nfa, &direct) {
+                panic!("{keys:?}: {e}");
+            }
+            assert!(direct.num_states() <= via_nfa.num_states());
+            // The plain trie complement (the body of key sets over 400 trie nodes, too
+            // big for the NFA route at that size) has the same language too.
+            let q = Expr::Literal(b"\"".to_vec());
+            let inline = Expr::Seq(vec![q, key_trie_inline(&ks.keys, 0, &ks.ch)]);
+            let hir = low.hir(&inline).unwrap();
+            let via_nfa = Dfa::build(&hir, limits.max_lexeme_states, limits.max_dfa_bytes).unwrap();
+            if let Err(e) = same_language(&via_nfa, &direct) {
+                panic!("{keys:?} (plain trie complement): {e}");
+            }
+        }
+        matches!(g.rules[g.key_sets[0].0 as usize].body, Expr::Seq(_))
+    }
+
+    #[test]
+    fn direct_construction_equals_the_rule_body() {
+        let alphabet = [
+            "a", "b", "ab", "\"", "\\", "/", "\n", "\u{1}", "\u{1f}", "\u{b}", "\u{7f}", "é", "è",
+            "€", "😀", " ", "\u{ffff}",
+        ];
+        check(&["".into()]);
+        check(&["a".into(), "ab".into(), "abc".into()]);
+        check(&[
+            "\"".into(),
+            "\\".into(),
+            "/".into(),
+            "\n".into(),
+            "é".into(),
+        ]);
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        for _ in 0..150 {
+            let n = 1 + rnd(6);
+            let keys: Vec<String> = (0..n)
+                .map(|_| {
+                    (0..rnd(5))
+                        .map(|_| alphabet[rnd(alphabet.len() as u64) as usize])
+                        .collect()
+                })
+                .collect();
+            assert!(!check(&keys));
+        }
+    }
+
+    #[test]
+    fn encodings_are_what_json_chars_matches() {
+        let limits = Limits::default();
+        let g = crate::grammar::Grammar::single("x", Expr::Empty);
+        let mut low = super::super::Lowerer::new(&g, &limits);
+        for c in (0u32..0x300).chain([0x7ff, 0x800, 0xd7ff, 0xe000, 0xffff, 0x10000, 0x10ffff]) {
+            let c = char::from_u32(c).unwrap();
+            let hir = low.hir(&crate::schema::json_chars(&[(c, c)])).unwrap();
+            let d = Dfa::build(&hir, 1 << 16, 16 << 20).unwrap();
+            let encs = json_encodings(c);
+            // Each encoding is accepted, and the DFA accepts no other string: count the
+            // accepted strings (the language is finite).
+            for e in &encs {
+                let s = e.iter().fold(d.start(), |s, &b| d.next(s, b));
+                assert!(d.accepting(s), "{c:?}: {e:?}");
+            }
+            fn count(d: &Dfa, s: u32) -> usize {
+                (d.accepting(s) as usize)
+                    + (0..=255u8)
+                        .map(|b| d.next(s, b))
+                        .filter(|&t| t != 0)
+                        .map(|t| count(d, t))
+                        .sum::<usize>()
+            }
+            assert_eq!(count(&d, d.start()), encs.len(), "{c:?}");
+        }
+    }
+}
