@@ -104,7 +104,7 @@ pub fn run(factory: &ParserFactory, case: &FileCase, st: &mut EngineStats) -> Re
                 Ok(mask) => mask.is_allowed(tok) && m.consume_token(tok).is_ok(),
                 Err(_) => false,
             };
-            st.tbm.push(t1.elapsed().as_secs_f64() * 1e6);
+            st.push_tbm(t1.elapsed().as_secs_f64() * 1e6, &case.name);
             st.tokens += 1;
             if !allowed {
                 ok = false;

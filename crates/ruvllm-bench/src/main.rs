@@ -550,11 +550,15 @@ fn main() -> Result<()> {
             let mut out = serde_json::Map::new();
             let mut details = Vec::new();
             let mut report = Vec::new();
+            let mut slows = Vec::new();
             for (name, st) in stats.iter_mut() {
                 let caches = ruvllm_bench::maskbench::cache_summary(st);
                 let errors = std::mem::take(&mut st.errors);
                 let fa = std::mem::take(&mut st.false_accepts);
                 let fr = std::mem::take(&mut st.false_rejects);
+                let mut slow = st.slow_masks.clone();
+                slow.sort_by(|a, b| b.0.total_cmp(&a.0));
+                slows.push((name.clone(), slow));
                 let v = st.to_json();
                 let f = |k: &str, q: &str| v[k][q].as_f64().unwrap_or(0.0);
                 println!(
@@ -566,6 +570,16 @@ fn main() -> Result<()> {
                 report.push((name.clone(), v.clone(), caches));
                 out.insert(name.clone(), v);
                 details.push((name.clone(), errors, fa, fr));
+            }
+            for (name, slow) in &slows {
+                println!(
+                    "{name}: {} masks over {} ms",
+                    slow.len(),
+                    ruvllm_bench::maskbench::SLOW_MASK_US / 1000.0
+                );
+                for (us, f) in slow.iter().take(show) {
+                    println!("{name}: slow mask {:.1} ms in {f}", us / 1000.0);
+                }
             }
             for (name, errors, fa, fr) in details {
                 for (f, e) in errors.iter().take(show) {

@@ -45,6 +45,21 @@ pub struct EngineStats {
     pub false_rejects: Vec<(String, String)>,
     /// Bytes of per-grammar mask tables after each file (ruvllm only).
     pub cache_bytes: Vec<f64>,
+    /// Masks over [`SLOW_MASK_US`] (the issue's hard bound): (µs, file), for the report.
+    pub slow_masks: Vec<(f64, String)>,
+}
+
+/// A mask slower than this (µs) is listed by name (2 ms, the bound issue 4 sets).
+pub const SLOW_MASK_US: f64 = 2000.0;
+
+impl EngineStats {
+    /// Records one mask + commit time of file `name`.
+    pub fn push_tbm(&mut self, us: f64, name: &str) {
+        self.tbm.push(us);
+        if us > SLOW_MASK_US {
+            self.slow_masks.push((us, name.to_string()));
+        }
+    }
 }
 
 fn pct(v: &[f64], p: f64) -> f64 {
@@ -68,11 +83,20 @@ impl EngineStats {
     pub fn to_json(&mut self) -> Value {
         self.ttfm.sort_by(|a, b| a.total_cmp(b));
         self.tbm.sort_by(|a, b| a.total_cmp(b));
+        let mut slow = self.slow_masks.clone();
+        slow.sort_by(|a, b| b.0.total_cmp(&a.0));
+        let slowest: Vec<Value> = slow
+            .iter()
+            .take(5)
+            .map(|(us, f)| json!({"ms": us / 1000.0, "file": f}))
+            .collect();
         json!({
             "schemas": self.schemas, "passing": self.passing, "compile_errors": self.compile_errors,
             "valid_rejected": self.valid_rejected, "invalid_accepted": self.invalid_accepted, "tokens": self.tokens,
             "ttfm_us": {"mean": mean(&self.ttfm), "p50": pct(&self.ttfm, 0.5), "p99": pct(&self.ttfm, 0.99), "max": pct(&self.ttfm, 1.0)},
             "tbm_us": {"mean": mean(&self.tbm), "p50": pct(&self.tbm, 0.5), "p90": pct(&self.tbm, 0.9), "p99": pct(&self.tbm, 0.99), "p999": pct(&self.tbm, 0.999), "max": pct(&self.tbm, 1.0)},
+            "masks_over_2ms": self.slow_masks.len(),
+            "slowest_masks": slowest,
         })
     }
 }
@@ -196,7 +220,7 @@ pub fn run_ruvllm(vocab: &Arc<Vocabulary>, case: &FileCase, st: &mut EngineStats
             let r = m.compute_mask(&mut mask);
             let allowed = r.is_ok() && mask[(tok >> 5) as usize] >> (tok & 31) & 1 == 1;
             let committed = allowed && m.commit_token(tok).is_ok();
-            st.tbm.push(t1.elapsed().as_secs_f64() * 1e6);
+            st.push_tbm(t1.elapsed().as_secs_f64() * 1e6, &case.name);
             st.tokens += 1;
             if !committed {
                 ok = false;
@@ -331,6 +355,28 @@ pub fn markdown(info: &RunInfo, engines: &[ReportRow]) -> String {
                 "n/a".into()
             }
         };
+        s.push_str("\n## Masks over 2 ms (the hard bound of issue 4)\n\n| engine | masks over 2 ms | slowest (ms, file) |\n|---|---|---|\n");
+        for (name, v, _) in engines {
+            let slowest: Vec<String> = v["slowest_masks"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .map(|m| {
+                            format!(
+                                "{:.1} `{}`",
+                                m["ms"].as_f64().unwrap_or(0.0),
+                                m["file"].as_str().unwrap_or("")
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            s.push_str(&format!(
+                "| {name} | {} | {} |\n",
+                v["masks_over_2ms"],
+                slowest.join(", ")
+            ));
+        }
         s.push_str("\n## Ratios (ruvllm / llguidance; below 1 is faster)\n\n| TBM mean | TBM p50 | TBM p99 | TBM max | TTFM mean | TTFM p99 |\n|---|---|---|---|---|---|\n");
         s.push_str(&format!(
             "| {} | {} | {} | {} | {} | {} |\n",
