@@ -51,13 +51,15 @@ pub(crate) fn dev_expr(ch: &Expr) -> Expr {
 /// The DFA of the JSON strings, quotes included, other than `keys`, where a key
 /// character is read in any of its `encodings` and `dev` is the automaton of "one
 /// character in any of its encodings, then any string characters, then `"`".
-/// [`DfaError::TooBig`] past `max_states` states. Cost: O(states x byte classes), the
-/// states being about the trie's nodes plus `dev`'s.
+/// [`DfaError::TooBig`] past `max_states` states or `max_bytes` of transition table (the
+/// limits of a lexeme built through an NFA). Cost: O(states x byte classes), the states
+/// being about the trie's nodes plus `dev`'s.
 pub(crate) fn key_complement(
     keys: &[Vec<char>],
     encodings: impl Fn(char) -> Vec<Vec<u8>>,
     dev: &Dfa,
     max_states: usize,
+    max_bytes: usize,
 ) -> Result<Dfa, DfaError> {
     let too_big = DfaError::TooBig { cost: max_states };
     if dev.counted.is_some() {
@@ -164,6 +166,9 @@ pub(crate) fn key_complement(
         classes[b as usize] = c;
     }
     let stride = reps.len();
+    if states.saturating_mul(stride).saturating_mul(4) > max_bytes {
+        return Err(too_big);
+    }
     let mut trans = vec![0u32; states * stride];
     let mut accepting = vec![false; states];
     accepting[END as usize] = true;
@@ -262,7 +267,8 @@ mod tests {
             let via_nfa = Dfa::build(&hir, limits.max_lexeme_states, limits.max_dfa_bytes).unwrap();
             let dev_hir = low.hir(&dev_expr(&ks.ch)).unwrap();
             let dev = Dfa::build(&dev_hir, 1 << 20, 256 << 20).unwrap();
-            let direct = key_complement(&ks.keys, json_encodings, &dev, 1 << 20).unwrap();
+            let direct =
+                key_complement(&ks.keys, json_encodings, &dev, 1 << 20, 256 << 20).unwrap();
             if let Err(e) = same_language(&via_nfa, &direct) {
                 panic!("{keys:?}: {e}");
             }
@@ -312,6 +318,78 @@ mod tests {
                 })
                 .collect();
             assert!(!check(&keys));
+        }
+    }
+
+    #[test]
+    fn over_the_limits_it_falls_back_to_the_rule() {
+        let g = crate::grammar::Grammar::single("x", Expr::Empty);
+        let limits = Limits::default();
+        let mut low = super::super::Lowerer::new(&g, &limits);
+        let ch = Expr::Chars(vec![(' ', '!'), ('#', '['), (']', char::MAX)]);
+        let dev = Dfa::build(&low.hir(&dev_expr(&ch)).unwrap(), 1 << 16, 16 << 20).unwrap();
+        let keys: Vec<Vec<char>> = vec!["alpha".chars().collect(), "beta".chars().collect()];
+        assert!(key_complement(&keys, json_encodings, &dev, 1 << 16, 16 << 20).is_ok());
+        let too_big = |r: Result<Dfa, DfaError>| matches!(r, Err(DfaError::TooBig { .. }));
+        assert!(too_big(key_complement(
+            &keys,
+            json_encodings,
+            &dev,
+            20,
+            16 << 20
+        )));
+        assert!(too_big(key_complement(
+            &keys,
+            json_encodings,
+            &dev,
+            1 << 16,
+            4096
+        )));
+
+        // A grammar compiled with a state limit the direct automaton passes keeps its
+        // language (the rule is lowered as before).
+        let schema = serde_json::json!({"type": "object",
+            "properties": {"a": {"type": "integer"}, "ab": {"type": "string"}},
+            "additionalProperties": {"type": "boolean"}});
+        let opts = SchemaOptions {
+            strict: false,
+            ..SchemaOptions::default()
+        };
+        let g = schema_to_grammar(&schema, &opts).unwrap();
+        let mut toks: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
+        toks.push(b"<eos>".to_vec());
+        let mut special = vec![false; 257];
+        special[256] = true;
+        let vocab =
+            std::sync::Arc::new(crate::Vocabulary::new("bytes", toks, special, vec![256]).unwrap());
+        // The direct automaton of this key set has more states than this.
+        let (_, ks) = &g.key_sets[0];
+        let mut low = super::super::Lowerer::new(&g, &limits);
+        let dev = Dfa::build(&low.hir(&dev_expr(&ks.ch)).unwrap(), 1 << 16, 16 << 20).unwrap();
+        let direct = key_complement(&ks.keys, json_encodings, &dev, 1 << 16, 16 << 20).unwrap();
+        let small = Limits {
+            max_lexeme_states: 40,
+            ..Limits::default()
+        };
+        assert!(direct.num_states() > small.max_lexeme_states);
+        let accepts = |limits: &Limits, text: &str| {
+            let c = crate::Constraint::new(&g, vocab.clone(), limits).unwrap();
+            let mut m = crate::Matcher::new(&c).unwrap();
+            text.bytes().all(|b| m.commit_token(b as u32).is_ok()) && m.is_accepting()
+        };
+        for (text, ok) in [
+            (r#"{"a": 1}"#, true),
+            (r#"{"a": true}"#, false),
+            (r#"{"ab": "x"}"#, true),
+            (r#"{"ab": true}"#, false),
+            (r#"{"abc": true}"#, true),
+            (r#"{"abc": 1}"#, false),
+            (r#"{"": false}"#, true),
+            (r#"{"\u0061": true}"#, false),
+            (r#"{"b\n": true}"#, true),
+        ] {
+            assert_eq!(accepts(&limits, text), ok, "{text}");
+            assert_eq!(accepts(&small, text), ok, "{text} (small lexemes)");
         }
     }
 

@@ -802,10 +802,10 @@ impl<'a> Lowerer<'a> {
             return Ok(None);
         };
         let keys = ks.keys.clone();
-        let states = self.limits.max_lexeme_states;
+        let (states, bytes) = (self.limits.max_lexeme_states, self.limits.max_dfa_bytes);
         let key = format!("(?:a key other than {keys:?}){dev_hir}");
-        self.register(format!("{states}/{key}"), key, move || {
-            keys::key_complement(&keys, crate::schema::json_encodings, &dev, states)
+        self.register(format!("{states}/{bytes}/{key}"), key, move || {
+            keys::key_complement(&keys, crate::schema::json_encodings, &dev, states, bytes)
         })
     }
 
