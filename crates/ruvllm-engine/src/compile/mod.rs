@@ -93,6 +93,11 @@ impl CompiledGrammar {
     /// Compiles an IR grammar. Cost: linear in the grammar plus DFA construction for each
     /// distinct lexeme, all bounded by `limits`.
     pub fn new(g: &Grammar, limits: &Limits) -> Result<CompiledGrammar, GrammarError> {
+        // Front ends prune already (the schema compiler does): copy and prune only when
+        // that would change something.
+        if g.is_pruned() {
+            return Lowerer::new(g, limits).run();
+        }
         let mut g = g.clone();
         g.prune_unproductive()?;
         Lowerer::new(&g, limits).run()

@@ -157,6 +157,21 @@ impl Grammar {
         Ok(())
     }
 
+    /// Whether [`Grammar::prune_unproductive`] would leave the grammar as it is (and not
+    /// fail), so that a compiler can skip copying it. Cost: one pass over the rules plus
+    /// [`Grammar::productive`]; no allocation besides that.
+    pub(crate) fn is_pruned(&self) -> bool {
+        let prod = self.productive();
+        prod[self.root as usize]
+            && self.rules.iter().zip(&prod).all(|(r, &p)| {
+                if p {
+                    !prunable(&r.body, &prod)
+                } else {
+                    matches!(&r.body, Expr::Alt(v) if v.is_empty())
+                }
+            })
+    }
+
     /// Rules reachable from the root.
     pub fn reachable(&self) -> Vec<bool> {
         let mut seen = vec![false; self.rules.len()];
@@ -251,6 +266,19 @@ fn expr_productive(e: &Expr, prod: &[bool]) -> bool {
     }
 }
 
+/// Whether [`prune`] would change `e` (return `None` or a different expression).
+fn prunable(e: &Expr, prod: &[bool]) -> bool {
+    match e {
+        Expr::Chars(r) => r.is_empty(),
+        Expr::Bytes(r) => r.is_empty(),
+        Expr::Ref(r) => !prod[*r as usize],
+        Expr::Seq(v) => v.iter().any(|x| prunable(x, prod)),
+        Expr::Alt(v) => v.is_empty() || v.iter().any(|x| prunable(x, prod)),
+        Expr::Repeat { e, max, .. } => *max == Some(0) || prunable(e, prod),
+        Expr::Empty | Expr::Literal(_) => false,
+    }
+}
+
 /// Returns the expression without unproductive parts, or None when it is unproductive.
 fn prune(e: Expr, prod: &[bool]) -> Option<Expr> {
     match e {
@@ -287,5 +315,61 @@ fn prune(e: Expr, prod: &[bool]) -> Option<Expr> {
             }
         }
         other => Some(other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Limits;
+
+    /// `is_pruned` says exactly whether pruning leaves the grammar unchanged.
+    #[test]
+    fn is_pruned_matches_pruning() {
+        let unchanged = |g: &Grammar| {
+            let mut h = g.clone();
+            h.prune_unproductive().is_ok() && h == *g
+        };
+        let mut grammars: Vec<Grammar> = [
+            r#"root ::= "a" b* | "c"
+               b ::= [x-z]"#,
+            r#"root ::= "a" | dead
+               dead ::= "b" dead"#,
+            r#"root ::= "a" x{0}
+               x ::= "y""#,
+            r#"root ::= "a" x{0,0} "b"
+               x ::= "y""#,
+            r#"root ::= (("a" | "b")+ "c"?)*"#,
+        ]
+        .iter()
+        .map(|t| Grammar::from_gbnf(t, &Limits::default()).unwrap())
+        .collect();
+        // Shapes a front end could hand over unpruned.
+        grammars.push(Grammar::single(
+            "root",
+            Expr::Alt(vec![Expr::Literal(b"a".to_vec()), Expr::Chars(vec![])]),
+        ));
+        grammars.push(Grammar::single("root", Expr::Alt(vec![])));
+        grammars.push(Grammar::single(
+            "root",
+            Expr::Seq(vec![
+                Expr::Literal(b"a".to_vec()),
+                Expr::Repeat {
+                    e: Box::new(Expr::Bytes(vec![])),
+                    min: 0,
+                    max: None,
+                },
+            ]),
+        ));
+        let mut pruned_already = 0;
+        for g in &grammars {
+            assert_eq!(g.is_pruned(), unchanged(g), "{g:?}");
+            let mut h = g.clone();
+            if h.prune_unproductive().is_ok() {
+                assert!(h.is_pruned(), "{h:?}");
+            }
+            pruned_already += g.is_pruned() as usize;
+        }
+        assert!(pruned_already > 0 && pruned_already < grammars.len());
     }
 }
