@@ -68,11 +68,15 @@ pub(crate) fn key_complement(
     // The character trie: node 0 is the root.
     let mut is_key = vec![false];
     let mut children: Vec<Vec<(char, u32)>> = vec![Vec::new()];
+    // Child lookup by (node, character): a node may have thousands of children (keys
+    // with distinct first characters), and a scan per insertion would be quadratic.
+    let mut child: std::collections::HashMap<(usize, char), usize> =
+        std::collections::HashMap::new();
     for k in keys {
         let mut n = 0usize;
         for &c in k {
-            n = match children[n].iter().find(|&&(x, _)| x == c) {
-                Some(&(_, m)) => m as usize,
+            n = match child.get(&(n, c)) {
+                Some(&m) => m,
                 None => {
                     let m = is_key.len();
                     if m > max_states {
@@ -81,6 +85,7 @@ pub(crate) fn key_complement(
                     is_key.push(false);
                     children.push(Vec::new());
                     children[n].push((c, m as u32));
+                    child.insert((n, c), m);
                     m
                 }
             };
