@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use ruvllm_engine::Vocabulary;
+use ruvllm_engine::{Limits, Vocabulary};
 
 #[derive(Parser)]
 #[command(
@@ -398,7 +398,8 @@ fn main() -> Result<()> {
                 Vocabulary::from_file(&tokenizer)
                     .with_context(|| format!("loading {}", tokenizer.display()))?,
             );
-            let report = ruvllm_bench::grammar_cases::run(vocab, &dir)?;
+            // The product's budgets: a mask over the default 500 ms is an error here too.
+            let report = ruvllm_bench::grammar_cases::run(vocab, &dir, &Limits::default())?;
             print!("{}", ruvllm_bench::grammar_cases::table(&report));
             if let Some(out) = json {
                 let summary = serde_json::json!({
