@@ -246,8 +246,13 @@ impl Vocabulary {
 
 /// A pre-order trie of token byte strings. Node 0 is the root (the empty prefix); node `n`'s
 /// subtree is `n..end(n)`; its children are `n+1`, then `end(child)` for each next sibling.
-/// Memory: about 21 bytes per node plus 4 per token, and one bitmap of the vocabulary per
+/// Memory: about 23 bytes per node plus 4 per token, and one bitmap of the vocabulary per
 /// [`plain`] language; a 128k vocabulary has ~300k nodes.
+///
+/// Nodes with many children (at least [`WIDE_CHILDREN`]; the root and a few hundred others)
+/// also keep the set of their children's bytes and the children in byte order, so that a
+/// walk that may read only a few bytes there (a DFA state inside a number) finds those
+/// children without scanning all of them (see [`TokenTrie::wide`]).
 #[derive(Debug, Clone)]
 pub struct TokenTrie {
     byte: Vec<u8>,
@@ -273,7 +278,18 @@ pub struct TokenTrie {
     /// many of them are longer than `d` (see [`TokenTrie::plain_seed`]).
     plain_by_len: [Vec<u32>; 2],
     plain_longer: [Vec<u32>; 2],
+    /// Per node: its index in `wide`, or [`NOT_WIDE`].
+    wide_of: Vec<u16>,
+    /// Per wide node: the bytes of its children, and where its children start in
+    /// `wide_children` (one per byte of the set, in byte order).
+    wide: Vec<(crate::byteset::ByteSet, u32)>,
+    wide_children: Vec<u32>,
 }
+
+/// Children from which a node keeps an index of them (see [`TokenTrie`]).
+pub(crate) const WIDE_CHILDREN: usize = 16;
+/// `wide_of` of a node without the index.
+const NOT_WIDE: u16 = u16::MAX;
 
 /// Plain JSON string text as a byte automaton: characters that need no escape (no `"`,
 /// `\` or control character), as valid UTF-8 without surrogates, where a path may end
@@ -374,6 +390,9 @@ impl TokenTrie {
             + self.plain_by_len.iter().map(|v| v.len() * 4).sum::<usize>()
             + self.plain_longer.iter().map(|v| v.len() * 4).sum::<usize>()
             + self.parent.len() * 4
+            + self.wide_of.len() * 2
+            + self.wide.len() * 36
+            + self.wide_children.len() * 4
     }
 
     /// Builds the trie over the non-special, non-empty tokens. Cost: sort + O(total bytes).
@@ -395,6 +414,9 @@ impl TokenTrie {
             plain_tokens: [Vec::new(), Vec::new()],
             plain_by_len: [Vec::new(), Vec::new()],
             plain_longer: [Vec::new(), Vec::new()],
+            wide_of: Vec::new(),
+            wide: Vec::new(),
+            wide_children: Vec::new(),
         };
         // Stack of open nodes: path[d] is the node at depth d (path[0] = root).
         let mut path: Vec<u32> = vec![0];
@@ -481,7 +503,49 @@ impl TokenTrie {
                 .collect();
             t.plain_by_len[lang] = by_len.into_iter().map(|(_, id)| id).collect();
         }
+        t.index_wide_nodes();
         t
+    }
+
+    /// Builds the children index of the wide nodes. Cost: one pass over the nodes.
+    fn index_wide_nodes(&mut self) {
+        let n = self.byte.len();
+        self.wide_of = vec![NOT_WIDE; n];
+        let mut kids: Vec<u32> = Vec::new();
+        for v in 0..n {
+            kids.clear();
+            let mut c = v as u32 + 1;
+            while c < self.end[v] {
+                kids.push(c);
+                c = self.end[c as usize];
+            }
+            // Indices past u16 are left unindexed (a walk then scans their children).
+            if kids.len() < WIDE_CHILDREN || self.wide.len() >= NOT_WIDE as usize {
+                continue;
+            }
+            let mut present = crate::byteset::ByteSet::EMPTY;
+            for &c in &kids {
+                present.insert(self.byte[c as usize]);
+            }
+            self.wide_of[v] = self.wide.len() as u16;
+            self.wide.push((present, self.wide_children.len() as u32));
+            self.wide_children.extend_from_slice(&kids);
+        }
+    }
+
+    /// For a node with at least [`WIDE_CHILDREN`] children: the set of its children's
+    /// bytes and the children in byte order (the child for byte `b` is at index
+    /// `set.rank(b)`). `None` for other nodes, whose children are found by scanning
+    /// `n + 1`, then `end` of each. Cost: a load.
+    #[inline]
+    pub(crate) fn wide(&self, n: u32) -> Option<(crate::byteset::ByteSet, &[u32])> {
+        let w = self.wide_of[n as usize];
+        if w == NOT_WIDE {
+            return None;
+        }
+        let (set, first) = self.wide[w as usize];
+        let first = first as usize;
+        Some((set, &self.wide_children[first..first + set.len() as usize]))
     }
 
     /// The state of [`plain`] language `lang` (0: JSON string text, 1: the same without
