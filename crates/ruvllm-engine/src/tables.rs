@@ -334,9 +334,8 @@ impl Tables {
 /// most `depth`: same acceptance, and the same next bytes keep each alive (so aliveness
 /// agrees up to length `depth + 1`). Breadth-first over
 /// state pairs, each visited once at its smallest depth (where the remaining budget is
-/// largest, so that visit decides). Exact; gives up (false) past a million pairs.
-///
-/// Tests use it as an oracle, so its cap is far above [`MAX_PAIRS`] (a million pairs).
+/// largest, so that visit decides). Exact; gives up (false) past a million pairs: tests
+/// use it as an oracle, so its cap is far above the product's [`MAX_PAIRS`].
 #[cfg(test)]
 pub(crate) fn equivalent(a: &Dfa, s: u32, b: &Dfa, t: u32, depth: usize) -> bool {
     equivalent_capped(a, s, b, t, depth, 1 << 20) == Some(true)
@@ -569,7 +568,7 @@ fn compute_with(
             // Only the allowed children are visited; the refused ones between them are
             // whole sibling subtrees, contiguous in node order, so one range each run.
             let mut gap = n + 1;
-            for b in bytes.intersection(allowed).members() {
+            for b in bytes.intersection(allowed).iter() {
                 let c = kids[bytes.rank(b) as usize];
                 if exited && gap < c {
                     uncertain.push((gap, c));
