@@ -178,6 +178,10 @@ enum Cmd {
         /// Also write the Markdown report (docs/BENCHMARKS.md is generated this way).
         #[arg(long)]
         markdown: Option<PathBuf>,
+        /// Also write one CSV row per file and engine: compile µs (empty when it did not
+        /// compile), tokens, sum and max of the mask+commit µs.
+        #[arg(long)]
+        per_file: Option<PathBuf>,
         /// MaskBench files or folders.
         paths: Vec<PathBuf>,
     },
@@ -476,6 +480,7 @@ fn main() -> Result<()> {
             json,
             show,
             markdown,
+            per_file,
             paths,
         } => {
             let t_run = std::time::Instant::now();
@@ -516,10 +521,12 @@ fn main() -> Result<()> {
                 // Interleaved per file: every engine on the same file and tokens, one thread.
                 for (name, st) in stats.iter_mut() {
                     let t = std::time::Instant::now();
+                    let before = (st.ttfm.len(), st.tbm.len());
                     match name.as_str() {
                         "ruvllm" => ruvllm_bench::maskbench::run_ruvllm(&vocab, &case, st)?,
                         _ => ruvllm_bench::llg::run(factory.as_ref().unwrap(), &case, st)?,
                     }
+                    st.record_file(&case.name, before);
                     if t.elapsed().as_secs_f64() > 2.0 {
                         eprintln!(
                             "slow file {} ({name}): {:.1} s",
@@ -548,6 +555,36 @@ fn main() -> Result<()> {
                 "ttfm_mean",
                 "ttfm_p99"
             );
+            if let Some(path) = &per_file {
+                let mut csv = String::from("engine,file,ttfm_us,tokens,tbm_sum_us,tbm_max_us\n");
+                for (name, st) in &stats {
+                    for r in &st.per_file {
+                        csv.push_str(&format!(
+                            "{name},{},{},{},{:.1},{:.1}\n",
+                            r.file,
+                            r.ttfm_us.map(|t| format!("{t:.1}")).unwrap_or_default(),
+                            r.tokens,
+                            r.tbm_sum_us,
+                            r.tbm_max_us
+                        ));
+                    }
+                }
+                std::fs::write(path, csv)?;
+            }
+            // Compile time over the files every engine compiled (the engines fail on
+            // different schemas, and the hard ones weigh on the mean).
+            let common = ruvllm_bench::maskbench::common_ttfm(&stats);
+            if let Some(c) = &common {
+                println!(
+                    "TTFM over the {} files every engine compiled: {}",
+                    c.files,
+                    c.means
+                        .iter()
+                        .map(|(n, m, p99)| format!("{n} mean {m:.1} µs, p99 {p99:.1} µs"))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                );
+            }
             let mut out = serde_json::Map::new();
             let mut details = Vec::new();
             let mut report = Vec::new();
@@ -610,7 +647,10 @@ fn main() -> Result<()> {
                 v["tables"] = serde_json::json!({"computed": built, "first_use_ms": ms});
             }
             if let Some(path) = json {
-                let doc = serde_json::json!({"files": files.len(), "engines": out});
+                let mut doc = serde_json::json!({"files": files.len(), "engines": out});
+                if let Some(c) = &common {
+                    doc["ttfm_common"] = c.to_json();
+                }
                 std::fs::write(&path, serde_json::to_string_pretty(&doc)?)?;
             }
             if let Some(path) = markdown {
@@ -634,7 +674,10 @@ fn main() -> Result<()> {
                     wall_s: t_run.elapsed().as_secs_f64(),
                     peak_rss_kib: ruvllm_bench::maskbench::peak_rss_kib(),
                 };
-                std::fs::write(&path, ruvllm_bench::maskbench::markdown(&info, &report))?;
+                std::fs::write(
+                    &path,
+                    ruvllm_bench::maskbench::markdown(&info, &report, common.as_ref()),
+                )?;
             }
             Ok(())
         }
