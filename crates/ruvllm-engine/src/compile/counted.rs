@@ -35,7 +35,9 @@
 
 use crate::byteset::ByteSet;
 
-use super::dfa::Dfa;
+use std::sync::Arc;
+
+use super::dfa::{Dfa, Lexeme};
 
 /// The parts and the state numbering of a counted lexeme (see the module docs).
 ///
@@ -45,9 +47,9 @@ use super::dfa::Dfa;
 /// such as that of `a*b` comes back to its start in the middle of an item.)
 #[derive(Debug, Clone)]
 pub(crate) struct Counted {
-    p: Option<Dfa>,
-    x: Dfa,
-    s: Option<Dfa>,
+    p: Option<Arc<Lexeme>>,
+    x: Arc<Lexeme>,
+    s: Option<Arc<Lexeme>>,
     min: u32,
     /// The largest count kept: `max`, or `min` when unbounded (more items than `min` are
     /// then all alike).
@@ -76,11 +78,11 @@ impl Counted {
     /// The counted lexeme `p x{min,max} s` (max `None`: unbounded), or `None` when the
     /// conditions of the module docs do not hold. Cost: O(states of the parts).
     pub(crate) fn new(
-        p: Option<Dfa>,
-        x: Dfa,
+        p: Option<Arc<Lexeme>>,
+        x: Arc<Lexeme>,
         min: u32,
         max: Option<u32>,
-        s: Option<Dfa>,
+        s: Option<Arc<Lexeme>>,
     ) -> Option<Counted> {
         if max.is_some_and(|m| m < min) || x.start() == 0 || x.accepting(x.start()) {
             return None;
@@ -377,6 +379,10 @@ mod tests {
     use super::*;
     use std::collections::{HashSet, VecDeque};
 
+    fn part(re: &str) -> Arc<Lexeme> {
+        Lexeme::new(dfa(re))
+    }
+
     fn dfa(re: &str) -> Dfa {
         let hir = regex_syntax::ParserBuilder::new()
             .utf8(false)
@@ -443,7 +449,7 @@ mod tests {
                             max.map_or(String::new(), |m| m.to_string()),
                             s.unwrap_or("")
                         );
-                        let c = Dfa::counted(p.map(dfa), dfa(x), min, max, s.map(dfa));
+                        let c = Dfa::counted(p.map(part), part(x), min, max, s.map(part));
                         let c = c.unwrap_or_else(|| panic!("{re}: not counted"));
                         assert_same(&dfa(&re), &c, &re);
                         checked += 1;
@@ -460,7 +466,7 @@ mod tests {
     #[test]
     fn counted_refuses_what_it_cannot_count() {
         let c = |p: Option<&str>, x: &str, min, max, s: Option<&str>| {
-            Dfa::counted(p.map(dfa), dfa(x), min, max, s.map(dfa)).is_some()
+            Dfa::counted(p.map(part), part(x), min, max, s.map(part)).is_some()
         };
         assert!(c(None, "ab|c", 0, Some(9), None), "baseline");
         assert!(!c(None, "a|ab", 0, Some(9), None), "not prefix-free");
@@ -487,7 +493,7 @@ mod tests {
             (60, None),
             (3, Some(9)),
         ] {
-            let d = Dfa::counted(Some(dfa("\"")), dfa(CH), min, max, Some(dfa("\""))).unwrap();
+            let d = Dfa::counted(Some(part("\"")), part(CH), min, max, Some(part("\""))).unwrap();
             let Some(c) = &d.counted else { unreachable!() };
             let top = max.unwrap_or(min);
             let mut moved = 0;
@@ -525,7 +531,7 @@ mod tests {
             (100, Some(130)),
             (60, None),
         ] {
-            let d = Dfa::counted(Some(dfa("\"")), dfa(CH), min, max, Some(dfa("\""))).unwrap();
+            let d = Dfa::counted(Some(part("\"")), part(CH), min, max, Some(part("\""))).unwrap();
             let Some(c) = &d.counted else { unreachable!() };
             // The state of each count between items, and one mid-item state per count.
             let mut reps: std::collections::HashMap<usize, u32> = Default::default();

@@ -61,11 +61,11 @@ impl Dfa {
     /// The counted lexeme `p x{min,max} s` (see [`super::counted`]), or `None` when its
     /// conditions do not hold. Cost: O(states of the parts).
     pub(crate) fn counted(
-        p: Option<Dfa>,
-        x: Dfa,
+        p: Option<Arc<Lexeme>>,
+        x: Arc<Lexeme>,
         min: u32,
         max: Option<u32>,
-        s: Option<Dfa>,
+        s: Option<Arc<Lexeme>>,
     ) -> Option<Dfa> {
         let c = Counted::new(p, x, min, max, s)?;
         Some(Dfa {
@@ -168,6 +168,83 @@ impl Dfa {
                 Stop::States | Stop::Look => DfaError::TooBig { cost: max_states },
             })?;
         Ok(Dfa::from_subset(d))
+    }
+
+    /// The DFA of the literal `lit` followed by the language of `rest`: a chain of
+    /// `lit.len()` states in front of a copy of `rest`'s table, whose byte classes are split
+    /// at the literal's bytes (still intervals in increasing order). The language is
+    /// exactly the concatenation; the states are `rest`'s plus the chain (not minimized,
+    /// like every lexeme DFA). `None` for an empty literal, a counted `rest`, an empty
+    /// `rest` language, or a result past `max_states` states or `max_bytes` of table.
+    ///
+    /// Cost: O((`rest`'s states + `lit.len()`) x classes), with no NFA and no subset
+    /// construction. This is how a property's key lexeme (`"name"` then the colon and
+    /// whitespace that every key of a schema shares, one cached DFA) is built: through the
+    /// NFA it took about 46 µs on MaskBench, a fifth of all compile time.
+    pub(crate) fn prepend_literal(
+        lit: &[u8],
+        rest: &Dfa,
+        max_states: usize,
+        max_bytes: usize,
+    ) -> Option<Dfa> {
+        if lit.is_empty() || rest.counted.is_some() || rest.start == 0 {
+            return None;
+        }
+        let mut in_lit = [false; 256];
+        for &b in lit {
+            in_lit[b as usize] = true;
+        }
+        // New classes: runs of bytes with the same class in `rest` and, for a byte of
+        // the literal, that very byte; `reps` holds one byte of each.
+        let mut classes = [0u8; 256];
+        let mut reps: Vec<u8> = Vec::with_capacity(64);
+        let mut last = None;
+        for b in 0..=255u8 {
+            let cell = (rest.classes[b as usize], in_lit[b as usize].then_some(b));
+            if last != Some(cell) {
+                last = Some(cell);
+                reps.push(b);
+            }
+            classes[b as usize] = (reps.len() - 1) as u8;
+        }
+        let stride = reps.len();
+        let l = lit.len();
+        let n = l.checked_add(rest.num_states())?;
+        if n > max_states || n.saturating_mul(stride).saturating_mul(4) > max_bytes {
+            return None;
+        }
+        // State 0 dead, 1..=l the chain (state 1 + i reads `lit[i]`), then `rest`'s live
+        // states moved up by `l`.
+        let moved = |s: u32| if s == 0 { 0 } else { s + l as u32 };
+        let mut trans = vec![0u32; n * stride];
+        let mut allowed = vec![ByteSet::EMPTY; n];
+        for (i, &b) in lit.iter().enumerate() {
+            let next = if i + 1 < l {
+                i as u32 + 2
+            } else {
+                moved(rest.start)
+            };
+            trans[(i + 1) * stride + classes[b as usize] as usize] = next;
+            allowed[i + 1].insert(b);
+        }
+        for s in 1..rest.num_states() {
+            let row = &mut trans[(s + l) * stride..(s + l + 1) * stride];
+            for (t, &b) in row.iter_mut().zip(&reps) {
+                *t = moved(rest.next(s as u32, b));
+            }
+            allowed[s + l] = rest.allowed[s];
+        }
+        let mut accepting = vec![false; l + 1];
+        accepting.extend_from_slice(&rest.accepting[1..]);
+        Some(Dfa {
+            classes,
+            stride,
+            trans,
+            accepting,
+            allowed,
+            start: 1,
+            counted: None,
+        })
     }
 
     /// The DFA of a complete table (state 0 dead, every other state able to reach an
@@ -307,6 +384,14 @@ const MAX_CACHED_TABLE_BYTES: usize = 256 << 20;
 const MAX_CACHED_DFA_BYTES: usize = 256 << 20;
 
 impl Lexeme {
+    /// A lexeme of `dfa` with no tables yet (not in the process-wide cache).
+    pub(crate) fn new(dfa: Dfa) -> Arc<Lexeme> {
+        Arc::new(Lexeme {
+            dfa,
+            tables: Mutex::new(Vec::new()),
+        })
+    }
+
     /// The token tables of this lexeme's states for vocabulary `vocab_id`, whose tokens are
     /// at most `depth` bytes. Cost: a lock and a short scan.
     pub(crate) fn tables_for(&self, vocab_id: u64, depth: usize) -> Arc<Tables> {
@@ -361,12 +446,7 @@ pub(crate) fn cached_with(
     if matches!(built, Err(DfaError::Deadline)) {
         return Err(DfaError::Deadline);
     }
-    let built = built.map(|dfa| {
-        Arc::new(Lexeme {
-            dfa,
-            tables: Mutex::new(Vec::new()),
-        })
-    });
+    let built = built.map(Lexeme::new);
     let size = built.as_ref().map_or(0, |l| l.dfa.memory());
     let mut guard = cache.lock().unwrap_or_else(|e| e.into_inner());
     let (c, bytes) = &mut *guard;
@@ -513,6 +593,43 @@ mod tests {
     /// even one whose every state is a match state (the limit is exact to one state).
     /// That the bound stops determinization early, rather than after the whole DFA, is
     /// shown by `tests/errors.rs::fuzz_found_ambiguous_digit_repeat_compiles`.
+    #[test]
+    fn a_literal_chain_in_front_of_a_dfa_is_the_concatenation() {
+        // A key and its colon; a literal whose bytes split the rest's classes; a
+        // multi-byte literal; an empty rest; a rest that starts with the literal's byte.
+        let cases = [
+            (r#""name""#, r#"[ \t\n\r]{0,3}:[ \t\n\r]{0,3}"[a-z]*""#),
+            ("a:b", "[:a-c]+d?"),
+            ("ключ", "[а-я]{1,3}|x"),
+            ("x", ""),
+            ("\"", r#"[^"\\]*""#),
+        ];
+        for (lit, rest) in cases {
+            let r = Dfa::build(&hir(rest), 10_000, 1 << 24).unwrap();
+            let joined = Dfa::prepend_literal(lit.as_bytes(), &r, 10_000, 1 << 24).unwrap();
+            same_as_dense(&format!("{}(?:{rest})", regex_syntax::escape(lit)), &joined);
+            // Classes stay intervals in increasing order (the subset construction and the
+            // signatures rely on it).
+            for b in 1..=255u8 {
+                let d = joined.class_of(b) as i32 - joined.class_of(b - 1) as i32;
+                assert!(d == 0 || d == 1, "{lit:?} {rest:?} at byte {b}");
+            }
+        }
+        let r = Dfa::build(&hir("[a-z]{0,5}"), 10_000, 1 << 24).unwrap();
+        assert!(Dfa::prepend_literal(b"", &r, 10_000, 1 << 24).is_none());
+        // The chain adds one state per byte, within the state limit.
+        let n = r.num_states();
+        assert!(Dfa::prepend_literal(b"abc", &r, n + 2, 1 << 24).is_none());
+        assert_eq!(
+            Dfa::prepend_literal(b"abc", &r, n + 3, 1 << 24)
+                .unwrap()
+                .num_states(),
+            n + 3
+        );
+        let empty = Dfa::build(&hir("[a&&b]"), 10_000, 1 << 24).unwrap();
+        assert!(Dfa::prepend_literal(b"abc", &empty, 10_000, 1 << 24).is_none());
+    }
+
     #[test]
     fn state_limit_stops_determinization_early() {
         let limits = crate::Limits::default();

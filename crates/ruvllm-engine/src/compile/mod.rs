@@ -214,6 +214,20 @@ fn expr_depth(e: &Expr, d: &[usize]) -> usize {
     }
 }
 
+/// A concatenation that starts with a literal, split into the literal's bytes and the
+/// rest (`None` for anything else; the rest may be the empty regex). Cost: a clone of the
+/// rest's parts.
+fn literal_head(hir: &Hir) -> Option<(Vec<u8>, Hir)> {
+    let hir::HirKind::Concat(parts) = hir.kind() else {
+        return None;
+    };
+    let (first, rest) = parts.split_first()?;
+    let hir::HirKind::Literal(lit) = first.kind() else {
+        return None;
+    };
+    Some((lit.0.to_vec(), Hir::concat(rest.to_vec())))
+}
+
 fn expr_weight(e: &Expr, w: &[usize]) -> usize {
     match e {
         Expr::Ref(r) => w[*r as usize],
@@ -549,7 +563,7 @@ impl<'a> Lowerer<'a> {
             ) else {
                 continue;
             };
-            let show = |h: Option<&(Hir, Dfa)>| h.map_or(String::new(), |(h, _)| h.to_string());
+            let show = |h: Option<&(Hir, std::sync::Arc<dfa::Lexeme>)>| h.map_or(String::new(), |(h, _)| h.to_string());
             let bound = max.map_or(String::new(), |m| m.to_string());
             let key = format!("{}(?:{hir_x}){{{min},{bound}}}{}", show(pp), show(ss));
             let Some(l) = self.register(format!("counted/{key}"), key, move || Ok(dfa))? else {
@@ -564,8 +578,9 @@ impl<'a> Lowerer<'a> {
         Ok(None)
     }
 
-    /// The DFA of a part of a counted lexeme (`None` when it exceeds the DFA limits).
-    fn part(&mut self, hir: &Hir) -> Result<Option<Dfa>, GrammarError> {
+    /// The DFA of a part of a counted lexeme (`None` when it exceeds the DFA limits), shared
+    /// with the process-wide cache.
+    fn part(&mut self, hir: &Hir) -> Result<Option<std::sync::Arc<dfa::Lexeme>>, GrammarError> {
         self.check_budgets()?;
         match dfa::cached(
             &hir.to_string(),
@@ -575,7 +590,7 @@ impl<'a> Lowerer<'a> {
             Some(self.deadline()),
         ) {
             // Charged once, as part of the counted lexeme's states (see `register`).
-            Ok(d) => Ok(Some((*d).clone())),
+            Ok(d) => Ok(Some(d)),
             Err(dfa::DfaError::TooBig { cost }) => {
                 self.dfa_spent += cost;
                 Ok(None)
@@ -815,11 +830,26 @@ impl<'a> Lowerer<'a> {
     }
 
     /// Builds (or reuses) the lexeme for `hir`; `None` when it exceeds the DFA limits.
+    ///
+    /// A lexeme that starts with a literal (a property key and the colon after it) is
+    /// built as the literal's chain in front of the cached DFA of the rest (see
+    /// [`Dfa::prepend_literal`]), which the other keys of the schema share.
     fn lexeme(&mut self, hir: Hir) -> Result<Option<u32>, GrammarError> {
         let key = hir.to_string();
         let (states, bytes) = (self.limits.max_lexeme_states, self.limits.max_dfa_bytes);
         let deadline = Some(self.deadline());
         self.register(format!("{states}/{bytes}/{key}"), key, move || {
+            if let Some((lit, rest)) = literal_head(&hir) {
+                match dfa::cached(&rest.to_string(), &rest, states, bytes, deadline) {
+                    Ok(r) => {
+                        if let Some(d) = Dfa::prepend_literal(&lit, &r, states, bytes) {
+                            return Ok(d);
+                        }
+                    }
+                    Err(dfa::DfaError::Deadline) => return Err(dfa::DfaError::Deadline),
+                    Err(dfa::DfaError::TooBig { .. }) => {}
+                }
+            }
             Dfa::build_until(&hir, states, bytes, deadline)
         })
     }
