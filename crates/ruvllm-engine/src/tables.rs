@@ -984,7 +984,14 @@ mod tests {
     fn signatures_agree_with_bounded_equivalence() {
         let counted = |min, max| {
             let ch = r#"([^"\\\x00-\x1f]|\\["\\/bfnrt])"#;
-            Dfa::counted(Some(Lexeme::new(dfa("\""))), Lexeme::new(dfa(ch)), min, max, Some(Lexeme::new(dfa("\"")))).unwrap()
+            Dfa::counted(
+                Some(Lexeme::new(dfa("\""))),
+                Lexeme::new(dfa(ch)),
+                min,
+                max,
+                Some(Lexeme::new(dfa("\""))),
+            )
+            .unwrap()
         };
         let dfas = [
             dfa(r#""name": "[a-z]*""#),

@@ -292,6 +292,25 @@ mod tests {
     }
 
     #[test]
+    fn a_rule_body_other_than_its_keys_turns_the_hint_off() {
+        let schema = serde_json::json!({"type": "object", "properties": {"a": {}, "bc": {}}});
+        let opts = SchemaOptions {
+            strict: false,
+            ..SchemaOptions::default()
+        };
+        let g = schema_to_grammar(&schema, &opts).unwrap();
+        let (r, ks) = g.key_sets[0].clone();
+        let limits = Limits::default();
+        let mut low = super::super::Lowerer::new(&g, &limits);
+        assert!(low.key_lexeme(r).unwrap().is_some());
+        // A grammar's rules are public: the body of another key set is not this one's.
+        let mut changed = g.clone();
+        changed.rules[r as usize].body = crate::schema::key_complement_body(&[vec!['a']], &ks.ch);
+        let mut low = super::super::Lowerer::new(&changed, &limits);
+        assert!(low.key_lexeme(r).unwrap().is_none());
+    }
+
+    #[test]
     fn direct_construction_equals_the_rule_body() {
         let alphabet = [
             "a", "b", "ab", "\"", "\\", "/", "\n", "\u{1}", "\u{1f}", "\u{b}", "\u{7f}", "é", "è",

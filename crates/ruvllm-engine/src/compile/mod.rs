@@ -563,7 +563,9 @@ impl<'a> Lowerer<'a> {
             ) else {
                 continue;
             };
-            let show = |h: Option<&(Hir, std::sync::Arc<dfa::Lexeme>)>| h.map_or(String::new(), |(h, _)| h.to_string());
+            let show = |h: Option<&(Hir, std::sync::Arc<dfa::Lexeme>)>| {
+                h.map_or(String::new(), |(h, _)| h.to_string())
+            };
             let bound = max.map_or(String::new(), |m| m.to_string());
             let key = format!("{}(?:{hir_x}){{{min},{bound}}}{}", show(pp), show(ss));
             let Some(l) = self.register(format!("counted/{key}"), key, move || Ok(dfa))? else {
@@ -813,8 +815,7 @@ impl<'a> Lowerer<'a> {
         let Some((_, ks)) = self.g.key_sets.iter().find(|(x, _)| *x == r) else {
             return Ok(None);
         };
-        let body = &self.g.rules[r as usize].body;
-        if crate::schema::key_complement_body(&ks.keys, &ks.ch) != *body {
+        if ks.body != self.g.rules[r as usize].body {
             return Ok(None);
         }
         let dev_hir = self.hir(&keys::dev_expr(&ks.ch))?;

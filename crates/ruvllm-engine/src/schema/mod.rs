@@ -2043,10 +2043,17 @@ impl<'a> Compiler<'a> {
         let chars: Vec<Vec<char>> = keys.iter().map(|k| k.chars().collect()).collect();
         let body = key_complement_body(&chars, &ch);
         let r = self.reserve("other-key");
-        self.set(r, body);
+        self.set(r, body.clone());
         // The compiler may build this rule's automaton straight from the keys (see
-        // `compile::keys`); it checks the body against the keys first.
-        self.key_sets.push((r, KeySet { keys: chars, ch }));
+        // `compile::keys`); it checks the rule's body against this one first.
+        self.key_sets.push((
+            r,
+            KeySet {
+                keys: chars,
+                ch,
+                body,
+            },
+        ));
         Ok(Expr::Ref(r))
     }
 
