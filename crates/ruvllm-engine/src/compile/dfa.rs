@@ -180,7 +180,8 @@ impl Dfa {
     /// Cost: O((`rest`'s states + `lit.len()`) x classes), with no NFA and no subset
     /// construction. This is how a property's key lexeme (`"name"` then the colon and
     /// whitespace that every key of a schema shares, one cached DFA) is built: through the
-    /// NFA it took about 46 µs on MaskBench, a fifth of all compile time.
+    /// NFA it took about 46 µs per key, a fifth of all compile time on a 566-file MaskBench
+    /// sample (17 µs this way, the cache lookups included).
     pub(crate) fn prepend_literal(
         lit: &[u8],
         rest: &Dfa,
@@ -587,12 +588,6 @@ mod tests {
         }
     }
 
-    /// The byte bound derived from the state limit: an ambiguous digit repeat whose DFA
-    /// has tens of thousands of states (the fuzz-found GBNF `number` rule) is refused
-    /// within a bounded time, and a DFA within the limit is never refused by the bound,
-    /// even one whose every state is a match state (the limit is exact to one state).
-    /// That the bound stops determinization early, rather than after the whole DFA, is
-    /// shown by `tests/errors.rs::fuzz_found_ambiguous_digit_repeat_compiles`.
     #[test]
     fn a_literal_chain_in_front_of_a_dfa_is_the_concatenation() {
         // A key and its colon; a literal whose bytes split the rest's classes; a
@@ -630,6 +625,12 @@ mod tests {
         assert!(Dfa::prepend_literal(b"abc", &empty, 10_000, 1 << 24).is_none());
     }
 
+    /// The byte bound derived from the state limit: an ambiguous digit repeat whose DFA
+    /// has tens of thousands of states (the fuzz-found GBNF `number` rule) is refused
+    /// within a bounded time, and a DFA within the limit is never refused by the bound,
+    /// even one whose every state is a match state (the limit is exact to one state).
+    /// That the bound stops determinization early, rather than after the whole DFA, is
+    /// shown by `tests/errors.rs::fuzz_found_ambiguous_digit_repeat_compiles`.
     #[test]
     fn state_limit_stops_determinization_early() {
         let limits = crate::Limits::default();
