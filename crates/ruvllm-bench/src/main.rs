@@ -561,7 +561,7 @@ fn main() -> Result<()> {
                     for r in &st.per_file {
                         csv.push_str(&format!(
                             "{name},{},{},{},{:.1},{:.1}\n",
-                            r.file,
+                            ruvllm_bench::maskbench::csv_field(&r.file),
                             r.ttfm_us.map(|t| format!("{t:.1}")).unwrap_or_default(),
                             r.tokens,
                             r.tbm_sum_us,

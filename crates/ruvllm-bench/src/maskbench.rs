@@ -124,6 +124,16 @@ pub fn common_ttfm(stats: &[(String, EngineStats)]) -> Option<CommonTtfm> {
     })
 }
 
+/// `s` as one CSV field: quoted, with quotes doubled, when it holds a comma, a quote or a
+/// line break (a file name may); as is otherwise.
+pub fn csv_field(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\"")).into()
+    } else {
+        s.into()
+    }
+}
+
 /// A mask slower than this (µs) is listed by name (2 ms, the bound issue 4 sets).
 pub const SLOW_MASK_US: f64 = 2000.0;
 
@@ -554,5 +564,12 @@ mod tests {
         assert_eq!(c.means[0], ("a".to_string(), 30.0, 30.0));
         assert_eq!(c.means[1], ("b".to_string(), 5.0, 5.0));
         assert!(common_ttfm(&[("a".into(), EngineStats::default())]).is_none());
+    }
+
+    #[test]
+    fn csv_fields_quote_what_would_split_a_row() {
+        assert_eq!(csv_field("Github_easy---o1.json"), "Github_easy---o1.json");
+        assert_eq!(csv_field("a,b.json"), "\"a,b.json\"");
+        assert_eq!(csv_field("say \"hi\".json"), "\"say \"\"hi\"\".json\"");
     }
 }

@@ -101,9 +101,7 @@ impl Counted {
             None => (ByteSet::EMPTY, true),
         };
         let x_first = *x.allowed(x.start());
-        let mut both = x_first;
-        both.0.iter_mut().zip(s_first.0).for_each(|(a, b)| *a &= b);
-        if !both.is_empty() {
+        if !x_first.intersection(&s_first).is_empty() {
             return None;
         }
         let np = p.as_ref().map_or(1, |d| d.num_states() as u32);

@@ -88,7 +88,8 @@ pub struct Grammar {
     pub checks: Vec<(RuleId, Check)>,
     /// Rules whose body is the complement of a set of object keys, with the keys (see
     /// [`KeySet`]): the compiler may build their automaton directly. A hint only: the
-    /// compiler checks the body against the keys before using it.
+    /// compiler uses it only while the rule's body is still the one built from the keys
+    /// (kept in the key set), since the rules are public and may have been changed.
     pub(crate) key_sets: Vec<(RuleId, KeySet)>,
 }
 
