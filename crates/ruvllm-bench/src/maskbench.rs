@@ -43,7 +43,8 @@ pub struct EngineStats {
     pub false_accepts: Vec<(String, String)>,
     /// (file, instance) of valid instances refused.
     pub false_rejects: Vec<(String, String)>,
-    /// Bytes of per-grammar mask tables after each file (ruvllm only).
+    /// Bytes of per-grammar caches after each file: mask tables, parse-state identities
+    /// and boundary walks (ruvllm only).
     pub cache_bytes: Vec<f64>,
     /// Masks over [`SLOW_MASK_US`] (the hard bound): (µs, file), for the report.
     pub slow_masks: Vec<(f64, String)>,
@@ -327,7 +328,8 @@ pub fn run_ruvllm(vocab: &Arc<Vocabulary>, case: &FileCase, st: &mut EngineStats
         }
         verdicts.push(ok && m.is_accepting());
     }
-    st.cache_bytes.push(c.table_usage().1 as f64);
+    st.cache_bytes
+        .push((c.table_usage().1 + c.state_cache_bytes()) as f64);
     judge(st, case, &verdicts);
     Ok(())
 }
@@ -517,7 +519,7 @@ pub fn markdown(info: &RunInfo, engines: &[ReportRow], common: Option<&CommonTtf
     for (name, _, c) in engines {
         if let Some((mean, max)) = c {
             s.push_str(&format!(
-                "* {name} per-grammar mask tables after each file: mean {:.1} KiB, max {:.1} KiB.\n",
+                "* {name} per-grammar caches after each file (mask tables, parse-state identities, boundary walks): mean {:.1} KiB, max {:.1} KiB.\n",
                 mean / 1024.0,
                 max / 1024.0
             ));

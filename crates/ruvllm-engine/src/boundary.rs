@@ -44,6 +44,7 @@
 use crate::earley::{FastMap, Item, Parser, ROOT};
 use crate::error::MatchError;
 use crate::matcher::Deadline;
+use crate::states::Walked;
 use crate::Constraint;
 
 /// No node: the position is not memoized (below a step that ran a semantic check).
@@ -150,6 +151,13 @@ struct Walk<'a> {
     real: usize,
     /// The set where the mask started.
     base: usize,
+    /// What the walk found, for the walk cache (see [`crate::states`]), when asked.
+    rec: Option<Walked>,
+    /// Stack length from which the path is below a step that ran a semantic check
+    /// (`usize::MAX`: it is not).
+    dirty_from: usize,
+    /// Whether the last [`Walk::step`] ran no semantic check.
+    clean: bool,
 }
 
 /// Walks the token trie over the sorted, disjoint node `ranges` only, stepping the parser
@@ -161,6 +169,10 @@ struct Walk<'a> {
 /// nodes of the ranges and their ancestors only; iterating the siblings of every ancestor
 /// instead cost about five times as many (cache-missing) node visits inside a string.
 /// Cost: one memo lookup or parser step per node touched.
+///
+/// With `record`, also returns what the walk found for the walk cache: the tokens it
+/// accepted along paths on which no step ran a semantic check, and the parts of the
+/// ranges below a step that ran one.
 pub(crate) fn walk(
     c: &Constraint,
     p: &mut Parser,
@@ -168,7 +180,8 @@ pub(crate) fn walk(
     ranges: &[(u32, u32)],
     mask: &mut [u32],
     clock: &mut Deadline,
-) -> Result<(), MatchError> {
+    record: bool,
+) -> Result<Option<Walked>, MatchError> {
     let base = p.top();
     let root = if p.top_info().checked {
         NONE
@@ -184,11 +197,14 @@ pub(crate) fn walk(
         path: Vec::new(),
         real: 0,
         base,
+        rec: record.then(Walked::default),
+        dirty_from: usize::MAX,
+        clean: true,
     };
     let r = w.run(ranges, mask);
     // On an error the walk stopped midway: drop the sets it had pushed.
     w.p.truncate(base);
-    r
+    r.map(|()| w.rec)
 }
 
 impl Walk<'_> {
@@ -217,8 +233,11 @@ impl Walk<'_> {
                     let node = self.stack.last().map_or(NONE, |t| t.1);
                     let next = self.step(node, trie.byte(y))?;
                     if next == DEAD {
+                        // The range's nodes below `y` are refused (by a check, perhaps).
+                        let skip = trie.end(y);
+                        self.note_dirty(x, skip.min(b));
                         self.settle();
-                        x = trie.end(y);
+                        x = skip;
                         continue 'nodes;
                     }
                     self.down(y, next);
@@ -226,13 +245,22 @@ impl Walk<'_> {
                 let node = self.stack.last().map_or(NONE, |t| t.1);
                 let next = self.step(node, trie.byte(x))?;
                 if next == DEAD {
+                    let skip = trie.end(x);
+                    self.note_dirty(x, skip.min(b));
                     self.settle();
-                    x = trie.end(x);
+                    x = skip;
                     continue;
                 }
-                for &t in trie.tokens_at(x) {
+                let tokens = trie.tokens_at(x);
+                for &t in tokens {
                     mask[(t >> 5) as usize] |= 1 << (t & 31);
                 }
+                if let Some(rec) = &mut self.rec {
+                    if self.dirty_from == usize::MAX && self.clean {
+                        rec.accepted.extend_from_slice(tokens);
+                    }
+                }
+                self.note_dirty(x, x + 1);
                 if trie.end(x) > x + 1 {
                     self.down(x, next);
                 } else {
@@ -244,16 +272,37 @@ impl Walk<'_> {
         Ok(())
     }
 
+    /// After a step into the first node of `a..b` (nodes of the walk's ranges): records
+    /// them as needing a walk every time when that step, or one above it on the path, ran
+    /// a semantic check. Adjacent ranges are merged.
+    fn note_dirty(&mut self, a: u32, b: u32) {
+        let Some(rec) = &mut self.rec else { return };
+        if self.dirty_from == usize::MAX && self.clean {
+            return;
+        }
+        match rec.dirty.last_mut() {
+            Some(last) if last.1 == a => last.1 = b,
+            _ => rec.dirty.push((a, b)),
+        }
+    }
+
     /// Makes trie node `n` (just stepped into, memo node `node`) the end of the path.
     fn down(&mut self, n: u32, node: u32) {
         self.path.push(self.c.vocab.trie().byte(n));
         self.stack.push((n, node));
+        // Below a step that ran a check, everything depends on the text.
+        if !self.clean && self.dirty_from == usize::MAX {
+            self.dirty_from = self.stack.len();
+        }
     }
 
     /// Leaves the deepest node of the path.
     fn up(&mut self) {
         self.stack.pop();
         self.path.pop();
+        if self.stack.len() < self.dirty_from {
+            self.dirty_from = usize::MAX;
+        }
         self.settle();
     }
 
@@ -269,6 +318,8 @@ impl Walk<'_> {
     /// memoized) or [`DEAD`]. On a miss the parser is brought to the path and steps; it
     /// is then one byte deeper (`real` counts it).
     fn step(&mut self, node: u32, b: u8) -> Result<u32, MatchError> {
+        // A memoized step ran no check; a real one says below.
+        self.clean = true;
         if node != NONE {
             if let Some(&next) = self.memo.next.get(&key(node, b)) {
                 self.clock.tick(1)?;
@@ -292,6 +343,7 @@ impl Walk<'_> {
         self.clock
             .tick(1 + self.p.items.len().saturating_sub(before))?;
         let clean = self.p.checks == checks;
+        self.clean = clean;
         if !ok {
             if clean && node != NONE && !self.memo.full() {
                 self.memo.next.insert(key(node, b), DEAD);

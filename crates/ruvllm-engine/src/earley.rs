@@ -20,6 +20,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use crate::byteset::ByteSet;
 use crate::compile::{CompiledGrammar, Sym};
 use crate::error::MatchError;
+use crate::states::{StateIds, KEY_CLOSED, KEY_CORE};
 
 /// Origin marker of the start rule's own items.
 pub(crate) const ROOT: u32 = u32::MAX;
@@ -47,6 +48,8 @@ pub(crate) struct SetInfo {
     /// Whether closing the set evaluated a semantic check (then its items also depend on
     /// the text read, not only on the core and the sets below).
     pub checked: bool,
+    /// Length of [`Parser::log`] when the set was pushed: its own check outcomes follow.
+    pub log_mark: u32,
 }
 
 /// Maps and sets of small integer keys, with [`ItemHasher`].
@@ -100,6 +103,14 @@ pub(crate) struct Parser {
     /// The lowest top index reached by [`Parser::pop`] or [`Parser::truncate`] since
     /// [`Parser::reset_low_water`]: sets at or below it have not changed since then.
     pub low_water: usize,
+    /// The outcome of every semantic check run by the closures of the sets, in order (the
+    /// closure of a set runs only while it is the top one, so each set's outcomes are
+    /// contiguous, from its [`SetInfo::log_mark`] on). Part of a closed set's identity.
+    log: Vec<bool>,
+    /// The identities of sets `0..ids.len()` (see [`crate::states`]), computed on demand.
+    ids: Vec<u32>,
+    /// Scratch for identity keys.
+    key: Vec<u32>,
 }
 
 impl Parser {
@@ -115,6 +126,9 @@ impl Parser {
             bytes: Vec::new(),
             checks: 0,
             low_water: usize::MAX,
+            log: Vec::new(),
+            ids: Vec::new(),
+            key: Vec::new(),
         };
         p.sets.push(SetInfo {
             start: 0,
@@ -123,6 +137,7 @@ impl Parser {
             closed: false,
             core: 0,
             checked: false,
+            log_mark: 0,
         });
         for &a in &g.rule_alts[g.root as usize] {
             let it = Item {
@@ -246,7 +261,9 @@ impl Parser {
                             it.origin as usize
                         };
                         self.checks += 1;
-                        if !c.0.accepts(&self.bytes[o..k as usize]) {
+                        let ok = c.0.accepts(&self.bytes[o..k as usize]);
+                        self.log.push(ok);
+                        if !ok {
                             continue;
                         }
                     }
@@ -347,6 +364,7 @@ impl Parser {
             closed: false,
             core: 0,
             checked: false,
+            log_mark: self.log.len() as u32,
         });
         if g.has_checks {
             self.bytes.push(b);
@@ -394,6 +412,8 @@ impl Parser {
     pub fn pop(&mut self) {
         let s = self.sets.pop().unwrap();
         self.items.truncate(s.start as usize);
+        self.log.truncate(s.log_mark as usize);
+        self.forget_open_top_id();
         self.bytes.truncate(self.sets.len().saturating_sub(1));
         self.dedup_start = usize::MAX;
         self.low_water = self.low_water.min(self.sets.len().saturating_sub(1));
@@ -403,7 +423,9 @@ impl Parser {
     pub fn truncate(&mut self, k: usize) {
         if k + 1 < self.sets.len() {
             let s = self.sets[k + 1].start as usize;
+            self.log.truncate(self.sets[k + 1].log_mark as usize);
             self.sets.truncate(k + 1);
+            self.forget_open_top_id();
             self.items.truncate(s);
             self.bytes.truncate(k);
             self.dedup_start = usize::MAX;
@@ -411,9 +433,64 @@ impl Parser {
         }
     }
 
+    /// Keeps the identities of the sets below the top, and the top's only if it is closed:
+    /// an open set's identity is its core's, and closing it may run checks that change it.
+    fn forget_open_top_id(&mut self) {
+        let keep = self.sets.len() - !self.top_info().closed as usize;
+        self.ids.truncate(keep);
+    }
+
     /// Starts a new low-water period (see [`Parser::low_water`]).
     pub fn reset_low_water(&mut self) {
         self.low_water = usize::MAX;
+    }
+
+    /// The identity of the top set (see [`crate::states`]), which must be closed. Computes
+    /// the identities of the sets below it first, in order, where they are not known yet
+    /// (each depends on those its items' origins point at). Cost: one interning per set not
+    /// met before by this parser (a hash and a lookup of its core).
+    pub fn top_id(&mut self, st: &StateIds) -> u32 {
+        debug_assert!(self.top_info().closed);
+        while self.ids.len() < self.sets.len() {
+            let k = self.ids.len();
+            let info = self.sets[k];
+            let s = info.start as usize;
+            self.key.clear();
+            self.key.push(KEY_CORE);
+            for it in &self.items[s..s + info.core as usize] {
+                // An origin points at a set closed before this one was pushed (items get
+                // a set as their origin only by prediction in its closure).
+                let o = if it.origin == ROOT {
+                    u32::MAX
+                } else {
+                    self.ids[it.origin as usize]
+                };
+                self.key.extend_from_slice(&[it.pos, it.state, o]);
+            }
+            let mut id = st.intern(&self.key);
+            // A closure that ran checks also depends on their outcomes. (A set below the
+            // top that was never closed has no predicted items: no origin points at it.)
+            let end = self
+                .sets
+                .get(k + 1)
+                .map_or(self.log.len(), |x| x.log_mark as usize);
+            let outcomes = &self.log[info.log_mark as usize..end];
+            if !outcomes.is_empty() {
+                self.key.clear();
+                self.key
+                    .extend_from_slice(&[KEY_CLOSED, id, outcomes.len() as u32]);
+                for chunk in outcomes.chunks(32) {
+                    let w = chunk
+                        .iter()
+                        .enumerate()
+                        .fold(0u32, |w, (i, &b)| w | (b as u32) << i);
+                    self.key.push(w);
+                }
+                id = st.intern(&self.key);
+            }
+            self.ids.push(id);
+        }
+        self.ids[self.sets.len() - 1]
     }
 
     /// The core items of the top set (see [`SetInfo::core`]).

@@ -53,6 +53,7 @@ mod error;
 pub mod grammar;
 mod matcher;
 pub mod schema;
+mod states;
 mod tables;
 pub mod vocab;
 
@@ -152,6 +153,10 @@ pub struct Constraint {
     /// vocabulary).
     tables: Vec<Arc<tables::Tables>>,
     limits: Limits,
+    /// Parse-state identities, shared by this constraint's matchers (see `states`).
+    states: states::StateIds,
+    /// Boundary-walk results per parse state (see `states`).
+    walks: states::WalkCache,
 }
 
 impl std::fmt::Debug for Constraint {
@@ -191,6 +196,8 @@ impl Constraint {
             vocab,
             tables,
             limits: limits.clone(),
+            states: states::StateIds::default(),
+            walks: states::WalkCache::default(),
         })
     }
 
@@ -211,6 +218,13 @@ impl Constraint {
     /// The compiled grammar.
     pub fn grammar(&self) -> &Arc<CompiledGrammar> {
         &self.grammar
+    }
+
+    /// Approximate heap bytes of what this constraint's matchers share besides token
+    /// tables: parse-state identities and boundary-walk results (each bounded to a few
+    /// MiB). Cost: two atomic loads.
+    pub fn state_cache_bytes(&self) -> usize {
+        self.states.memory() + self.walks.memory()
     }
 
     /// Token tables built so far and their approximate heap bytes (tables shared with

@@ -94,6 +94,10 @@ impl Matcher {
         let mut clock = Deadline::new(self.c.limits.max_mask_time);
         self.memo.prepare(&mut self.parser);
         self.parser.ensure_closed(g)?;
+        let id = self.parser.top_id(&self.c.states);
+        // The boundary walk from this parse state, if a matcher of this constraint
+        // walked it before (see `states`): only its parts that ran checks are walked.
+        let walked = self.c.walks.get(id);
         let trie = vocab.trie();
         let k = self.parser.top();
         let mut seen: Vec<(u32, u32)> = Vec::new();
@@ -125,10 +129,28 @@ impl Matcher {
                 }
                 seen.push((l, it.state));
                 t.accept.or_into(mask);
-                self.ranges.extend_from_slice(&t.uncertain);
+                if walked.is_none() {
+                    self.ranges.extend_from_slice(&t.uncertain);
+                }
             }
         }
-        if !self.ranges.is_empty() {
+        let c = self.c.clone();
+        if let Some(w) = walked {
+            for &t in &w.accepted {
+                mask[(t >> 5) as usize] |= 1 << (t & 31);
+            }
+            if !w.dirty.is_empty() {
+                crate::boundary::walk(
+                    &c,
+                    &mut self.parser,
+                    &mut self.memo,
+                    &w.dirty,
+                    mask,
+                    &mut clock,
+                    false,
+                )?;
+            }
+        } else if !self.ranges.is_empty() {
             self.ranges.sort_unstable();
             let mut merged: Vec<(u32, u32)> = Vec::with_capacity(self.ranges.len());
             for &(a, b) in &self.ranges {
@@ -137,21 +159,23 @@ impl Matcher {
                     _ => merged.push((a, b)),
                 }
             }
-            let c = self.c.clone();
-            crate::boundary::walk(
+            let rec = crate::boundary::walk(
                 &c,
                 &mut self.parser,
                 &mut self.memo,
                 &merged,
                 mask,
                 &mut clock,
+                true,
             )?;
+            if let Some(rec) = rec {
+                c.walks.put(id, rec);
+            }
         }
         // Tokens that complete a value under a semantic check: the parser decides.
         if !finals.is_empty() {
             finals.sort_unstable();
             finals.dedup();
-            let c = self.c.clone();
             for t in finals {
                 let bytes = c.vocab.token_bytes(t);
                 clock.tick(bytes.len() * self.parser.set(k).len())?;

@@ -290,9 +290,12 @@ fn mask_time_budget_stops_the_boundary_walk_and_restores_the_parser() {
     assert!(want.contains(&a));
 }
 
-/// The mask of a fresh matcher after `tokens` (its boundary-walk memo starts empty).
+/// The mask of a fresh matcher after `tokens`, on a fresh constraint over the same compiled
+/// grammar: its boundary-walk memo starts empty, and so do the parse-state identities and
+/// walk results that a constraint's matchers share.
 fn fresh_mask(c: &Arc<Constraint>, tokens: &[u32]) -> Vec<u32> {
-    let mut m = Matcher::new(c).unwrap();
+    let c = Constraint::from_compiled(c.grammar().clone(), c.vocab().clone(), &Limits::default());
+    let mut m = Matcher::new(&c).unwrap();
     for &t in tokens {
         m.commit_token(t).unwrap();
     }
@@ -463,9 +466,11 @@ fn boundary_memo_is_dropped_when_its_sets_change_and_skips_semantic_checks() {
     }
     // A semantic check reads the text, which the parser's items do not show: inside a
     // string the items repeat from token to token, but whether `"]` may close the array
-    // depends on the string (uniqueItems).
+    // depends on the string (uniqueItems). The checked array sits inside another, so that
+    // `"]` goes through the boundary walk (it does not complete the whole value).
     let schema: serde_json::Value = serde_json::from_str(
-        r#"{"type": "array", "items": {"type": "string"}, "uniqueItems": true}"#,
+        r#"{"type": "array", "items":
+            {"type": "array", "items": {"type": "string"}, "uniqueItems": true}}"#,
     )
     .unwrap();
     let g = schema_to_grammar(&schema, &SchemaOptions::default()).unwrap();
@@ -475,7 +480,7 @@ fn boundary_memo_is_dropped_when_its_sets_change_and_skips_semantic_checks() {
     assert_eq!(close.len(), 1, "one token closes the string and the array");
     let bit = |mask: &[u32], t: u32| mask[(t >> 5) as usize] >> (t & 31) & 1 == 1;
     let mut m = Matcher::new(&c).unwrap();
-    let mut text = String::from(r#"["ab", "a"#);
+    let mut text = String::from(r#"[["ab", "a"#);
     for t in ids(&text) {
         m.commit_token(t).unwrap();
     }
@@ -504,4 +509,116 @@ fn table_build_totals_count_first_uses() {
     let (n1, t1) = ruvllm_engine::table_build_totals();
     assert!(n1 > n0, "{n0} -> {n1} tables");
     assert!(t1 > t0, "{t0:?} -> {t1:?}");
+}
+
+/// Matchers of one constraint share boundary walks by parse state. Two texts reach the same
+/// state inside a string (the items do not show the string), but whether `"]` may close the
+/// array depends on it (uniqueItems): the part of the walk that ran the check must be
+/// walked again, not taken from the first matcher.
+#[test]
+fn shared_walks_redo_what_a_semantic_check_decided() {
+    use ruvllm_engine::schema::{schema_to_grammar, SchemaOptions};
+    let v = llama3();
+    let schema: serde_json::Value = serde_json::from_str(
+        r#"{"type": "array", "items":
+            {"type": "array", "items": {"type": "string"}, "uniqueItems": true}}"#,
+    )
+    .unwrap();
+    let g = schema_to_grammar(&schema, &SchemaOptions::default()).unwrap();
+    let c = Constraint::new(&g, v.clone(), &Limits::default()).unwrap();
+    // The checked array sits inside another, so `"]` (the check runs as it closes) does not
+    // complete the whole value: a token of the boundary walk, not one decided apart.
+    let close = ids(r#""]"#);
+    assert_eq!(close.len(), 1);
+    let bit = |mask: &[u32], t: u32| mask[(t >> 5) as usize] >> (t & 31) & 1 == 1;
+    let mut mask = vec![0u32; v.mask_words()];
+    // Each text on a matcher of its own, in turn: later ones meet the states of earlier
+    // ones, with the opposite answer for `"]`.
+    for (text, unique) in [
+        (r#"[["ab", "cd"#, true),
+        (r#"[["ab", "ab"#, false),
+        (r#"[["xy", "ab"#, true),
+        (r#"[["cd", "cd"#, false),
+    ] {
+        let mut m = Matcher::new(&c).unwrap();
+        for t in ids(text) {
+            m.commit_token(t).unwrap();
+        }
+        m.compute_mask(&mut mask).unwrap();
+        assert_eq!(bit(&mask, close[0]), unique, "after {text}");
+        assert_same(&mask, &fresh_mask(&c, &ids(text)), text);
+    }
+}
+
+/// Seeded random generations under a schema with checks (keys in any order, uniqueItems),
+/// all on one constraint so that later ones reuse the walks of earlier ones: every mask
+/// equals a fresh constraint's, and the generations go through states met before.
+#[test]
+fn shared_walks_agree_with_fresh_constraints_on_random_generations() {
+    use ruvllm_engine::schema::{schema_to_grammar, SchemaOptions};
+    let v = llama3();
+    let schema: serde_json::Value = serde_json::from_str(
+        r#"{"type": "object", "properties": {
+            "name": {"type": "string", "maxLength": 12},
+            "tags": {"type": "array", "items": {"enum": ["a", "b", "cd"]}, "uniqueItems": true},
+            "n": {"type": "integer"},
+            "kids": {"type": "array", "items": {"type": "object",
+                "properties": {"id": {"type": "string"}}, "required": ["id"]}}},
+           "required": ["name"]}"#,
+    )
+    .unwrap();
+    let opts = SchemaOptions {
+        any_order: true,
+        ..SchemaOptions::default()
+    };
+    let g = schema_to_grammar(&schema, &opts).unwrap();
+    let c = Constraint::new(&g, v.clone(), &Limits::default()).unwrap();
+    let text = |ts: &[u32]| {
+        let bytes: Vec<u8> = ts.iter().flat_map(|&t| v.token_bytes(t).to_vec()).collect();
+        String::from_utf8_lossy(&bytes).into_owned()
+    };
+    let mut mask = vec![0u32; v.mask_words()];
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rand = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    // Prefer short tokens and structural ones, so generations move through the grammar.
+    let mut masks = 0;
+    for gen in 0..8 {
+        let mut m = Matcher::new(&c).unwrap();
+        let mut taken: Vec<u32> = Vec::new();
+        for _ in 0..30 {
+            m.compute_mask(&mut mask).unwrap();
+            assert_same(
+                &mask,
+                &fresh_mask(&c, &taken),
+                format!("generation {gen} after {:?}", text(&taken)),
+            );
+            masks += 1;
+            let allowed: Vec<u32> = (0..v.len() as u32)
+                .filter(|&t| mask[(t >> 5) as usize] >> (t & 31) & 1 == 1)
+                .filter(|&t| !v.eos_tokens().contains(&t))
+                .collect();
+            if allowed.is_empty() {
+                break;
+            }
+            let short: Vec<u32> = allowed
+                .iter()
+                .copied()
+                .filter(|&t| v.token_bytes(t).len() <= 3)
+                .collect();
+            let pool = if short.is_empty() || rand() % 4 == 0 {
+                &allowed
+            } else {
+                &short
+            };
+            let t = pool[(rand() % pool.len() as u64) as usize];
+            m.commit_token(t).unwrap();
+            taken.push(t);
+        }
+    }
+    assert!(masks > 150, "{masks} masks compared");
 }
