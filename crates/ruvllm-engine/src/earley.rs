@@ -20,7 +20,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use crate::byteset::ByteSet;
 use crate::compile::{CompiledGrammar, Sym};
 use crate::error::MatchError;
-use crate::states::{StateIds, KEY_CLOSED, KEY_CORE};
+use crate::states::{StateIds, KEY_CLOSED, KEY_CORE, KEY_WAIT, WAIT_ROOT};
 
 /// Origin marker of the start rule's own items.
 pub(crate) const ROOT: u32 = u32::MAX;
@@ -107,8 +107,9 @@ pub(crate) struct Parser {
     /// closure of a set runs only while it is the top one, so each set's outcomes are
     /// contiguous, from its [`SetInfo::log_mark`] on). Part of a closed set's identity.
     log: Vec<bool>,
-    /// The identities of sets `0..ids.len()` (see [`crate::states`]), computed on demand.
-    ids: Vec<u32>,
+    /// Per set, the waiting identities computed so far: (rule, identity); see
+    /// [`Parser::wait_id`].
+    waits: Vec<Vec<(u32, u32)>>,
     /// Scratch for identity keys.
     key: Vec<u32>,
 }
@@ -127,7 +128,7 @@ impl Parser {
             checks: 0,
             low_water: usize::MAX,
             log: Vec::new(),
-            ids: Vec::new(),
+            waits: Vec::new(),
             key: Vec::new(),
         };
         p.sets.push(SetInfo {
@@ -413,7 +414,7 @@ impl Parser {
         let s = self.sets.pop().unwrap();
         self.items.truncate(s.start as usize);
         self.log.truncate(s.log_mark as usize);
-        self.forget_open_top_id();
+        self.forget_waits();
         self.bytes.truncate(self.sets.len().saturating_sub(1));
         self.dedup_start = usize::MAX;
         self.low_water = self.low_water.min(self.sets.len().saturating_sub(1));
@@ -425,7 +426,7 @@ impl Parser {
             let s = self.sets[k + 1].start as usize;
             self.log.truncate(self.sets[k + 1].log_mark as usize);
             self.sets.truncate(k + 1);
-            self.forget_open_top_id();
+            self.forget_waits();
             self.items.truncate(s);
             self.bytes.truncate(k);
             self.dedup_start = usize::MAX;
@@ -433,11 +434,12 @@ impl Parser {
         }
     }
 
-    /// Keeps the identities of the sets below the top, and the top's only if it is closed:
-    /// an open set's identity is its core's, and closing it may run checks that change it.
-    fn forget_open_top_id(&mut self) {
-        let keep = self.sets.len() - !self.top_info().closed as usize;
-        self.ids.truncate(keep);
+    /// Drops the waiting identities of sets that are gone.
+    #[inline]
+    fn forget_waits(&mut self) {
+        if self.waits.len() > self.sets.len() {
+            self.waits.truncate(self.sets.len());
+        }
     }
 
     /// Starts a new low-water period (see [`Parser::low_water`]).
@@ -445,52 +447,144 @@ impl Parser {
         self.low_water = usize::MAX;
     }
 
-    /// The identity of the top set (see [`crate::states`]), which must be closed. Computes
-    /// the identities of the sets below it first, in order, where they are not known yet
-    /// (each depends on those its items' origins point at). Cost: one interning per set not
-    /// met before by this parser (a hash and a lookup of its core).
-    pub fn top_id(&mut self, st: &StateIds) -> u32 {
+    /// The identity of the top set (see [`crate::states`]), which must be closed: its core
+    /// items, each with the identity of what completing its rule reads at its origin
+    /// ([`Parser::wait_id`]), plus the outcomes of the checks its closure ran. Cost: one
+    /// interning, plus a scan of each origin set not asked about before.
+    pub fn top_id(&mut self, g: &CompiledGrammar, st: &StateIds) -> u32 {
         debug_assert!(self.top_info().closed);
-        while self.ids.len() < self.sets.len() {
-            let k = self.ids.len();
-            let info = self.sets[k];
-            let s = info.start as usize;
-            self.key.clear();
-            self.key.push(KEY_CORE);
-            for it in &self.items[s..s + info.core as usize] {
-                // An origin points at a set closed before this one was pushed (items get
-                // a set as their origin only by prediction in its closure).
-                let o = if it.origin == ROOT {
-                    u32::MAX
-                } else {
-                    self.ids[it.origin as usize]
-                };
-                self.key.extend_from_slice(&[it.pos, it.state, o]);
-            }
-            let mut id = st.intern(&self.key);
-            // A closure that ran checks also depends on their outcomes. (A set below the
-            // top that was never closed has no predicted items: no origin points at it.)
-            let end = self
-                .sets
-                .get(k + 1)
-                .map_or(self.log.len(), |x| x.log_mark as usize);
-            let outcomes = &self.log[info.log_mark as usize..end];
-            if !outcomes.is_empty() {
-                self.key.clear();
-                self.key
-                    .extend_from_slice(&[KEY_CLOSED, id, outcomes.len() as u32]);
-                for chunk in outcomes.chunks(32) {
-                    let w = chunk
-                        .iter()
-                        .enumerate()
-                        .fold(0u32, |w, (i, &b)| w | (b as u32) << i);
-                    self.key.push(w);
-                }
-                id = st.intern(&self.key);
-            }
-            self.ids.push(id);
+        let k = self.top();
+        let info = self.sets[k];
+        let s = info.start as usize;
+        // The waiting identities first (they need `&mut self`), then the key.
+        let mut waits = std::mem::take(&mut self.key);
+        waits.clear();
+        for i in s..s + info.core as usize {
+            let it = self.items[i];
+            let w = self.wait_id(g, st, it.origin, g.pos_rule[it.pos as usize]);
+            waits.push(w);
         }
-        self.ids[self.sets.len() - 1]
+        let mut key = Vec::with_capacity(1 + 3 * waits.len());
+        key.push(KEY_CORE);
+        for (it, &w) in self.items[s..s + info.core as usize].iter().zip(&waits) {
+            key.extend_from_slice(&[it.pos, it.state, w]);
+        }
+        let mut id = st.intern(&key);
+        // A closure that ran checks also depends on their outcomes.
+        let outcomes = &self.log[info.log_mark as usize..];
+        if !outcomes.is_empty() {
+            key.clear();
+            key.extend_from_slice(&[KEY_CLOSED, id, outcomes.len() as u32]);
+            for chunk in outcomes.chunks(32) {
+                let w = chunk
+                    .iter()
+                    .enumerate()
+                    .fold(0u32, |w, (i, &b)| w | (b as u32) << i);
+                key.push(w);
+            }
+            id = st.intern(&key);
+        }
+        self.key = waits;
+        id
+    }
+
+    /// The identity of what completing rule `r` with origin `o` reads: the items of set `o`
+    /// waiting for `r`, each with, in turn, what completing its own rule reads at its
+    /// origin. Items predicted in `o` itself (origin `o`) refer to other rules of the same
+    /// set, so the key lists the rules reached that way in order of discovery and refers
+    /// to them by index (left recursion makes cycles). Earlier sets are asked first, with
+    /// an explicit stack (nesting can be deep). [`WAIT_ROOT`] for the start rule's items.
+    /// Cached per set and rule until the set is rolled back. Cost: a scan of set `o` per
+    /// rule reached, once.
+    fn wait_id(&mut self, g: &CompiledGrammar, st: &StateIds, o: u32, r: u32) -> u32 {
+        if o == ROOT {
+            return WAIT_ROOT;
+        }
+        let mut stack = vec![(o, r)];
+        let mut rules: Vec<u32> = Vec::new();
+        let mut key: Vec<u32> = Vec::new();
+        let mut missing: Vec<(u32, u32)> = Vec::new();
+        while let Some(&(o, r)) = stack.last() {
+            if self.cached_wait(o, r).is_some() {
+                stack.pop();
+                continue;
+            }
+            let (s, e) = self.set_range(o as usize);
+            rules.clear();
+            rules.push(r);
+            key.clear();
+            key.push(KEY_WAIT);
+            missing.clear();
+            let mut i = 0;
+            while i < rules.len() {
+                let ri = rules[i];
+                i += 1;
+                let mark = key.len();
+                key.extend_from_slice(&[ri, 0]);
+                for j in s..e {
+                    let p = self.items[j];
+                    if g.syms[p.pos as usize] != Sym::Rule(ri) {
+                        continue;
+                    }
+                    let pr = g.pos_rule[p.pos as usize];
+                    let (tag, v) = if p.origin == ROOT {
+                        (0, WAIT_ROOT)
+                    } else if p.origin == o {
+                        let idx = match rules.iter().position(|&x| x == pr) {
+                            Some(idx) => idx,
+                            None => {
+                                rules.push(pr);
+                                rules.len() - 1
+                            }
+                        };
+                        (1, idx as u32)
+                    } else {
+                        match self.cached_wait(p.origin, pr) {
+                            Some(w) => (0, w),
+                            None => {
+                                missing.push((p.origin, pr));
+                                (0, 0)
+                            }
+                        }
+                    };
+                    key.extend_from_slice(&[p.pos, tag, v]);
+                    key[mark + 1] += 1;
+                }
+            }
+            if missing.is_empty() {
+                let id = st.intern(&key);
+                let o = o as usize;
+                if self.waits.len() <= o {
+                    self.waits.resize_with(o + 1, Vec::new);
+                }
+                self.waits[o].push((r, id));
+                stack.pop();
+            } else {
+                stack.extend_from_slice(&missing);
+            }
+        }
+        self.cached_wait(o, r).unwrap_or(WAIT_ROOT)
+    }
+
+    /// A waiting identity computed before (see [`Parser::wait_id`]).
+    #[inline]
+    fn cached_wait(&self, o: u32, r: u32) -> Option<u32> {
+        self.waits
+            .get(o as usize)?
+            .iter()
+            .find(|x| x.0 == r)
+            .map(|x| x.1)
+    }
+
+    /// The item index range of set `k`.
+    #[inline]
+    fn set_range(&self, k: usize) -> (usize, usize) {
+        let s = self.sets[k].start as usize;
+        let e = self
+            .sets
+            .get(k + 1)
+            .map_or(self.items.len(), |x| x.start as usize);
+        (s, e)
     }
 
     /// The core items of the top set (see [`SetInfo::core`]).

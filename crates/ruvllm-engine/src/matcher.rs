@@ -94,7 +94,7 @@ impl Matcher {
         let mut clock = Deadline::new(self.c.limits.max_mask_time);
         self.memo.prepare(&mut self.parser);
         self.parser.ensure_closed(g)?;
-        let id = self.parser.top_id(&self.c.states);
+        let id = self.parser.top_id(g, &self.c.states);
         // The boundary walk from this parse state, if a matcher of this constraint
         // walked it before (see `states`): only its parts that ran checks are walked.
         let walked = self.c.walks.get(id);
@@ -492,6 +492,70 @@ impl Deadline {
                 limit_ms: self.limit.as_millis() as u64,
             }),
             _ => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::{schema_to_grammar, SchemaOptions};
+
+    /// A byte-level vocabulary (one token per byte) plus an end token.
+    fn bytes_vocab() -> Arc<crate::vocab::Vocabulary> {
+        let mut toks: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
+        toks.push(b"<eos>".to_vec());
+        let mut special = vec![false; 256];
+        special.push(true);
+        Arc::new(crate::vocab::Vocabulary::new("bytes", toks, special, vec![256]).unwrap())
+    }
+
+    /// Parse-state identities name the parser's future, not its history: the elements of
+    /// an array (each one lexeme here, whose items' origins are the previous element's
+    /// end) reach the same identities from the third element on, with checks or without,
+    /// keys in order or in any order, so their walks are shared.
+    #[test]
+    fn identities_repeat_across_array_elements() {
+        let v = bytes_vocab();
+        let item = r#"{"type":"object","properties":{"name":{"enum":["ab","cd"]},
+            "value":{"type":"string"}},"required":["name","value"]}"#;
+        for unique in [false, true] {
+            for any_order in [false, true] {
+                let schema = format!(r#"{{"type":"array","uniqueItems":{unique},"items":{item}}}"#);
+                let s: serde_json::Value = serde_json::from_str(&schema).unwrap();
+                let opts = SchemaOptions {
+                    any_order,
+                    ..SchemaOptions::default()
+                };
+                let g = schema_to_grammar(&s, &opts).unwrap();
+                let c = Constraint::new(&g, v.clone(), &crate::Limits::default()).unwrap();
+                let mut m = Matcher::new(&c).unwrap();
+                let text = r#"[{"name": "ab", "value": "x"}, {"name": "cd", "value": "y"}, {"name": "ab", "value": "z"}, {"name": "cd", "value": "w"}, {"name": "ab", "value": "v"}]"#;
+                let mut mask = vec![0u32; v.mask_words()];
+                let (mut at_open, mut at_value) = (Vec::new(), Vec::new());
+                for (i, b) in text.bytes().enumerate() {
+                    m.compute_mask(&mut mask).unwrap();
+                    let id = m.parser.top_id(&c.grammar, &c.states);
+                    if b == b'{' {
+                        at_open.push(id);
+                    }
+                    if text[..i].ends_with(r#""name": "#) {
+                        at_value.push(id);
+                    }
+                    m.commit_token(b as u32).unwrap();
+                }
+                let what = format!("uniqueItems {unique}, any order {any_order}");
+                assert_eq!(at_open.len(), 5, "{what}");
+                assert!(
+                    at_open[2..].iter().all(|&x| x == at_open[2]),
+                    "{what}: {at_open:x?}"
+                );
+                assert!(
+                    at_value[2..].iter().all(|&x| x == at_value[2]),
+                    "{what}: {at_value:x?}"
+                );
+                assert_ne!(at_open[2], at_value[2], "{what}");
+            }
         }
     }
 }

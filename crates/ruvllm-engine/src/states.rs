@@ -12,13 +12,23 @@
 //! # What an identity is
 //!
 //! The future of an Earley parser from set `k` (which bytes it accepts, and the sets it
-//! builds) depends on the core of set `k` and, through completion, on the closed sets its
-//! items' origins point at, recursively. So an identity names a set by its core items with
-//! each origin replaced by the identity of the set at that origin:
+//! builds) depends on the core of set `k` and, through completion, on what each core
+//! item's origin set holds for it: when the item's rule `r` completes, the parser advances
+//! the items of the origin set that wait for `r`, which in turn complete at their own
+//! origins. So an identity names a set by its core items, each with the identity of what
+//! waits for its rule at its origin:
 //!
 //! ```text
-//! id(k) = intern([(pos, dfa state, id(origin)) for each core item of set k])
+//! id(k)      = intern([(pos, dfa state, wait(origin, rule(pos))) for each core item of k])
+//! wait(o, r) = intern([(pos, wait(origin, rule(pos))) for each item of set o before `r`])
 //! ```
+//!
+//! Items predicted in `o` itself (origin `o`) wait for other rules of the same set, and
+//! left recursion makes that a cycle, so a waiting key lists every rule reached that way
+//! within the set and refers to them by index. Naming only what completion reads, rather
+//! than whole origin sets, is what lets states repeat: the items of the `n`-th element of
+//! an array have the `(n-1)`-th element's end as origin, and that set differs from element
+//! to element by the history it carries, but what waits there for an element does not.
 //!
 //! Interning compares whole keys (a hash only picks the bucket), so equal identities mean
 //! equal keys, and by induction over origins equal futures. The one input outside the
@@ -29,9 +39,11 @@
 //! checks on text: the walk cache below keeps such parts apart.
 //!
 //! Identities are per [`crate::Constraint`], shared by its matchers and threads. The
-//! interner is sharded by hash (one short lock per new set). It is bounded
+//! interner is sharded by hash (a short lock per key: one per mask, more when the sets
+//! below are new). It is bounded
 //! ([`MAX_WORDS`]): past it, new states get fresh identities that nothing shares (marked
-//! [`UNIQUE`]), so memory stays bounded and answers stay exact; only sharing stops.
+//! [`UNIQUE`]; the interner is then sealed), so memory stays bounded and answers stay
+//! exact; only sharing stops.
 //!
 //! # The walk cache
 //!
@@ -64,6 +76,11 @@ const NO_ENTRY: u32 = u32::MAX;
 pub(crate) const KEY_CORE: u32 = 0;
 /// First word of a closed-set key (core identity, check count, outcome bits).
 pub(crate) const KEY_CLOSED: u32 = 1;
+/// First word of a waiting key (see `Parser::wait_id`).
+pub(crate) const KEY_WAIT: u32 = 2;
+/// The waiting identity of the start rule's items (completing them accepts). Interned
+/// identities are below it: the interner hands out at most `UNIQUE` of them.
+pub(crate) const WAIT_ROOT: u32 = u32::MAX;
 
 #[derive(Default)]
 struct Shard {
@@ -80,6 +97,8 @@ pub(crate) struct StateIds {
     shards: Box<[Mutex<Shard>]>,
     words: AtomicUsize,
     unique: AtomicU32,
+    /// Set once a key was refused: no key is interned after (see [`StateIds::intern`]).
+    sealed: std::sync::atomic::AtomicBool,
 }
 
 impl Default for StateIds {
@@ -88,6 +107,7 @@ impl Default for StateIds {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             words: AtomicUsize::new(0),
             unique: AtomicU32::new(0),
+            sealed: std::sync::atomic::AtomicBool::new(false),
         }
     }
 }
@@ -121,9 +141,14 @@ impl StateIds {
             i = shard.chain[i as usize];
         }
         let local = shard.chain.len() as u32;
-        let full = self.words.load(Ordering::Relaxed) + key.len() + 4 > MAX_WORDS
+        let full = self.sealed.load(Ordering::Relaxed)
+            || self.words.load(Ordering::Relaxed) + key.len() + 4 > MAX_WORDS
             || local >= UNIQUE >> SHARD_BITS;
         if full {
+            // Sealed for good: no key interned later can hold a unique identity (those
+            // repeat after 2^31 and equal [`WAIT_ROOT`] once), so equal keys stay equal
+            // states.
+            self.sealed.store(true, Ordering::Relaxed);
             drop(shard);
             return UNIQUE | (self.unique.fetch_add(1, Ordering::Relaxed) & !UNIQUE);
         }
