@@ -3,10 +3,12 @@
 //! A server decodes many sequences at once; each step needs one mask per sequence. This
 //! takes MaskBench files, builds `batch` matchers per file (each following one of the
 //! file's valid instances, round-robin), and steps them all in lockstep: per step, the
-//! masks of every live sequence are computed by `threads` workers (sequences split evenly),
+//! masks of every live sequence are computed by `threads` workers (sequences split evenly;
+//! the workers live as long as the file's batch and meet at spinning barriers),
 //! then each sequence commits its next token. Reported: masks per second and the time of a
 //! whole batch step (the latency a decoding loop would add).
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -65,31 +67,32 @@ pub fn run_file(
             ))
         })
         .collect::<Result<_>>()?;
-    loop {
-        let live: Vec<usize> = (0..seqs.len())
-            .filter(|&i| seqs[i].2 < seqs[i].1.len())
-            .collect();
-        if live.is_empty() {
-            break;
-        }
-        let t0 = Instant::now();
-        let per = seqs.len().div_ceil(threads.max(1));
-        std::thread::scope(|s| {
-            for chunk in seqs.chunks_mut(per) {
-                s.spawn(move || {
-                    for (m, toks, pos, mask) in chunk.iter_mut() {
-                        if *pos < toks.len() {
-                            let _ = m.compute_mask(mask);
-                        }
-                    }
-                });
+    // The calling thread works on the first chunk; `threads - 1` helpers, started once per
+    // file, take the others. Steps are separated by spinning barriers (a server keeps its
+    // workers too; spawning threads or waking them through the kernel every step would
+    // cost as much as the masks themselves).
+    let mut n = seqs.iter().filter(|x| !x.1.is_empty()).count();
+    let per = seqs.len().div_ceil(threads.max(1));
+    let (first, rest) = seqs.split_at_mut(per.min(batch));
+    let parties = 1 + rest.chunks(per).count();
+    let (start, masked, committed) = (
+        SpinBarrier::new(parties),
+        SpinBarrier::new(parties),
+        SpinBarrier::new(parties),
+    );
+    let done = AtomicBool::new(false);
+    let live = AtomicUsize::new(0);
+    type Seq<'a> = (Matcher, &'a Vec<u32>, usize, Vec<u32>);
+    let mask_all = |chunk: &mut [Seq]| {
+        for (m, toks, pos, mask) in chunk.iter_mut() {
+            if *pos < toks.len() {
+                let _ = m.compute_mask(mask);
             }
-        });
-        let dt = t0.elapsed().as_secs_f64();
-        st.seconds += dt;
-        st.steps_us.push(dt * 1e6);
-        st.masks += live.len();
-        for (m, toks, pos, _) in seqs.iter_mut() {
+        }
+    };
+    let commit_all = |chunk: &mut [Seq]| {
+        let mut n = 0;
+        for (m, toks, pos, _) in chunk.iter_mut() {
             if *pos < toks.len() {
                 if m.commit_token(toks[*pos]).is_err() {
                     *pos = toks.len();
@@ -97,7 +100,76 @@ pub fn run_file(
                     *pos += 1;
                 }
             }
+            n += (*pos < toks.len()) as usize;
+        }
+        live.fetch_add(n, Ordering::AcqRel);
+    };
+    std::thread::scope(|s| {
+        for chunk in rest.chunks_mut(per) {
+            let (start, masked, committed, done) = (&start, &masked, &committed, &done);
+            s.spawn(move || loop {
+                start.wait();
+                if done.load(Ordering::Acquire) {
+                    break;
+                }
+                mask_all(chunk);
+                masked.wait();
+                commit_all(chunk);
+                committed.wait();
+            });
+        }
+        while n > 0 {
+            let t0 = Instant::now();
+            start.wait();
+            mask_all(first);
+            masked.wait();
+            let dt = t0.elapsed().as_secs_f64();
+            st.seconds += dt;
+            st.steps_us.push(dt * 1e6);
+            st.masks += n;
+            commit_all(first);
+            committed.wait();
+            n = live.swap(0, Ordering::AcqRel);
+        }
+        done.store(true, Ordering::Release);
+        start.wait();
+    });
+    Ok(())
+}
+
+/// A barrier for `n` threads that spins (then yields) instead of sleeping in the kernel:
+/// a batch step is a few hundred microseconds, a futex wake-up tens.
+struct SpinBarrier {
+    n: usize,
+    count: AtomicUsize,
+    generation: AtomicUsize,
+}
+
+impl SpinBarrier {
+    fn new(n: usize) -> Self {
+        SpinBarrier {
+            n,
+            count: AtomicUsize::new(0),
+            generation: AtomicUsize::new(0),
         }
     }
-    Ok(())
+
+    /// Returns once all `n` threads have called it.
+    fn wait(&self) {
+        let g = self.generation.load(Ordering::Acquire);
+        if self.count.fetch_add(1, Ordering::AcqRel) + 1 == self.n {
+            self.count.store(0, Ordering::Relaxed);
+            self.generation.fetch_add(1, Ordering::Release);
+            return;
+        }
+        let mut spins = 0u32;
+        while self.generation.load(Ordering::Acquire) == g {
+            if spins < 1 << 12 {
+                std::hint::spin_loop();
+                spins += 1;
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
 }
