@@ -622,3 +622,72 @@ fn shared_walks_agree_with_fresh_constraints_on_random_generations() {
     }
     assert!(masks > 150, "{masks} masks compared");
 }
+
+/// A rule too heavy to inline whose alternatives are thousands of literals (a big enum)
+/// becomes a few lexemes, not one per value, with the same masks as the same language
+/// written as a rule of small groups (each group one lexeme of its own).
+#[test]
+fn many_literal_alternatives_share_lexemes_with_the_same_masks() {
+    let v = llama3();
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut words: Vec<String> = Vec::new();
+    while words.len() < 3000 {
+        let mut w = String::new();
+        let n = 4 + (state % 9) as usize;
+        for _ in 0..n {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            w.push((b"abcdeflmnoprstu_"[(state % 16) as usize]) as char);
+        }
+        if !words.contains(&w) {
+            words.push(w);
+        }
+    }
+    let lit = |w: &String| format!("\"\\\"{w}\\\"\"");
+    let flat = words.iter().map(lit).collect::<Vec<_>>().join(" | ");
+    let grouped: Vec<String> = words
+        .chunks(7)
+        .enumerate()
+        .map(|(i, c)| {
+            format!(
+                "g{i} ::= {}",
+                c.iter().map(lit).collect::<Vec<_>>().join(" | ")
+            )
+        })
+        .collect();
+    let refs = (0..grouped.len())
+        .map(|i| format!("g{i}"))
+        .collect::<Vec<_>>()
+        .join(" | ");
+    let a = gbnf(&format!(
+        "root ::= \"[\" item (\", \" item)* \"]\"\nitem ::= {flat}\n"
+    ));
+    let b = gbnf(&format!(
+        "root ::= \"[\" item (\", \" item)* \"]\"\nitem ::= {refs}\n{}\n",
+        grouped.join("\n")
+    ));
+    let (la, lb) = (a.grammar().stats().lexemes, b.grammar().stats().lexemes);
+    assert!(la < 20, "{la} lexemes for 3,000 literals");
+    assert!(lb > 400, "{lb} lexemes in the comparison grammar");
+    let (mut ma, mut mb) = (vec![0u32; v.mask_words()], vec![0u32; v.mask_words()]);
+    let w0 = &words[0];
+    let w1 = &words[1234];
+    for text in [
+        "[".to_string(),
+        format!("[\"{}", &w0[..2]),
+        format!("[\"{w0}"),
+        format!("[\"{w0}\""),
+        format!("[\"{w0}\", \"{}", &w1[..3]),
+    ] {
+        let (mut x, mut y) = (Matcher::new(&a).unwrap(), Matcher::new(&b).unwrap());
+        for t in ids(&text) {
+            x.commit_token(t).unwrap();
+            y.commit_token(t).unwrap();
+        }
+        x.compute_mask(&mut ma).unwrap();
+        y.compute_mask(&mut mb).unwrap();
+        assert_same(&ma, &mb, &text);
+        assert!(ma.iter().any(|&w| w != 0), "{text}");
+    }
+}
