@@ -232,6 +232,16 @@ fn literal_head(hir: &Hir) -> Option<(Vec<u8>, Hir)> {
     Some((lit.0.to_vec(), Hir::concat(rest.to_vec())))
 }
 
+/// Whether `e` is one fixed byte string (a literal, or a sequence of them: the schema front
+/// end writes an enum's string value character by character).
+fn is_fixed_text(e: &Expr) -> bool {
+    match e {
+        Expr::Literal(_) => true,
+        Expr::Seq(v) => v.iter().all(is_fixed_text),
+        _ => false,
+    }
+}
+
 fn expr_weight(e: &Expr, w: &[usize]) -> usize {
     match e {
         Expr::Ref(r) => w[*r as usize],
@@ -660,7 +670,7 @@ impl<'a> Lowerer<'a> {
     }
 
     /// Lowers the alternatives of an alternation, one symbol sequence per Earley
-    /// alternative. Literal alternatives are grouped, in order, into chunks of at most
+    /// alternative. Fixed-text alternatives are grouped, in order, into chunks of at most
     /// `max_inline_weight`, and each chunk becomes one lexeme when its DFA fits (else its
     /// alternatives are lowered one by one). Without grouping, a 2,461-value enum too heavy
     /// to inline was 2,461 lexemes: an Earley set of as many items where the value starts,
@@ -675,11 +685,11 @@ impl<'a> Lowerer<'a> {
         let mut chunk: Vec<&Expr> = Vec::new();
         let mut w = 0usize;
         for x in v {
-            // Literals only (enum values): grouping alternatives with structure (the
+            // Fixed texts only (enum values): grouping alternatives with structure (the
             // key-value pairs of a property loop) built new DFAs where each alternative's
             // was cached, and compile took 6-12% longer on the MaskBench sample.
             let xw = expr_weight(x, &self.weight);
-            if !matches!(x, Expr::Literal(_)) || xw > max / 4 {
+            if !is_fixed_text(x) || xw > max / 4 {
                 out.push(self.seq(x)?);
                 continue;
             }
