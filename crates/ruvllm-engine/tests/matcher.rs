@@ -691,3 +691,37 @@ fn many_literal_alternatives_share_lexemes_with_the_same_masks() {
         assert!(ma.iter().any(|&w| w != 0), "{text}");
     }
 }
+
+/// A light run with a long repetition nested inside (a `hostname`: labels of up to 63
+/// characters) is one dense lexeme, not helper rules whose every character crosses a
+/// lexeme boundary; its masks still follow the format.
+#[test]
+fn hostname_is_one_lexeme() {
+    use ruvllm_engine::schema::{schema_to_grammar, SchemaOptions};
+    let v = llama3();
+    let schema = serde_json::json!({"type": "string", "format": "hostname"});
+    let g = schema_to_grammar(&schema, &SchemaOptions::default()).unwrap();
+    let c = Constraint::new(&g, v.clone(), &Limits::default()).unwrap();
+    let stats = c.grammar().stats();
+    assert!(stats.lexemes <= 2, "{stats:?}");
+    let mut mask = vec![0u32; v.mask_words()];
+    let bit = |mask: &[u32], t: u32| mask[(t >> 5) as usize] >> (t & 31) & 1 == 1;
+    // After `"ab.c`, a token of letters and digits only continues the label; one with `_`
+    // or a space never fits a hostname; `"` closes it.
+    let mut m = Matcher::new(&c).unwrap();
+    for t in ids("\"ab.c") {
+        m.commit_token(t).unwrap();
+    }
+    m.compute_mask(&mut mask).unwrap();
+    for (text, ok) in [
+        ("de", true),
+        ("_x", false),
+        (" de", false),
+        ("\"", true),
+        ("..", false),
+    ] {
+        let t = ids(text);
+        assert_eq!(t.len(), 1, "{text}");
+        assert_eq!(bit(&mask, t[0]), ok, "{text}");
+    }
+}

@@ -168,8 +168,15 @@ const ALT_GROUP_MIN: usize = 8;
 const CHUNK: u32 = 64;
 
 /// Repetitions of more items than this, nested in a regular run, are split out as counted
-/// lexemes rather than unrolled into a dense DFA.
+/// lexemes rather than unrolled into a dense DFA (unless the run is light, see
+/// [`NESTED_DENSE_WEIGHT`]).
 const LONG_REPEAT: u32 = 32;
+
+/// Runs up to this weight get a dense DFA even with a long repetition nested inside: a
+/// `hostname` (labels of up to 63 characters, `{0,58}` inside each) is about 300, a few
+/// hundred DFA states; split, its labels were helper rules whose every character crossed
+/// a lexeme boundary, and masks inside it walked the parser (4-14 ms each).
+const NESTED_DENSE_WEIGHT: usize = 512;
 
 fn limit(what: &'static str, value: usize, limit: usize, hint: &'static str) -> GrammarError {
     GrammarError::Limit {
@@ -616,6 +623,17 @@ impl<'a> Lowerer<'a> {
     }
 
     /// Lexes a run of regular elements: one lexeme if it fits, else element by element.
+    /// Whether a run of weight `w` is worth a dense DFA attempt: within `max_inline_weight`,
+    /// and, when a long counted repetition is nested in it (a bounded string among the
+    /// alternatives of a property loop), light enough that unrolling the count stays small
+    /// ([`NESTED_DENSE_WEIGHT`]); heavier ones are better as a counted lexeme of their own
+    /// than inside a dense DFA, which would unroll the count (when it fits at all: the
+    /// attempt alone took 40 ms on such loops).
+    fn dense_ok(&mut self, run: &[&Expr], w: usize) -> bool {
+        w <= self.limits.max_inline_weight
+            && (w <= NESTED_DENSE_WEIGHT || !run.iter().any(|e| self.long_repeat_inside(e)))
+    }
+
     fn lex_run(&mut self, run: &[&Expr], out: &mut Vec<Sym>) -> Result<(), GrammarError> {
         if run.iter().all(|e| matches!(e, Expr::Empty)) {
             return Ok(());
@@ -645,12 +663,7 @@ impl<'a> Lowerer<'a> {
         let w = run.iter().fold(0usize, |a, e| {
             a.saturating_add(expr_weight(e, &self.weight))
         });
-        // A long counted repetition nested in the run (a bounded string among the
-        // alternatives of a property loop) is better as a counted lexeme of its own than
-        // inside a dense DFA, which would unroll the count (when it fits at all: the attempt
-        // alone took 40 ms on such loops).
-        let nested = run.iter().any(|e| self.long_repeat_inside(e));
-        if w <= self.limits.max_inline_weight && !nested {
+        if self.dense_ok(run, w) {
             let hir = Hir::concat(run.iter().map(|e| self.hir(e)).collect::<Result<_, _>>()?);
             if let Some(l) = self.lexeme(hir)? {
                 let run = run.iter().map(|&e| e.clone()).collect();
