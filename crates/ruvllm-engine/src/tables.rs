@@ -472,9 +472,13 @@ const MIN_SEED: usize = 8;
 /// One pruned walk of the trie from DFA state `s0`.
 ///
 /// A subtree whose nodes are all plain string text (see [`crate::vocab::plain`]) is taken
-/// whole, without visiting it, when the lexeme provably stays alive and non-accepting on
-/// every plain text as deep as the subtree (checked once per state by [`PlainReach`]):
-/// every token in it is then in `accept`, none is uncertain or final. Inside a JSON
+/// whole, without visiting it, when the lexeme provably stays alive, and never at a
+/// complete lexeme that cannot go on, on every plain text as deep as the subtree (checked
+/// once per state by [`PlainReach`]): every token in it is then in `accept`, none is final,
+/// and none is uncertain (where the lexeme may end inside a token, the rest of the token
+/// matters only for bytes the lexeme refuses, and it refuses no plain byte there). Inside
+/// a JSON string, or a `pattern` that may end after any word, this skips most of the
+/// vocabulary. Inside a JSON
 /// string this skips most of the vocabulary. When that holds from `s0` itself for every
 /// text of `r` bytes (`r` ≥ [`MIN_SEED`]; inside an unbounded string, as long as the
 /// longest token), the accept set starts as the trie's bitmap of the plain tokens of at
@@ -532,13 +536,14 @@ fn compute_with(
             ($c:expr, $ce:expr, $b:expr) => {{
                 let (c, ce, b) = ($c, $ce, $b);
                 if trie.depth(c) <= seed && trie.plain_state(lang, c) != plain::BAD {
-                    // Plain and within the seed: allowed, accepted, neither final nor
-                    // exited (`s0` is safe on plain text this long), its tokens in the
-                    // seed already. Its subtree needs a visit only where it holds a token
-                    // that is not plain or is longer than the seed.
+                    // Plain and within the seed: allowed, accepted, not final (`s0` is
+                    // safe on plain text this long), its tokens in the seed already. Its
+                    // subtree needs a visit only where it holds a token that is not plain
+                    // or is longer than the seed.
                     let deepest = trie.plain_depth(lang, c);
                     if deepest == 0 || deepest > seed {
-                        stack.push((c, dfa.next(s, b), exited));
+                        let s2 = dfa.next(s, b);
+                        stack.push((c, s2, exited || dfa.accepting(s2)));
                     }
                 } else {
                     let s2 = dfa.next(s, b);
@@ -690,8 +695,10 @@ const NO_MOVE: u8 = u8::MAX;
 
 /// How deep a lexeme stays alive on plain text: for a DFA state `s` and a
 /// [`plain`] state `p`, the largest `d` such that every plain continuation of at most `d`
-/// bytes from `p` keeps the DFA alive and non-accepting from `s` (`usize::MAX` when that
-/// holds at every length). Breadth-first over (DFA state, plain state) pairs, one byte per
+/// bytes from `p` keeps the DFA alive from `s`, never at an accepting state that allows
+/// no next byte (`usize::MAX` when that holds at every length). Acceptance alone does not
+/// stop it: a lexeme that may end after any word (`(\S+\s+){0,99}\S+`) was safe nowhere,
+/// and its every table visited the whole trie (4 ms each). Breadth-first over (DFA state, plain state) pairs, one byte per
 /// cell of the joint byte partition, each pair expanded once at its least depth (where it
 /// decides); memoized per start pair for one table computation.
 struct PlainReach<'a> {
@@ -757,7 +764,7 @@ impl<'a> PlainReach<'a> {
                         continue;
                     }
                     let x2 = dfa.next(x, b);
-                    if x2 == 0 || dfa.accepting(x2) {
+                    if x2 == 0 || (dfa.accepting(x2) && dfa.allowed(x2).is_empty()) {
                         return d - 1;
                     }
                     // Counts of a counted lexeme that the remaining depth cannot tell
@@ -828,6 +835,12 @@ mod tests {
             "\"[a-z]{2,8}\"".to_string(),
             "[a-z ]*".to_string(),
             format!("\"{ch}*\"[ ]*:[ ]*\"{ch}{{0,4}}\""),
+            // Lexemes that may end inside plain text: a string's content without its
+            // closing quote, and a pattern counting words.
+            format!("{u8ch}*"),
+            format!("{u8ch}{{0,12}}"),
+            format!("(?:{u8ch}*[!#-~]){{0,3}}[a-z]?"),
+            "(?:[!#-\\[\\]-\\xff]+[ ]+){0,5}[!#-\\[\\]-\\xff]+".to_string(),
         ];
         let trie = vocab.trie();
         // Tables seeded with every plain token, per language; and with the short ones.
@@ -866,7 +879,10 @@ mod tests {
                 }
             }
             // Only lexemes that allow every plain character can take the shortcut.
-            let expect = re.contains(ch) || re.contains(u8ch) || re.contains(&u8dot);
+            let expect = re.contains(ch)
+                || re.contains(u8ch)
+                || re.contains(&u8dot)
+                || re.starts_with("(?:[!#");
             assert_eq!(skipped_any, expect, "{re}: whether the shortcut applied");
         }
         // Both plain languages seeded a table somewhere.
