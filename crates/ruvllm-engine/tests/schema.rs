@@ -87,6 +87,18 @@ fn schemas_accept_exactly_what_validates() {
             vec!["\"axb\"", "\"yx\""],
         ),
         (
+            // Branches of each anchoring, several of each: grouped between shared ends.
+            json!({"type": "string", "pattern": "ab|^cd|ef$|^gh$|ij|^kl|mn$|^op$"}),
+            vec![
+                "\"xabx\"", "\"cdx\"", "\"xef\"", "\"gh\"", "\"xijx\"", "\"klz\"", "\"zmn\"",
+                "\"op\"", "\"ghab\"", "\"cdmn\"",
+            ],
+            vec![
+                "\"xcd\"", "\"efx\"", "\"xgh\"", "\"ghx\"", "\"xkl\"", "\"mnx\"", "\"xop\"",
+                "\"opx\"", "\"zz\"", "\"a b\"",
+            ],
+        ),
+        (
             json!({"type": "string", "pattern": "^\\w+$"}),
             vec!["\"abc_1\""],
             vec!["\"é\"", "\"a b\""],
