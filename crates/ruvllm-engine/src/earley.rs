@@ -107,11 +107,23 @@ pub(crate) struct Parser {
     /// closure of a set runs only while it is the top one, so each set's outcomes are
     /// contiguous, from its [`SetInfo::log_mark`] on). Part of a closed set's identity.
     log: Vec<bool>,
-    /// Per set, the waiting identities computed so far: (rule, identity); see
-    /// [`Parser::wait_id`].
-    waits: Vec<Vec<(u32, u32)>>,
+    /// Per set, the waiting identities computed so far and the index of its waiting
+    /// items; see [`Parser::wait_id`].
+    waits: Vec<Waits>,
     /// Scratch for identity keys.
     key: Vec<u32>,
+}
+
+/// What [`Parser::wait_id`] knows of one set.
+#[derive(Clone, Default)]
+struct Waits {
+    /// Rule -> waiting identity, for the rules asked about so far.
+    ids: FastMap<u32, u32>,
+    /// The set's items that wait for a rule, as (rule, item index) sorted: built on the
+    /// first question about the set, so that each rule's waiting items are found by a
+    /// binary search instead of a scan of the whole set (a scan per rule was quadratic
+    /// in the set's size).
+    index: Option<Vec<(u32, u32)>>,
 }
 
 impl Parser {
@@ -502,6 +514,7 @@ impl Parser {
         }
         let mut stack = vec![(o, r)];
         let mut rules: Vec<u32> = Vec::new();
+        let mut rule_idx: FastMap<u32, u32> = FastMap::default();
         let mut key: Vec<u32> = Vec::new();
         let mut missing: Vec<(u32, u32)> = Vec::new();
         while let Some(&(o, r)) = stack.last() {
@@ -509,9 +522,11 @@ impl Parser {
                 stack.pop();
                 continue;
             }
-            let (s, e) = self.set_range(o as usize);
+            let index = self.wait_index(g, o as usize);
             rules.clear();
             rules.push(r);
+            rule_idx.clear();
+            rule_idx.insert(r, 0);
             key.clear();
             key.push(KEY_WAIT);
             missing.clear();
@@ -521,23 +536,19 @@ impl Parser {
                 i += 1;
                 let mark = key.len();
                 key.extend_from_slice(&[ri, 0]);
-                for j in s..e {
-                    let p = self.items[j];
-                    if g.syms[p.pos as usize] != Sym::Rule(ri) {
-                        continue;
-                    }
+                let from = index.partition_point(|x| x.0 < ri);
+                for &(_, j) in index[from..].iter().take_while(|x| x.0 == ri) {
+                    let p = self.items[j as usize];
                     let pr = g.pos_rule[p.pos as usize];
                     let (tag, v) = if p.origin == ROOT {
                         (0, WAIT_ROOT)
                     } else if p.origin == o {
-                        let idx = match rules.iter().position(|&x| x == pr) {
-                            Some(idx) => idx,
-                            None => {
-                                rules.push(pr);
-                                rules.len() - 1
-                            }
-                        };
-                        (1, idx as u32)
+                        let next = rules.len() as u32;
+                        let idx = *rule_idx.entry(pr).or_insert(next);
+                        if idx == next {
+                            rules.push(pr);
+                        }
+                        (1, idx)
                     } else {
                         match self.cached_wait(p.origin, pr) {
                             Some(w) => (0, w),
@@ -551,13 +562,10 @@ impl Parser {
                     key[mark + 1] += 1;
                 }
             }
+            self.waits[o as usize].index = Some(index);
             if missing.is_empty() {
                 let id = st.intern(&key);
-                let o = o as usize;
-                if self.waits.len() <= o {
-                    self.waits.resize_with(o + 1, Vec::new);
-                }
-                self.waits[o].push((r, id));
+                self.waits[o as usize].ids.insert(r, id);
                 stack.pop();
             } else {
                 stack.extend_from_slice(&missing);
@@ -569,11 +577,27 @@ impl Parser {
     /// A waiting identity computed before (see [`Parser::wait_id`]).
     #[inline]
     fn cached_wait(&self, o: u32, r: u32) -> Option<u32> {
-        self.waits
-            .get(o as usize)?
-            .iter()
-            .find(|x| x.0 == r)
-            .map(|x| x.1)
+        self.waits.get(o as usize)?.ids.get(&r).copied()
+    }
+
+    /// The index of set `o`'s waiting items (see [`Waits::index`]), taken out of its
+    /// place (the caller puts it back). Cost: a scan and a sort of the set the first time.
+    fn wait_index(&mut self, g: &CompiledGrammar, o: usize) -> Vec<(u32, u32)> {
+        if self.waits.len() <= o {
+            self.waits.resize_with(o + 1, Waits::default);
+        }
+        if let Some(index) = self.waits[o].index.take() {
+            return index;
+        }
+        let (s, e) = self.set_range(o);
+        let mut index: Vec<(u32, u32)> = (s..e)
+            .filter_map(|j| match g.syms[self.items[j].pos as usize] {
+                Sym::Rule(ri) => Some((ri, j as u32)),
+                _ => None,
+            })
+            .collect();
+        index.sort_unstable();
+        index
     }
 
     /// The item index range of set `k`.

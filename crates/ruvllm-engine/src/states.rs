@@ -146,11 +146,11 @@ impl StateIds {
             || local >= UNIQUE >> SHARD_BITS;
         if full {
             // Sealed for good: no key interned later can hold a unique identity (those
-            // repeat after 2^31 and equal [`WAIT_ROOT`] once), so equal keys stay equal
-            // states.
+            // repeat after 2^31 - 1), so equal keys stay equal states. A unique identity
+            // is never [`WAIT_ROOT`], which interned keys do hold.
             self.sealed.store(true, Ordering::Relaxed);
             drop(shard);
-            return UNIQUE | (self.unique.fetch_add(1, Ordering::Relaxed) & !UNIQUE);
+            return UNIQUE | (self.unique.fetch_add(1, Ordering::Relaxed) % (UNIQUE - 1));
         }
         if shard.starts.is_empty() {
             shard.starts.push(0);

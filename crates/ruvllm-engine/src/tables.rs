@@ -478,13 +478,12 @@ const MIN_SEED: usize = 8;
 /// and none is uncertain (where the lexeme may end inside a token, the rest of the token
 /// matters only for bytes the lexeme refuses, and it refuses no plain byte there). Inside
 /// a JSON string, or a `pattern` that may end after any word, this skips most of the
-/// vocabulary. Inside a JSON
-/// string this skips most of the vocabulary. When that holds from `s0` itself for every
-/// text of `r` bytes (`r` ≥ [`MIN_SEED`]; inside an unbounded string, as long as the
-/// longest token), the accept set starts as the trie's bitmap of the plain tokens of at
-/// most `r` bytes (a copy, instead of setting some 120,000 bits one by one) and the walk
-/// only visits the paths to tokens that are not plain or longer than `r`. Of the two plain languages, the
-/// one without U+2028 and U+2029 is used when only it holds (a pattern's `.`).
+/// vocabulary. When that holds from `s0` itself for every text of `r` bytes (`r` ≥
+/// [`MIN_SEED`]; inside an unbounded string, as long as the longest token), the accept set
+/// starts as the trie's bitmap of the plain tokens of at most `r` bytes (a copy, instead
+/// of setting some 120,000 bits one by one) and the walk only visits the paths to tokens
+/// that are not plain or longer than `r`. Of the two plain languages, the one without
+/// U+2028 and U+2029 is used when only it holds (a pattern's `.`).
 /// `skip_plain` off gives the plain walk, which the tests compare against; `reach` may
 /// hold the searches of earlier tables of the DFA.
 fn compute_with(
@@ -698,9 +697,10 @@ const NO_MOVE: u8 = u8::MAX;
 /// bytes from `p` keeps the DFA alive from `s`, never at an accepting state that allows
 /// no next byte (`usize::MAX` when that holds at every length). Acceptance alone does not
 /// stop it: a lexeme that may end after any word (`(\S+\s+){0,99}\S+`) was safe nowhere,
-/// and its every table visited the whole trie (4 ms each). Breadth-first over (DFA state, plain state) pairs, one byte per
-/// cell of the joint byte partition, each pair expanded once at its least depth (where it
-/// decides); memoized per start pair for one table computation.
+/// and its every table visited the whole trie (4 ms each). Breadth-first over (DFA
+/// state, plain state) pairs, one byte per cell of the joint byte partition, each pair
+/// expanded once at its least depth (where it decides); memoized per start pair for one
+/// table computation.
 struct PlainReach<'a> {
     dfa: &'a Dfa,
     max_depth: usize,

@@ -631,7 +631,6 @@ impl<'a> Lowerer<'a> {
         }
     }
 
-    /// Lexes a run of regular elements: one lexeme if it fits, else element by element.
     /// Whether a run of weight `w` is worth a dense DFA attempt: within `max_inline_weight`,
     /// and, when a long counted repetition is nested in it (a bounded string among the
     /// alternatives of a property loop), light enough that unrolling the count stays small
@@ -643,6 +642,7 @@ impl<'a> Lowerer<'a> {
             && (w <= NESTED_DENSE_WEIGHT || !run.iter().any(|e| self.long_repeat_inside(e)))
     }
 
+    /// Lexes a run of regular elements: one lexeme if it fits, else element by element.
     fn lex_run(&mut self, run: &[&Expr], out: &mut Vec<Sym>) -> Result<(), GrammarError> {
         if run.iter().all(|e| matches!(e, Expr::Empty)) {
             return Ok(());
