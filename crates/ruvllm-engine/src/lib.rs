@@ -61,7 +61,7 @@ use std::sync::Arc;
 
 pub use compile::{CompiledGrammar, GrammarStats};
 pub use error::{GrammarError, MatchError, VocabError};
-pub use grammar::{Builtin, Expr, Grammar};
+pub use grammar::{Builtin, Expr, Grammar, KeyComplement};
 pub use matcher::{CheckResult, Matcher};
 pub use vocab::{TokenEncoder, Vocabulary};
 

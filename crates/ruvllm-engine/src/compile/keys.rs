@@ -1,7 +1,8 @@
 //! Key-complement lexemes built from their keys.
 //!
 //! An object schema that allows properties besides its declared ones needs a lexeme for
-//! "a JSON string that is none of these keys" (`schema::key_complement_body`). Written as
+//! "a JSON string that is none of these keys" (`Expr::KeyComplement`, whose meaning is
+//! the expression `schema::key_complement_body` builds). Written as
 //! a regex, that is a trie of the keys where every node may also end the string or leave
 //! the trie by a character no key continues with, then anything. Through a Thompson NFA and
 //! subset construction it cost 5-17 ms for a few hundred key characters (about half the
@@ -23,7 +24,7 @@
 //! in the trie. Any other byte goes where `dev` goes on the bytes of the character read so
 //! far: they are then the start of a character no key continues with here, and `dev`
 //! finishes it. `"` at a character boundary ends the string unless the prefix is a key.
-//! The result has the language of the rule body (the tests check both automata against
+//! The result has the language of the expansion (the tests check both automata against
 //! each other on random key sets), with the tail shared by every trie node.
 //!
 //! Encodings come from the schema module (`json_encodings`): the raw character where a
@@ -213,9 +214,13 @@ pub(crate) fn key_complement(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::schema::{json_encodings, key_trie_inline, schema_to_grammar, SchemaOptions};
+    use crate::grammar::KeyComplement;
+    use crate::schema::{
+        json_encodings, key_trie_inline, schema_to_grammar, BuildExpr, SchemaOptions,
+    };
     use crate::Limits;
     use std::collections::{HashSet, VecDeque};
+    use std::sync::Arc;
 
     /// Whether `a` and `b` have the same language. Both keep only states that can still
     /// complete (dead is 0), so it is enough that paired states agree on accepting and on
@@ -264,50 +269,96 @@ mod tests {
             ..SchemaOptions::default()
         };
         let g = schema_to_grammar(&schema, &opts).unwrap();
-        assert_eq!(g.key_sets.len(), 1, "{keys:?}");
+        let sets = key_complements(&g);
+        assert_eq!(sets.len(), 1, "{keys:?}");
         let limits = Limits::default();
         let mut low = super::super::Lowerer::new(&g, &limits);
-        for (r, ks) in &g.key_sets {
-            let hir = low.hir(&Expr::Ref(*r)).unwrap();
+        for ks in &sets {
+            let hir = low.hir(&ks.expand()).unwrap();
             let via_nfa = Dfa::build(&hir, limits.max_lexeme_states, limits.max_dfa_bytes).unwrap();
-            let dev_hir = low.hir(&dev_expr(&ks.ch)).unwrap();
+            let dev_hir = low.hir(&dev_expr(ks.ch())).unwrap();
             let dev = Dfa::build(&dev_hir, 1 << 20, 256 << 20).unwrap();
             let direct =
-                key_complement(&ks.keys, json_encodings, &dev, 1 << 20, 256 << 20).unwrap();
+                key_complement(ks.keys(), json_encodings, &dev, 1 << 20, 256 << 20).unwrap();
             if let Err(e) = same_language(&via_nfa, &direct) {
                 panic!("{keys:?}: {e}");
             }
             assert!(direct.num_states() <= via_nfa.num_states());
-            // The plain trie complement (the body of key sets over 400 trie nodes, too
+            // The plain trie complement (the expansion of key sets over 400 trie nodes, too
             // big for the NFA route at that size) has the same language too.
             let q = Expr::Literal(b"\"".to_vec());
-            let inline = Expr::Seq(vec![q, key_trie_inline(&ks.keys, 0, &ks.ch)]);
+            let inline = Expr::Seq(vec![
+                q,
+                key_trie_inline(ks.keys(), 0, &mut BuildExpr(ks.ch())),
+            ]);
             let hir = low.hir(&inline).unwrap();
             let via_nfa = Dfa::build(&hir, limits.max_lexeme_states, limits.max_dfa_bytes).unwrap();
             if let Err(e) = same_language(&via_nfa, &direct) {
                 panic!("{keys:?} (plain trie complement): {e}");
             }
         }
-        matches!(g.rules[g.key_sets[0].0 as usize].body, Expr::Seq(_))
+        matches!(sets[0].expand(), Expr::Seq(_))
     }
 
+    /// The key complements that are rule bodies of `g`.
+    fn key_complements(g: &crate::Grammar) -> Vec<Arc<KeyComplement>> {
+        g.rules
+            .iter()
+            .filter_map(|r| match &r.body {
+                Expr::KeyComplement(k) => Some(k.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The compiler weighs a key complement without building its expansion; the weight and
+    /// depth must be the expansion's, or the node would be lowered differently from it.
     #[test]
-    fn a_rule_body_other_than_its_keys_turns_the_hint_off() {
-        let schema = serde_json::json!({"type": "object", "properties": {"a": {}, "bc": {}}});
-        let opts = SchemaOptions {
-            strict: false,
-            ..SchemaOptions::default()
+    fn measured_as_its_expansion() {
+        use super::super::{expr_depth, expr_weight, measure_keys, Measure};
+        let alphabet = ["a", "b", "ab", "\"", "\\", "/", "\n", "é", "😀", "xyzw"];
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
         };
-        let g = schema_to_grammar(&schema, &opts).unwrap();
-        let (r, ks) = g.key_sets[0].clone();
-        let limits = Limits::default();
-        let mut low = super::super::Lowerer::new(&g, &limits);
-        assert!(low.key_lexeme(r).unwrap().is_some());
-        // A grammar's rules are public: the body of another key set is not this one's.
-        let mut changed = g.clone();
-        changed.rules[r as usize].body = crate::schema::key_complement_body(&[vec!['a']], &ks.ch);
-        let mut low = super::super::Lowerer::new(&changed, &limits);
-        assert!(low.key_lexeme(r).unwrap().is_none());
+        // The string character as a reference to a rule of some weight and depth.
+        let (w, d) = ([0, 7], [0, 3]);
+        let mut inline_seen = false;
+        for round in 0..200 {
+            // Some sets past 400 trie nodes, whose expansion is the plain trie complement.
+            let n = if round % 10 == 0 {
+                60 + rnd(60)
+            } else {
+                rnd(8)
+            };
+            let keys: Vec<String> = (0..n)
+                .map(|_| {
+                    (0..1 + rnd(12))
+                        .map(|_| alphabet[rnd(alphabet.len() as u64) as usize])
+                        .collect()
+                })
+                .collect();
+            let k = KeyComplement::new(&keys, Expr::Ref(1));
+            let e = k.expand();
+            inline_seen |= matches!(e, Expr::Seq(_));
+            assert_eq!(
+                measure_keys(&k, Measure::Weight(w[1])),
+                expr_weight(&e, &w),
+                "{keys:?}"
+            );
+            assert_eq!(
+                measure_keys(&k, Measure::Depth(d[1])),
+                expr_depth(&e, &d),
+                "{keys:?}"
+            );
+            let node = Expr::KeyComplement(Arc::new(k));
+            assert_eq!(expr_weight(&node, &w), expr_weight(&e, &w));
+            assert_eq!(expr_depth(&node, &d), expr_depth(&e, &d));
+        }
+        assert!(inline_seen);
     }
 
     #[test]
@@ -387,10 +438,10 @@ mod tests {
         let vocab =
             std::sync::Arc::new(crate::Vocabulary::new("bytes", toks, special, vec![256]).unwrap());
         // The direct automaton of this key set has more states than this.
-        let (_, ks) = &g.key_sets[0];
+        let ks = &key_complements(&g)[0];
         let mut low = super::super::Lowerer::new(&g, &limits);
-        let dev = Dfa::build(&low.hir(&dev_expr(&ks.ch)).unwrap(), 1 << 16, 16 << 20).unwrap();
-        let direct = key_complement(&ks.keys, json_encodings, &dev, 1 << 16, 16 << 20).unwrap();
+        let dev = Dfa::build(&low.hir(&dev_expr(ks.ch())).unwrap(), 1 << 16, 16 << 20).unwrap();
+        let direct = key_complement(ks.keys(), json_encodings, &dev, 1 << 16, 16 << 20).unwrap();
         let small = Limits {
             max_lexeme_states: 40,
             ..Limits::default()

@@ -212,6 +212,7 @@ fn is_lexable(e: &Expr, inl: &[bool]) -> bool {
         Expr::Ref(r) => inl[*r as usize],
         Expr::Seq(v) | Expr::Alt(v) => v.iter().all(|x| is_lexable(x, inl)),
         Expr::Repeat { e, .. } => is_lexable(e, inl),
+        Expr::KeyComplement(k) => is_lexable(k.ch(), inl),
         _ => true,
     }
 }
@@ -221,8 +222,56 @@ fn expr_depth(e: &Expr, d: &[usize]) -> usize {
         Expr::Ref(r) => d[*r as usize],
         Expr::Seq(v) | Expr::Alt(v) => 1 + v.iter().map(|x| expr_depth(x, d)).max().unwrap_or(0),
         Expr::Repeat { e, .. } => 1 + expr_depth(e, d),
+        Expr::KeyComplement(k) => measure_keys(k, Measure::Depth(expr_depth(k.ch(), d))),
         _ => 1,
     }
+}
+
+/// What [`measure_keys`] computes: [`expr_depth`] or [`expr_weight`] of a key complement's
+/// expansion, given that of its string character.
+#[derive(Clone, Copy)]
+enum Measure {
+    Depth(usize),
+    Weight(usize),
+}
+
+impl crate::schema::KeySink for Measure {
+    type E = usize;
+    fn lit(&mut self, b: &[u8]) -> usize {
+        match self {
+            Measure::Depth(_) => 1,
+            Measure::Weight(_) => b.len().max(1),
+        }
+    }
+    fn expr(&mut self, e: Expr) -> usize {
+        // No references: the pieces are character classes and escapes.
+        match self {
+            Measure::Depth(_) => expr_depth(&e, &[]),
+            Measure::Weight(_) => expr_weight(&e, &[]),
+        }
+    }
+    fn any(&mut self) -> usize {
+        // `ch{0,}` (a repetition weighs its item once when unbounded).
+        match *self {
+            Measure::Depth(ch) | Measure::Weight(ch) => 1usize.saturating_add(ch),
+        }
+    }
+    fn seq(&mut self, v: Vec<usize>) -> usize {
+        self.alt(v)
+    }
+    fn alt(&mut self, v: Vec<usize>) -> usize {
+        match self {
+            Measure::Depth(_) => 1 + v.into_iter().max().unwrap_or(0),
+            Measure::Weight(_) => v.into_iter().fold(1usize, |a, x| a.saturating_add(x)),
+        }
+    }
+}
+
+/// [`expr_depth`] or [`expr_weight`] of `k`'s expansion, without building it, so that a key
+/// complement is lowered exactly as its expansion would be. Cost: one walk of the key trie.
+fn measure_keys(k: &crate::grammar::KeyComplement, m: Measure) -> usize {
+    let mut m = m;
+    crate::schema::key_complement_body(k.keys(), &mut m)
 }
 
 /// A concatenation that starts with a literal, split into the literal's bytes and the
@@ -260,6 +309,7 @@ fn expr_weight(e: &Expr, w: &[usize]) -> usize {
             let k = max.unwrap_or(*min).max(1) as usize;
             1usize.saturating_add(expr_weight(e, w).saturating_mul(k))
         }
+        Expr::KeyComplement(k) => measure_keys(k, Measure::Weight(expr_weight(k.ch(), w))),
         _ => 1,
     }
 }
@@ -504,6 +554,8 @@ impl<'a> Lowerer<'a> {
             Expr::Seq(v) | Expr::Alt(v) => v.iter().any(|x| self.long_repeat(x)),
             Expr::Repeat { e, .. } => self.long_repeat(e),
             Expr::Ref(r) => self.long_repeat(&Expr::Ref(*r)),
+            // The expansion's only repetition is `ch*`.
+            Expr::KeyComplement(k) => self.long_repeat(k.ch()),
             _ => false,
         }
     }
@@ -661,10 +713,12 @@ impl<'a> Lowerer<'a> {
             out.push(Sym::Lex(l));
             return Ok(());
         }
-        if let [Expr::Ref(r)] = run {
-            if let Some(l) = self.key_lexeme(*r)? {
-                out.push(Sym::Lex(l));
-                return Ok(());
+        if let [e] = run {
+            if let Some(k) = self.key_complement(e) {
+                if let Some(l) = self.key_lexeme(&k)? {
+                    out.push(Sym::Lex(l));
+                    return Ok(());
+                }
             }
         }
         // Too big to be worth a DFA attempt (determinization cost grows with bounded
@@ -788,9 +842,16 @@ impl<'a> Lowerer<'a> {
             }
             // A key complement too heavy to inline still makes one lexeme when built
             // from its keys.
-            Expr::Ref(r) => match self.key_lexeme(*r)? {
-                Some(l) => vec![Sym::Lex(l)],
+            Expr::Ref(r) => match self.key_complement(e) {
+                Some(k) => match self.key_lexeme(&k)? {
+                    Some(l) => vec![Sym::Lex(l)],
+                    None => vec![Sym::Rule(self.ensure_rule(*r)?)],
+                },
                 None => vec![Sym::Rule(self.ensure_rule(*r)?)],
+            },
+            Expr::KeyComplement(k) => match self.key_lexeme(k)? {
+                Some(l) => vec![Sym::Lex(l)],
+                None => self.structural(&k.expand())?,
             },
             Expr::Seq(_) => self.seq(e)?,
             Expr::Alt(v) => {
@@ -893,26 +954,34 @@ impl<'a> Lowerer<'a> {
                 greedy: true,
                 sub: Box::new(self.hir(e)?),
             }),
+            Expr::KeyComplement(k) => self.hir(&k.expand())?,
         })
     }
 
-    /// The lexeme of key-complement rule `r` (see [`keys`]), built from its keys; `None`
-    /// when `r` is no such rule, its body is not what its keys give (the hint is then
-    /// ignored), or the automaton exceeds the DFA limits (the caller lowers the rule as
-    /// usual). Cost: O(the rule body) for the check, then O(states x classes) unless the
-    /// process-wide cache has it.
-    fn key_lexeme(&mut self, r: u32) -> Result<Option<u32>, GrammarError> {
-        let Some((_, ks)) = self.g.key_sets.iter().find(|(x, _)| *x == r) else {
-            return Ok(None);
-        };
-        if ks.body != self.g.rules[r as usize].body {
-            return Ok(None);
+    /// The key complement `e` is, directly or as a reference to a rule whose body is one.
+    fn key_complement(&self, e: &Expr) -> Option<std::sync::Arc<crate::grammar::KeyComplement>> {
+        match e {
+            Expr::KeyComplement(k) => Some(k.clone()),
+            Expr::Ref(r) => match &self.g.rules[*r as usize].body {
+                Expr::KeyComplement(k) => Some(k.clone()),
+                _ => None,
+            },
+            _ => None,
         }
-        let dev_hir = self.hir(&keys::dev_expr(&ks.ch))?;
+    }
+
+    /// The lexeme of key complement `k` (see [`keys`]), built from its keys; `None` when
+    /// the automaton exceeds the DFA limits (the caller lowers the expansion instead).
+    /// Cost: O(states x classes) unless the process-wide cache has it.
+    fn key_lexeme(
+        &mut self,
+        k: &crate::grammar::KeyComplement,
+    ) -> Result<Option<u32>, GrammarError> {
+        let dev_hir = self.hir(&keys::dev_expr(k.ch()))?;
         let Some(dev) = self.part(&dev_hir)? else {
             return Ok(None);
         };
-        let keys = ks.keys.clone();
+        let keys = k.keys().to_vec();
         let (states, bytes) = (self.limits.max_lexeme_states, self.limits.max_dfa_bytes);
         let key = format!("(?:a key other than {keys:?}){dev_hir}");
         self.register(format!("{states}/{bytes}/{key}"), key, move || {

@@ -95,7 +95,6 @@ pub(crate) fn parse(src: &str, limits: &Limits) -> Result<Grammar, GrammarError>
         rules,
         root,
         checks: Vec::new(),
-        key_sets: Vec::new(),
     };
     g.prune_unproductive()?;
     Ok(g)

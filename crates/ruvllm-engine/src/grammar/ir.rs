@@ -65,6 +65,58 @@ pub enum Expr {
         /// Maximum count, `None` for unbounded.
         max: Option<u32>,
     },
+    /// The JSON strings, quotes included, other than the given object keys: shorthand for
+    /// the expression [`KeyComplement::expand`] builds (see there).
+    KeyComplement(Arc<KeyComplement>),
+}
+
+/// "A JSON string other than these keys", the name of an object's additional property.
+///
+/// Its meaning is its expansion ([`KeyComplement::expand`]): a trie of the keys, where
+/// every node may also close the string, or leave the trie by a character no key continues
+/// with and then go on with any string characters (`ch`). That expansion costs a few
+/// expressions per trie node to build, clone and compare (about a tenth of schema compile
+/// time when every object carried it), and the compiler builds the automaton of the node
+/// from the keys anyway (`compile::keys`); kept as a node, the expansion is built only by
+/// whoever needs it (printing, a compiler without the keys, a lexeme too big for the direct
+/// automaton). The compiler weighs the node as its expansion without building it, so it is
+/// lowered exactly as the expansion would be.
+///
+/// Keys are read as JSON string characters in any encoding JSON allows (raw, short escape,
+/// `\u00XX` for controls), the way the schema front end writes string characters.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct KeyComplement {
+    /// The keys as characters, sorted and without duplicates.
+    keys: Vec<Vec<char>>,
+    /// One string character, as the tails of the expansion read it.
+    ch: Expr,
+}
+
+impl KeyComplement {
+    /// The complement of `keys` (any order, duplicates allowed), with tails of `ch`.
+    /// Cost: O(key characters x log keys) for the sort.
+    pub fn new<S: AsRef<str>>(keys: &[S], ch: Expr) -> KeyComplement {
+        let mut keys: Vec<Vec<char>> = keys.iter().map(|k| k.as_ref().chars().collect()).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        KeyComplement { keys, ch }
+    }
+
+    /// The keys, as characters, sorted and without duplicates.
+    pub fn keys(&self) -> &[Vec<char>] {
+        &self.keys
+    }
+
+    /// The string character of the tails.
+    pub fn ch(&self) -> &Expr {
+        &self.ch
+    }
+
+    /// The expression this node stands for. Cost: O(key characters) expressions, plus
+    /// O(trie nodes x depth) for the traversal.
+    pub fn expand(&self) -> Expr {
+        crate::schema::key_complement_body(&self.keys, &mut crate::schema::BuildExpr(&self.ch))
+    }
 }
 
 /// A named rule.
@@ -86,28 +138,6 @@ pub struct Grammar {
     /// Semantic checks on rules (see [`ValueCheck`]); a checked rule is never inlined into
     /// a lexeme, so that the parser sees each of its completions.
     pub checks: Vec<(RuleId, Check)>,
-    /// Rules whose body is the complement of a set of object keys, with the keys (see
-    /// [`KeySet`]): the compiler may build their automaton directly. A hint only: the
-    /// compiler uses it only while the rule's body is still the one built from the keys
-    /// (kept in the key set), since the rules are public and may have been changed.
-    pub(crate) key_sets: Vec<(RuleId, KeySet)>,
-}
-
-/// The keys of a key-complement rule: its body is `schema::key_complement_body(keys, ch)`,
-/// the JSON strings other than these keys. Building that body's DFA through an NFA costs
-/// milliseconds for a few hundred key characters (and holds one copy of every partial
-/// UTF-8 and escape state per trie node); built from the keys it takes a fraction of that
-/// (see `compile::keys`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct KeySet {
-    /// The keys, as characters.
-    pub keys: Vec<Vec<char>>,
-    /// One JSON string character, as the body writes it (a reference to its rule).
-    pub ch: Expr,
-    /// `schema::key_complement_body(keys, ch)`, kept so that the compiler's check of the
-    /// rule against it is a comparison, not a rebuild of the body (which allocated a
-    /// trie's worth of expressions per key set: 7% of compile time on MaskBench).
-    pub body: Expr,
 }
 
 impl Grammar {
@@ -120,7 +150,6 @@ impl Grammar {
             }],
             root: 0,
             checks: Vec::new(),
-            key_sets: Vec::new(),
         }
     }
 
@@ -209,12 +238,6 @@ impl Grammar {
         }
         self.checks
             .extend(other.checks.into_iter().map(|(r, c)| (r + off, c)));
-        self.key_sets
-            .extend(other.key_sets.into_iter().map(|(r, mut k)| {
-                shift_refs(&mut k.ch, off);
-                shift_refs(&mut k.body, off);
-                (r + off, k)
-            }));
         other.root + off
     }
 
@@ -239,6 +262,7 @@ pub fn visit_refs(e: &Expr, f: &mut impl FnMut(RuleId)) {
         Expr::Ref(r) => f(*r),
         Expr::Seq(v) | Expr::Alt(v) => v.iter().for_each(|x| visit_refs(x, f)),
         Expr::Repeat { e, .. } => visit_refs(e, f),
+        Expr::KeyComplement(k) => visit_refs(&k.ch, f),
         _ => {}
     }
 }
@@ -248,6 +272,7 @@ fn shift_refs(e: &mut Expr, off: RuleId) {
         Expr::Ref(r) => *r += off,
         Expr::Seq(v) | Expr::Alt(v) => v.iter_mut().for_each(|x| shift_refs(x, off)),
         Expr::Repeat { e, .. } => shift_refs(e, off),
+        Expr::KeyComplement(k) => shift_refs(&mut Arc::make_mut(k).ch, off),
         _ => {}
     }
 }
@@ -256,6 +281,8 @@ fn expr_size(e: &Expr) -> usize {
     match e {
         Expr::Seq(v) | Expr::Alt(v) => 1 + v.iter().map(expr_size).sum::<usize>(),
         Expr::Repeat { e, .. } => 1 + expr_size(e),
+        // One node per key character (about a fifth of the expansion's).
+        Expr::KeyComplement(k) => 1 + expr_size(&k.ch) + k.keys.iter().map(Vec::len).sum::<usize>(),
         _ => 1,
     }
 }
@@ -269,6 +296,10 @@ fn expr_productive(e: &Expr, prod: &[bool]) -> bool {
         Expr::Seq(v) => v.iter().all(|x| expr_productive(x, prod)),
         Expr::Alt(v) => v.iter().any(|x| expr_productive(x, prod)),
         Expr::Repeat { e, min, max } => *min == 0 || max == &Some(0) || expr_productive(e, prod),
+        // The expansion closes the string or leaves the key trie at its root by some
+        // character (a finite set of keys never covers them all), and its `ch` appears
+        // only under `*`.
+        Expr::KeyComplement(_) => true,
     }
 }
 
@@ -281,6 +312,8 @@ fn prunable(e: &Expr, prod: &[bool]) -> bool {
         Expr::Seq(v) => v.iter().any(|x| prunable(x, prod)),
         Expr::Alt(v) => v.is_empty() || v.iter().any(|x| prunable(x, prod)),
         Expr::Repeat { e, max, .. } => *max == Some(0) || prunable(e, prod),
+        // The expansion's character classes are never empty; only `ch` can be pruned.
+        Expr::KeyComplement(k) => prunable(&k.ch, prod),
         Expr::Empty | Expr::Literal(_) => false,
     }
 }
@@ -320,6 +353,7 @@ fn prune(e: Expr, prod: &[bool]) -> Option<Expr> {
                 None => None,
             }
         }
+        Expr::KeyComplement(k) if prunable(&k.ch, prod) => prune(k.expand(), prod),
         other => Some(other),
     }
 }

@@ -15,8 +15,7 @@ mod regex;
 
 pub use builtin::Builtin;
 pub(crate) use ir::visit_refs as visit_refs_pub;
-pub(crate) use ir::KeySet;
-pub use ir::{Check, Expr, Grammar, Rule, RuleId, ValueCheck};
+pub use ir::{Check, Expr, Grammar, KeyComplement, Rule, RuleId, ValueCheck};
 
 use crate::Limits;
 

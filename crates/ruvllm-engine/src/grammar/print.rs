@@ -163,6 +163,8 @@ fn write_expr(e: &Expr, names: &[String], out: &mut String, prec: u8) -> Result<
                 }
             }
         }
+        // GBNF has no such node: its expansion, spelled out.
+        Expr::KeyComplement(k) => write_expr(&k.expand(), names, out, prec)?,
     }
     Ok(())
 }

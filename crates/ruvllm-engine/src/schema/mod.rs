@@ -42,12 +42,13 @@ mod check;
 mod num;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use regex_syntax::hir::{Class, Hir, HirKind, Look};
 use serde_json::{Map, Value};
 use thiserror::Error;
 
-use crate::grammar::{Check, Expr, Grammar, KeySet, Rule, RuleId};
+use crate::grammar::{Check, Expr, Grammar, KeyComplement, Rule, RuleId};
 use crate::{GrammarError, Limits};
 
 /// Where whitespace may appear between JSON tokens.
@@ -286,7 +287,6 @@ pub fn schema_to_grammar_limited(
         rules: c.rules,
         root,
         checks: c.checks,
-        key_sets: c.key_sets,
     };
     match g.prune_unproductive() {
         Err(GrammarError::EmptyLanguage { .. }) => Err(SchemaError::Unsatisfiable {
@@ -309,8 +309,6 @@ struct Compiler<'a> {
     common: HashMap<&'static str, RuleId>,
     /// Semantic checks attached to rules (see [`check`]).
     checks: Vec<(RuleId, Check)>,
-    /// Key-complement rules, with their keys (see [`KeySet`]).
-    key_sets: Vec<(RuleId, KeySet)>,
     check_builder: Option<check::CheckBuilder>,
     limits: &'a Limits,
     started: std::time::Instant,
@@ -395,7 +393,6 @@ impl<'a> Compiler<'a> {
             anchors,
             common: HashMap::new(),
             checks: Vec::new(),
-            key_sets: Vec::new(),
             check_builder: None,
             limits,
             started: std::time::Instant::now(),
@@ -2057,20 +2054,13 @@ impl<'a> Compiler<'a> {
         if keys.is_empty() {
             return Ok(Expr::Seq(vec![q(), rep(ch, 0, None), q()]));
         }
-        let chars: Vec<Vec<char>> = keys.iter().map(|k| k.chars().collect()).collect();
-        let body = key_complement_body(&chars, &ch);
+        // One rule per key set, which the compiler lowers to one lexeme built from the
+        // keys (see `compile::keys`).
         let r = self.reserve("other-key");
-        self.set(r, body.clone());
-        // The compiler may build this rule's automaton straight from the keys (see
-        // `compile::keys`); it checks the rule's body against this one first.
-        self.key_sets.push((
+        self.set(
             r,
-            KeySet {
-                keys: chars,
-                ch,
-                body,
-            },
-        ));
+            Expr::KeyComplement(Arc::new(KeyComplement::new(keys, ch))),
+        );
         Ok(Expr::Ref(r))
     }
 
@@ -2870,15 +2860,54 @@ fn push_range(out: &mut Vec<(char, char)>, a: u32, b: u32) {
     }
 }
 
-/// The body of the `other-key` rule for `keys` (not empty; `ch` is one JSON string
-/// character): the JSON strings, quotes included, other than the keys, each written the
+/// The pieces a key complement's expansion is made of, built by [`key_complement_body`]:
+/// the expression itself ([`BuildExpr`]) or, in the compiler, its weight and depth without
+/// building it (one traversal, so the two cannot disagree).
+pub(crate) trait KeySink {
+    /// What one piece becomes.
+    type E;
+    /// `Expr::Literal(b)`.
+    fn lit(&mut self, b: &[u8]) -> Self::E;
+    /// An expression with no reference to `ch` (a character class, an escape).
+    fn expr(&mut self, e: Expr) -> Self::E;
+    /// `ch*`.
+    fn any(&mut self) -> Self::E;
+    /// `Expr::Seq(v)`.
+    fn seq(&mut self, v: Vec<Self::E>) -> Self::E;
+    /// `Expr::Alt(v)`.
+    fn alt(&mut self, v: Vec<Self::E>) -> Self::E;
+}
+
+/// Builds the expansion itself, with tails of the string character it holds.
+pub(crate) struct BuildExpr<'a>(pub &'a Expr);
+
+impl KeySink for BuildExpr<'_> {
+    type E = Expr;
+    fn lit(&mut self, b: &[u8]) -> Expr {
+        Expr::Literal(b.to_vec())
+    }
+    fn expr(&mut self, e: Expr) -> Expr {
+        e
+    }
+    fn any(&mut self) -> Expr {
+        rep(self.0.clone(), 0, None)
+    }
+    fn seq(&mut self, v: Vec<Expr>) -> Expr {
+        Expr::Seq(v)
+    }
+    fn alt(&mut self, v: Vec<Expr>) -> Expr {
+        Expr::Alt(v)
+    }
+}
+
+/// The expansion of a [`KeyComplement`] of `keys` (sorted, no duplicates, not empty),
+/// built by `s`: the JSON strings, quotes included, other than the keys, each written the
 /// way `json_chars` writes it. Cost: O(total key characters x trie depth).
 ///
-/// This is the rule's meaning, and what a compiler without the keys lowers; the
+/// This is the node's meaning, and what a compiler without the keys lowers; the
 /// compiler builds the automaton from the keys instead (`compile::keys`), which is
 /// smaller and faster to build than either form below.
-pub(crate) fn key_complement_body(chars: &[Vec<char>], ch: &Expr) -> Expr {
-    let q = || Expr::Literal(b"\"".to_vec());
+pub(crate) fn key_complement_body<S: KeySink>(keys: &[Vec<char>], s: &mut S) -> S::E {
     // A string differs from every key iff it is a proper prefix of the key trie that
     // is no key (`e`), or leaves the trie: a key prefix, then a character no key
     // continues with, then anything (`d`). `d` *ends* at the differing character, and
@@ -2893,53 +2922,69 @@ pub(crate) fn key_complement_body(chars: &[Vec<char>], ch: &Expr) -> Expr {
     // there, and every part still reads a key from its quote to the end (a split
     // between `e` and `d`, or after the differing character, would put a lexeme
     // boundary inside every additional key: 30x slower masks on a schema with 100 keys).
-    let any = || rep(ch.clone(), 0, None);
-    // What may follow a differing `\`: every escape `json_chars` writes.
-    let esc_tail = || {
-        Expr::Alt(vec![
+    //
+    // Trie nodes: the distinct non-empty key prefixes, counted on the sorted keys.
+    let nodes: usize = keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| {
+            let shared = i.checked_sub(1).map_or(0, |p| {
+                keys[p].iter().zip(k).take_while(|(a, b)| a == b).count()
+            });
+            k.len() - shared
+        })
+        .sum();
+    if nodes > MAX_SHARED_TAIL_NODES {
+        // Large key sets: the shared tails make a DFA too big to build at once (about 30
+        // NFA states per trie node), and split in pieces they would put lexeme boundaries
+        // inside keys. The plain trie complement, tails in every node, splits per
+        // character instead, into pieces that each read a key to its end.
+        let q = s.lit(b"\"");
+        let t = key_trie_inline(keys, 0, s);
+        return s.seq(vec![q, t]);
+    }
+    let (root, children) = key_trie_node(keys, 0, s);
+    let mut top = Vec::new();
+    for x in close_parts(root, s) {
+        let q = s.lit(b"\"");
+        top.push(s.seq(vec![q, x]));
+    }
+    for (c0, lo, hi) in children {
+        let sub = key_trie(&keys[lo..hi], 1, s);
+        let rest = close_parts(sub, s);
+        if !rest.is_empty() {
+            let q = s.lit(b"\"");
+            let c = s.expr(json_chars(&[(c0, c0)]));
+            let rest = s.alt(rest);
+            top.push(s.seq(vec![q, c, rest]));
+        }
+    }
+    s.alt(top)
+}
+
+/// The three parts of a trie node with their tails attached: `e`, `d ch* "`, and
+/// `d_esc <escape tail> ch* "`.
+fn close_parts<S: KeySink>(p: Parts<S::E>, s: &mut S) -> Vec<S::E> {
+    let mut v = Vec::new();
+    v.extend(p.e);
+    if let Some(d) = p.d {
+        let (any, q) = (s.any(), s.lit(b"\""));
+        v.push(s.seq(vec![d, any, q]));
+    }
+    if let Some(d) = p.d_esc {
+        // What may follow a differing `\`: every escape `json_chars` writes.
+        let tail = s.expr(Expr::Alt(vec![
             short_escapes(),
             Expr::Seq(vec![
                 Expr::Literal(b"u00".to_vec()),
                 Expr::Chars(vec![('0', '1')]),
                 Expr::Chars(vec![('0', '9'), ('A', 'F'), ('a', 'f')]),
             ]),
-        ])
-    };
-    // The three parts of a trie node, tails attached.
-    let close = |p: Parts| -> Vec<Expr> {
-        let mut v = Vec::new();
-        v.extend(p.e);
-        v.extend(p.d.map(|d| Expr::Seq(vec![d, any(), q()])));
-        v.extend(p.d_esc.map(|d| Expr::Seq(vec![d, esc_tail(), any(), q()])));
-        v
-    };
-    let nodes: std::collections::HashSet<&[char]> = chars
-        .iter()
-        .flat_map(|k| (1..=k.len()).map(move |i| &k[..i]))
-        .collect();
-    if nodes.len() > MAX_SHARED_TAIL_NODES {
-        // Large key sets: the shared tails make a DFA too big to build at once (about 30
-        // NFA states per trie node), and split in pieces they would put lexeme boundaries
-        // inside keys. The plain trie complement, tails in every node, splits per
-        // character instead, into pieces that each read a key to its end.
-        return Expr::Seq(vec![q(), key_trie_inline(chars, 0, ch)]);
+        ]));
+        let (any, q) = (s.any(), s.lit(b"\""));
+        v.push(s.seq(vec![d, tail, any, q]));
     }
-    let (root, children) = key_trie_node(chars, 0);
-    let mut top: Vec<Expr> = close(root)
-        .into_iter()
-        .map(|x| Expr::Seq(vec![q(), x]))
-        .collect();
-    for (c0, sub) in children {
-        let rest = close(key_trie(&sub, 1));
-        if !rest.is_empty() {
-            top.push(Expr::Seq(vec![
-                q(),
-                json_chars(&[(c0, c0)]),
-                Expr::Alt(rest),
-            ]));
-        }
-    }
-    Expr::Alt(top)
+    v
 }
 
 /// The byte strings `json_chars(&[(c, c)])` matches: `c` raw where a JSON string may hold
@@ -2997,127 +3042,121 @@ fn short_escapes() -> Expr {
 const MAX_SHARED_TAIL_NODES: usize = 400;
 
 /// The strings (the rest of a key, up to the closing quote) that differ from every key in
-/// `keys`, all of which share their first `depth` characters: the plain trie complement,
-/// with the free tail (`ch* "`) written in every node.
-pub(crate) fn key_trie_inline(keys: &[Vec<char>], depth: usize, ch: &Expr) -> Expr {
-    let q = || Expr::Literal(b"\"".to_vec());
+/// `keys` (sorted, no duplicates), all of which share their first `depth` characters: the
+/// plain trie complement, with the free tail (`ch* "`) written in every node.
+pub(crate) fn key_trie_inline<S: KeySink>(keys: &[Vec<char>], depth: usize, s: &mut S) -> S::E {
     let mut alts = Vec::new();
     let (ends_here, children) = trie_children(keys, depth);
     // End here, unless one of the keys ends here.
     if !ends_here {
-        alts.push(q());
+        alts.push(s.lit(b"\""));
     }
     // A character no key continues with (raw or escaped), then anything.
-    let next: Vec<char> = children.iter().map(|(c, _)| *c).collect();
+    let next: Vec<char> = children.iter().map(|&(c, _, _)| c).collect();
     let others = complement_chars(&next);
     if !others.is_empty() {
-        alts.push(Expr::Seq(vec![
-            json_chars(&others),
-            rep(ch.clone(), 0, None),
-            q(),
-        ]));
+        let (d, any, q) = (s.expr(json_chars(&others)), s.any(), s.lit(b"\""));
+        alts.push(s.seq(vec![d, any, q]));
     }
-    for (c0, sub) in children {
-        let rest = key_trie_inline(&sub, depth + 1, ch);
-        alts.push(Expr::Seq(vec![json_chars(&[(c0, c0)]), rest]));
+    for (c0, lo, hi) in children {
+        let rest = key_trie_inline(&keys[lo..hi], depth + 1, s);
+        let c = s.expr(json_chars(&[(c0, c0)]));
+        alts.push(s.seq(vec![c, rest]));
     }
-    Expr::Alt(alts)
+    s.alt(alts)
 }
 
-/// A child of a key-trie node: the next character and the keys (as characters) that
-/// continue with it.
-type TrieChild = (char, Vec<Vec<char>>);
+/// A child of a key-trie node: the next character and the range of the (sorted) keys
+/// that continue with it.
+type TrieChild = (char, usize, usize);
 
-/// For the trie node of `keys` (which share their first `depth` characters): whether a key
-/// ends there, and each next character (ascending) with the keys that continue with it.
+/// For the trie node of `keys` (sorted, no duplicates, all sharing their first `depth`
+/// characters): whether a key ends there, and each next character (ascending) with the
+/// range of the keys that continue with it. Cost: O(keys).
 fn trie_children(keys: &[Vec<char>], depth: usize) -> (bool, Vec<TrieChild>) {
-    let mut next: Vec<char> = keys
-        .iter()
-        .filter(|k| k.len() > depth)
-        .map(|k| k[depth])
-        .collect();
-    next.sort_unstable();
-    next.dedup();
-    let children = next
-        .into_iter()
-        .map(|c0| {
-            let sub = keys
-                .iter()
-                .filter(|k| k.len() > depth && k[depth] == c0)
-                .cloned()
-                .collect();
-            (c0, sub)
-        })
-        .collect();
-    (keys.iter().any(|k| k.len() == depth), children)
+    // The key that ends here, if any, sorts first.
+    let ends_here = keys.first().is_some_and(|k| k.len() == depth);
+    let mut children: Vec<TrieChild> = Vec::new();
+    for (i, k) in keys.iter().enumerate().skip(ends_here as usize) {
+        match children.last_mut() {
+            Some((c, _, hi)) if *c == k[depth] => *hi = i + 1,
+            _ => children.push((k[depth], i, i + 1)),
+        }
+    }
+    (ends_here, children)
 }
 
-/// The parts of a key-trie complement below one trie node (see `key_not_in`): strings that
-/// end inside the trie (`e`), that end right after a character no key continues with
-/// (`d`), and that end right after a `\` that differs whatever escape follows (`d_esc`).
-struct Parts {
-    e: Option<Expr>,
-    d: Option<Expr>,
-    d_esc: Option<Expr>,
+/// The parts of a key-trie complement below one trie node (see `key_complement_body`):
+/// strings that end inside the trie (`e`), that end right after a character no key
+/// continues with (`d`), and that end right after a `\` that differs whatever escape
+/// follows (`d_esc`).
+struct Parts<E> {
+    e: Option<E>,
+    d: Option<E>,
+    d_esc: Option<E>,
 }
 
 /// `v` as one alternation (`None` when empty).
-fn alt_of(v: Vec<Expr>) -> Option<Expr> {
+fn alt_of<S: KeySink>(v: Vec<S::E>, s: &mut S) -> Option<S::E> {
     match v.len() {
         0 => None,
         1 => v.into_iter().next(),
-        _ => Some(Expr::Alt(v)),
+        _ => Some(s.alt(v)),
     }
 }
 
-/// The exits of the trie node of `keys` (which share their first `depth` characters), and
-/// its children: each next character with the keys that continue with it.
-fn key_trie_node(keys: &[Vec<char>], depth: usize) -> (Parts, Vec<TrieChild>) {
+/// The exits of the trie node of `keys` (sorted, sharing their first `depth` characters),
+/// and its children: each next character with the range of keys that continue with it.
+fn key_trie_node<S: KeySink>(
+    keys: &[Vec<char>],
+    depth: usize,
+    s: &mut S,
+) -> (Parts<S::E>, Vec<TrieChild>) {
     let (mut e, mut d, mut d_esc) = (None, None, None);
     let (ends_here, children) = trie_children(keys, depth);
     if !ends_here {
-        e = Some(Expr::Literal(b"\"".to_vec()));
+        e = Some(s.lit(b"\""));
     }
-    let next: Vec<char> = children.iter().map(|(c, _)| *c).collect();
+    let next: Vec<char> = children.iter().map(|&(c, _, _)| c).collect();
     let others = complement_chars(&next);
     let escapable = |c: char| matches!(c, '"' | '\\' | '/') || (c as u32) < 0x20;
     if next.iter().any(|&c| escapable(c)) {
         // An escape may continue a key here: the differing ones, spelled out.
         if !others.is_empty() {
-            d = Some(json_chars(&others));
+            d = Some(s.expr(json_chars(&others)));
         }
     } else {
-        d = Some(Expr::Chars(json_raw_chars(&others)));
-        d_esc = Some(Expr::Literal(b"\\".to_vec()));
+        d = Some(s.expr(Expr::Chars(json_raw_chars(&others))));
+        d_esc = Some(s.lit(b"\\"));
     }
     (Parts { e, d, d_esc }, children)
 }
 
-/// The parts of the trie complement below the node of `keys` at `depth`, its subtree
-/// included.
-fn key_trie(keys: &[Vec<char>], depth: usize) -> Parts {
-    let (own, children) = key_trie_node(keys, depth);
-    let (mut e, mut d, mut d_esc): (Vec<Expr>, Vec<Expr>, Vec<Expr>) = (
-        own.e.into_iter().collect(),
-        own.d.into_iter().collect(),
-        own.d_esc.into_iter().collect(),
-    );
-    for (c0, sub) in children {
-        let child = key_trie(&sub, depth + 1);
+/// The parts of the trie complement below the node of `keys` (sorted, sharing their first
+/// `depth` characters) at `depth`, its subtree included.
+fn key_trie<S: KeySink>(keys: &[Vec<char>], depth: usize, s: &mut S) -> Parts<S::E> {
+    let (own, children) = key_trie_node(keys, depth, s);
+    let mut e: Vec<S::E> = own.e.into_iter().collect();
+    let mut d: Vec<S::E> = own.d.into_iter().collect();
+    let mut d_esc: Vec<S::E> = own.d_esc.into_iter().collect();
+    for (c0, lo, hi) in children {
+        let child = key_trie(&keys[lo..hi], depth + 1, s);
+        let c = json_chars(&[(c0, c0)]);
         for (part, out) in [
             (child.e, &mut e),
             (child.d, &mut d),
             (child.d_esc, &mut d_esc),
         ] {
             if let Some(x) = part {
-                out.push(Expr::Seq(vec![json_chars(&[(c0, c0)]), x]));
+                let c = s.expr(c.clone());
+                out.push(s.seq(vec![c, x]));
             }
         }
     }
     Parts {
-        e: alt_of(e),
-        d: alt_of(d),
-        d_esc: alt_of(d_esc),
+        e: alt_of(e, s),
+        d: alt_of(d, s),
+        d_esc: alt_of(d_esc, s),
     }
 }
 

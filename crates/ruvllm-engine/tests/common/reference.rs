@@ -10,7 +10,9 @@
 use ruvllm_engine::{Expr, Grammar};
 
 pub struct Reference<'g> {
-    g: &'g Grammar,
+    /// The grammar, with every key complement replaced by its expansion (the cache below
+    /// is keyed by expression address, so the expansion must live as long as the grammar).
+    g: std::borrow::Cow<'g, Grammar>,
     /// Ends of (sub-expression, start) within one fixpoint round (rule ends change between
     /// rounds, so it is cleared each round): keeps nested repetitions polynomial.
     cache: std::cell::RefCell<Cache>,
@@ -91,6 +93,15 @@ type Cache =
 
 impl<'g> Reference<'g> {
     pub fn new(g: &'g Grammar) -> Self {
+        let g = if g.rules.iter().any(|r| has_key_complement(&r.body)) {
+            let mut own = g.clone();
+            for r in &mut own.rules {
+                expand_key_complements(&mut r.body);
+            }
+            std::borrow::Cow::Owned(own)
+        } else {
+            std::borrow::Cow::Borrowed(g)
+        };
         Reference {
             g,
             cache: Default::default(),
@@ -163,6 +174,7 @@ impl<'g> Reference<'g> {
         let mut out = Ends::new(n);
         match e {
             Expr::Empty => out.set(i),
+            Expr::KeyComplement(_) => unreachable!("expanded in Reference::new"),
             Expr::Literal(l) => {
                 let rest = &text[i..];
                 if rest.len() >= l.len() {
@@ -299,4 +311,27 @@ fn partial_char_in(rest: &[u8], ranges: &[(char, char)]) -> bool {
         let y = b.min(hi);
         x <= y && !(x >= 0xD800 && y <= 0xDFFF)
     })
+}
+
+/// Whether `e` holds a key complement.
+fn has_key_complement(e: &Expr) -> bool {
+    match e {
+        Expr::KeyComplement(_) => true,
+        Expr::Seq(v) | Expr::Alt(v) => v.iter().any(has_key_complement),
+        Expr::Repeat { e, .. } => has_key_complement(e),
+        _ => false,
+    }
+}
+
+/// `e` with every key complement replaced by its expansion.
+fn expand_key_complements(e: &mut Expr) {
+    match e {
+        Expr::KeyComplement(k) => {
+            *e = k.expand();
+            expand_key_complements(e);
+        }
+        Expr::Seq(v) | Expr::Alt(v) => v.iter_mut().for_each(expand_key_complements),
+        Expr::Repeat { e, .. } => expand_key_complements(e),
+        _ => {}
+    }
 }
