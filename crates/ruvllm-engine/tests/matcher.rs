@@ -752,3 +752,39 @@ fn identities_of_long_prediction_chains_cost_linear_time() {
     assert!(a.contains(&ids("x")[0]) && !a.contains(&ids("y")[0]));
     assert!(t.elapsed().as_secs() < 10, "{:?}", t.elapsed());
 }
+
+/// A property loop whose values are long bounded strings (any order, no other keys, as
+/// MaskBench compiles schemas) is not one counted lexeme over an item DFA that unrolls
+/// every string's count (thousands of states, milliseconds of compile): each string is a
+/// counted lexeme of its own. The masks still follow the schema.
+#[test]
+fn loops_of_bounded_strings_do_not_unroll_their_counts() {
+    use ruvllm_engine::schema::{schema_to_grammar, SchemaOptions};
+    let v = llama3();
+    let s = serde_json::json!({"type": "string", "maxLength": 128});
+    let schema = serde_json::json!({
+        "type": "object",
+        "additionalProperties": false,
+        "properties": {"id": s, "kind": s, "name": s},
+    });
+    let opts = SchemaOptions {
+        any_order: true,
+        ..SchemaOptions::default()
+    };
+    let g = schema_to_grammar(&schema, &opts).unwrap();
+    let c = Constraint::new(&g, v.clone(), &Limits::default()).unwrap();
+    let stats = c.grammar().stats();
+    assert!(stats.lexeme_states < 2000, "{stats:?}");
+    let mut mask = vec![0u32; v.mask_words()];
+    let bit = |mask: &[u32], t: u32| mask[(t >> 5) as usize] >> (t & 31) & 1 == 1;
+    let mut m = Matcher::new(&c).unwrap();
+    for t in ids(&format!("{{\"kind\": \"{}", "a".repeat(127))) {
+        m.commit_token(t).unwrap();
+    }
+    m.compute_mask(&mut mask).unwrap();
+    for (text, ok) in [("a", true), ("aa", false), ("\"", true), ("\"}", true)] {
+        let t = ids(text);
+        assert_eq!(t.len(), 1, "{text}");
+        assert_eq!(bit(&mask, t[0]), ok, "{text}");
+    }
+}
