@@ -324,8 +324,9 @@ mod tests {
             x ^= x << 17;
             x % n
         };
-        // The string character as a reference to a rule of some weight and depth.
-        let (w, d) = ([0, 7], [0, 3]);
+        // The string character as a reference to a rule of some weight and depth (the
+        // node's measure is computed once and must hold for any of them).
+        let chs = [(0, 0), (7, 3), (1, 1), (1000, 50)];
         let mut inline_seen = false;
         for round in 0..200 {
             // Some sets past 400 trie nodes, whose expansion is the plain trie complement.
@@ -344,19 +345,22 @@ mod tests {
             let k = KeyComplement::new(&keys, Expr::Ref(1));
             let e = k.expand();
             inline_seen |= matches!(e, Expr::Seq(_));
-            assert_eq!(
-                measure_keys(&k, Measure::Weight(w[1])),
-                expr_weight(&e, &w),
-                "{keys:?}"
-            );
-            assert_eq!(
-                measure_keys(&k, Measure::Depth(d[1])),
-                expr_depth(&e, &d),
-                "{keys:?}"
-            );
-            let node = Expr::KeyComplement(Arc::new(k));
-            assert_eq!(expr_weight(&node, &w), expr_weight(&e, &w));
-            assert_eq!(expr_depth(&node, &d), expr_depth(&e, &d));
+            let node = Expr::KeyComplement(Arc::new(k.clone()));
+            for &(cw, cd) in &chs {
+                let (w, d) = ([0, cw], [0, cd]);
+                assert_eq!(
+                    measure_keys(&k, Measure::Weight(w[1])),
+                    expr_weight(&e, &w),
+                    "{keys:?} {w:?}"
+                );
+                assert_eq!(
+                    measure_keys(&k, Measure::Depth(d[1])),
+                    expr_depth(&e, &d),
+                    "{keys:?} {d:?}"
+                );
+                assert_eq!(expr_weight(&node, &w), expr_weight(&e, &w));
+                assert_eq!(expr_depth(&node, &d), expr_depth(&e, &d));
+            }
         }
         assert!(inline_seen);
     }

@@ -235,43 +235,56 @@ enum Measure {
     Weight(usize),
 }
 
-impl crate::schema::KeySink for Measure {
-    type E = usize;
-    fn lit(&mut self, b: &[u8]) -> usize {
-        match self {
-            Measure::Depth(_) => 1,
-            Measure::Weight(_) => b.len().max(1),
-        }
+/// Measures a key complement's expansion as functions of its string character's weight
+/// `w` and depth `d`: `[base, uses, d0, d1]` for weight `base + uses * w` and depth
+/// `max(d0, d1 + d)` (`d1` is 0 where the character does not occur). The expansion is a
+/// tree, so both are linear in (or a maximum over) the character's occurrences.
+struct KeyMeasure;
+
+impl crate::schema::KeySink for KeyMeasure {
+    type E = [usize; 4];
+    fn lit(&mut self, b: &[u8]) -> [usize; 4] {
+        [b.len().max(1), 0, 1, 0]
     }
-    fn expr(&mut self, e: Expr) -> usize {
+    fn expr(&mut self, e: Expr) -> [usize; 4] {
         // No references: the pieces are character classes and escapes.
-        match self {
-            Measure::Depth(_) => expr_depth(&e, &[]),
-            Measure::Weight(_) => expr_weight(&e, &[]),
-        }
+        [expr_weight(&e, &[]), 0, expr_depth(&e, &[]), 0]
     }
-    fn any(&mut self) -> usize {
-        // `ch{0,}` (a repetition weighs its item once when unbounded).
-        match *self {
-            Measure::Depth(ch) | Measure::Weight(ch) => 1usize.saturating_add(ch),
-        }
+    fn any(&mut self) -> [usize; 4] {
+        // `ch{0,}`: a repetition weighs its item once when unbounded, and is one level.
+        [1, 1, 1, 1]
     }
-    fn seq(&mut self, v: Vec<usize>) -> usize {
+    fn seq(&mut self, v: Vec<[usize; 4]>) -> [usize; 4] {
         self.alt(v)
     }
-    fn alt(&mut self, v: Vec<usize>) -> usize {
-        match self {
-            Measure::Depth(_) => 1 + v.into_iter().max().unwrap_or(0),
-            Measure::Weight(_) => v.into_iter().fold(1usize, |a, x| a.saturating_add(x)),
+    fn alt(&mut self, v: Vec<[usize; 4]>) -> [usize; 4] {
+        let mut m: [usize; 4] = [1, 0, 0, 0];
+        for x in v {
+            m[0] = m[0].saturating_add(x[0]);
+            m[1] = m[1].saturating_add(x[1]);
+            m[2] = m[2].max(x[2]);
+            m[3] = m[3].max(x[3]);
         }
+        m[2] += 1;
+        if m[3] > 0 {
+            m[3] += 1;
+        }
+        m
     }
 }
 
 /// [`expr_depth`] or [`expr_weight`] of `k`'s expansion, without building it, so that a key
-/// complement is lowered exactly as its expansion would be. Cost: one walk of the key trie.
+/// complement is lowered exactly as its expansion would be. Cost: one walk of the key trie
+/// the first time `k` is measured (the compiler measures every rule once or more), O(1)
+/// after.
 fn measure_keys(k: &crate::grammar::KeyComplement, m: Measure) -> usize {
-    let mut m = m;
-    crate::schema::key_complement_body(k.keys(), &mut m)
+    let [base, uses, d0, d1] =
+        k.measured(|keys| crate::schema::key_complement_body(keys, &mut KeyMeasure));
+    match m {
+        Measure::Weight(w) => base.saturating_add(uses.saturating_mul(w)),
+        Measure::Depth(d) if d1 > 0 => d0.max(d1.saturating_add(d)),
+        Measure::Depth(_) => d0,
+    }
 }
 
 /// A concatenation that starts with a literal, split into the literal's bytes and the

@@ -84,12 +84,30 @@ pub enum Expr {
 ///
 /// Keys are read as JSON string characters in any encoding JSON allows (raw, short escape,
 /// `\u00XX` for controls), the way the schema front end writes string characters.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone)]
 pub struct KeyComplement {
     /// The keys as characters, sorted and without duplicates.
     keys: Vec<Vec<char>>,
     /// One string character, as the tails of the expansion read it.
     ch: Expr,
+    /// The compiler's measure of the expansion, computed once (see
+    /// [`KeyComplement::measured`]); not part of the node's value.
+    measured: std::sync::OnceLock<[usize; 4]>,
+}
+
+impl PartialEq for KeyComplement {
+    fn eq(&self, other: &Self) -> bool {
+        self.keys == other.keys && self.ch == other.ch
+    }
+}
+
+impl Eq for KeyComplement {}
+
+impl std::hash::Hash for KeyComplement {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.keys.hash(h);
+        self.ch.hash(h);
+    }
 }
 
 impl KeyComplement {
@@ -99,7 +117,17 @@ impl KeyComplement {
         let mut keys: Vec<Vec<char>> = keys.iter().map(|k| k.as_ref().chars().collect()).collect();
         keys.sort_unstable();
         keys.dedup();
-        KeyComplement { keys, ch }
+        KeyComplement {
+            keys,
+            ch,
+            measured: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// What `measure` computes from this node, computed on the first call and kept (it
+    /// depends on the keys only, which never change). Cost: O(1) after the first call.
+    pub(crate) fn measured(&self, measure: impl FnOnce(&[Vec<char>]) -> [usize; 4]) -> [usize; 4] {
+        *self.measured.get_or_init(|| measure(&self.keys))
     }
 
     /// The keys, as characters, sorted and without duplicates.
