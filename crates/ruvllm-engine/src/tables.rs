@@ -483,7 +483,12 @@ const MIN_SEED: usize = 8;
 /// starts as the trie's bitmap of the plain tokens of at most `r` bytes (a copy, instead
 /// of setting some 120,000 bits one by one) and the walk only visits the paths to tokens
 /// that are not plain or longer than `r`. Of the two plain languages, the one without
-/// U+2028 and U+2029 is used when only it holds (a pattern's `.`).
+/// U+2028 and U+2029 is used when only it holds (a pattern's `.`). Short of that, when a
+/// bound by characters holds ([`PlainReach::char_bound`]: a string `k` characters from its
+/// `maxLength`), every plain token is decided by how many characters it starts, so the
+/// accept set starts as the plain tokens of at most `k` characters and the walk visits only
+/// the subtrees that hold a token that is not plain (by bytes, every subtree with a token
+/// longer than `k` bytes needed a visit: most of the trie for a small `k`).
 /// `skip_plain` off gives the plain walk, which the tests compare against; `reach` may
 /// hold the searches of earlier tables of the DFA.
 fn compute_with(
@@ -518,7 +523,25 @@ fn compute_with(
         };
         (lang, seed)
     };
-    let mut accept = if seed > 0 {
+    // Short of the longest token, a bound by characters may decide every plain token (a
+    // string a few characters from its `maxLength`): see [`PlainReach::char_bound`].
+    let chars = if skip_plain && seed < depth {
+        reach.char_bound(s0, lang)
+    } else {
+        None
+    };
+    let seed = if chars.is_some() { 0 } else { seed };
+    let mut accept = if let Some(k) = chars {
+        // Few (a string near its bound): ids, a sparse set unless the walk adds more.
+        let ids = trie.plain_char_ids(lang, k);
+        if ids.len() * 32 <= vocab_len {
+            let mut a = Accept::new(vocab_len);
+            a.add(ids);
+            a
+        } else {
+            Accept::Bits(trie.plain_char_seed(lang, k, vocab_len.div_ceil(32)))
+        }
+    } else if seed > 0 {
         Accept::Bits(trie.plain_seed(lang, seed, vocab_len.div_ceil(32)))
     } else {
         Accept::new(vocab_len)
@@ -534,7 +557,16 @@ fn compute_with(
         macro_rules! child {
             ($c:expr, $ce:expr, $b:expr) => {{
                 let (c, ce, b) = ($c, $ce, $b);
-                if trie.depth(c) <= seed && trie.plain_state(lang, c) != plain::BAD {
+                if chars.is_some() && trie.plain_state(lang, c) != plain::BAD {
+                    // Plain path: its plain tokens are decided by the bound (in the seed
+                    // when they start at most `k` characters, refused when more, never
+                    // final or uncertain); only a subtree that holds a token that is not
+                    // plain needs a visit.
+                    if trie.plain_depth(lang, c) == 0 {
+                        let s2 = dfa.next(s, b);
+                        stack.push((c, s2, exited || dfa.accepting(s2)));
+                    }
+                } else if trie.depth(c) <= seed && trie.plain_state(lang, c) != plain::BAD {
                     // Plain and within the seed: allowed, accepted, not final (`s0` is
                     // safe on plain text this long), its tokens in the seed already. Its
                     // subtree needs a visit only where it holds a token that is not plain
@@ -749,6 +781,85 @@ impl<'a> PlainReach<'a> {
         d
     }
 
+    /// `Some(k)` when, from DFA state `s` and the start of [`plain`] language `lang`,
+    /// every plain text that starts at most `k` characters (a character a text splits
+    /// counts) keeps the lexeme alive at states that do not accept, and every plain text
+    /// that starts one more dies at the byte that starts it: then the plain tokens that
+    /// start at most `k` characters are accepted and all other plain tokens refused, none
+    /// final or uncertain. That is a string `k` characters from its `maxLength`, whose
+    /// bound by bytes (`safe_depth`) is `k` too and leaves every longer token to the walk.
+    /// `None` otherwise (a state reached twice means a loop that never dies). Cost: one
+    /// breadth-first search by characters over (DFA state, plain state) pairs, one byte per
+    /// cell of the joint byte partition, at most `max_depth` characters deep.
+    fn char_bound(&self, s: u32, lang: usize) -> Option<usize> {
+        let dfa = self.dfa;
+        let is_cont = |b: u8| (0x80..=0xbf).contains(&b);
+        // The layer (characters started) at which each pair was first reached.
+        let mut seen: FastMap<(u32, u8), usize> = FastMap::default();
+        seen.insert((s, plain::STARTS[lang]), 0);
+        let mut layer = vec![(s, plain::STARTS[lang])];
+        for k in 0..=self.max_depth {
+            // The pairs that start `k` characters: close the layer under continuation
+            // bytes (no death, no acceptance within a character).
+            let mut i = 0;
+            while i < layer.len() {
+                let (x, q) = layer[i];
+                i += 1;
+                for &b in self.reps.iter().filter(|&&b| is_cont(b)) {
+                    let q2 = plain::next(q, b);
+                    if q2 == plain::BAD {
+                        continue;
+                    }
+                    let x2 = dfa.next(x, b);
+                    if x2 == 0 || dfa.accepting(x2) {
+                        return None;
+                    }
+                    match seen.get(&(x2, q2)) {
+                        Some(&at) if at == k => {}
+                        // Met with fewer characters: a loop, which never dies.
+                        Some(_) => return None,
+                        None => {
+                            seen.insert((x2, q2), k);
+                            layer.push((x2, q2));
+                        }
+                    }
+                }
+            }
+            // Starting character `k + 1`: every start byte dies (the bound), or none does.
+            let (mut died, mut next) = (false, Vec::new());
+            for &(x, q) in &layer {
+                for &b in self.reps.iter().filter(|&&b| !is_cont(b)) {
+                    let q2 = plain::next(q, b);
+                    if q2 == plain::BAD {
+                        continue;
+                    }
+                    let x2 = dfa.next(x, b);
+                    if x2 == 0 {
+                        died = true;
+                        continue;
+                    }
+                    if dfa.accepting(x2) {
+                        return None;
+                    }
+                    match seen.get(&(x2, q2)) {
+                        Some(&at) if at == k + 1 => {}
+                        Some(_) => return None,
+                        None => {
+                            seen.insert((x2, q2), k + 1);
+                            next.push((x2, q2));
+                        }
+                    }
+                }
+            }
+            match (died, next.is_empty()) {
+                (true, true) => return Some(k),
+                (true, false) => return None,
+                _ => layer = next,
+            }
+        }
+        None
+    }
+
     fn search(&self, s: u32, p: u8) -> usize {
         let dfa = self.dfa;
         let mut seen: FastSet<(u32, u8)> = FastSet::default();
@@ -845,6 +956,8 @@ mod tests {
         let trie = vocab.trie();
         // Tables seeded with every plain token, per language; and with the short ones.
         let (mut seeded, mut seeded_short) = ([0usize; 2], 0);
+        // States whose plain tokens a bound by characters decides.
+        let mut char_bounded = 0;
         for re in &res {
             let d = dfa(re);
             let mut skipped_any = false;
@@ -870,6 +983,7 @@ mod tests {
                     fresh.safe_depth(s, plain::START_NO_LS),
                 );
                 skipped_any |= r0.max(r1) > 0;
+                char_bounded += fresh.char_bound(s, 0).is_some() as usize;
                 if r0 >= trie.max_depth() {
                     seeded[0] += 1;
                 } else if r1 >= trie.max_depth() {
@@ -885,11 +999,72 @@ mod tests {
                 || re.starts_with("(?:[!#");
             assert_eq!(skipped_any, expect, "{re}: whether the shortcut applied");
         }
-        // Both plain languages seeded a table somewhere.
+        // Both plain languages seeded a table somewhere, and the character bound decided
+        // the plain tokens of strings near their bound (the last characters of `{0,40}`,
+        // `{0,12}`, ...).
         assert!(
             seeded[0] > 0 && seeded[1] > 0 && seeded_short > 0,
             "{seeded:?} {seeded_short}"
         );
+        assert!(
+            char_bounded >= 20,
+            "{char_bounded} states bounded by characters"
+        );
+    }
+
+    /// Counted strings (the lexemes `maxLength` makes) near and far from their bound: the
+    /// tables of every count equal the plain walk's, with escapes and multi-byte
+    /// characters counted as one, and the character bound decides the last counts.
+    #[test]
+    fn counted_strings_near_their_bound_are_exact() {
+        use crate::compile::Lexeme;
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../assets/tokenizers/llama3_1/tokenizer.json"
+        );
+        let vocab = crate::Vocabulary::from_file(path)
+            .expect("assets missing: run scripts/fetch-assets.sh");
+        let trie = vocab.trie();
+        // A JSON string character as UTF-8 bytes (surrogates excluded) or an escape.
+        let ch = r#"(?:[ !#-\[\]-\x7f]|[\xc2-\xdf][\x80-\xbf]|\xe0[\xa0-\xbf][\x80-\xbf]|[\xe1-\xec\xee\xef][\x80-\xbf]{2}|\xed[\x80-\x9f][\x80-\xbf]|\xf0[\x90-\xbf][\x80-\xbf]{2}|[\xf1-\xf3][\x80-\xbf]{3}|\xf4[\x80-\x8f][\x80-\xbf]{2}|\\["/\\bfnrt]|\\u[0-9A-Fa-f]{4})"#;
+        let q = Lexeme::new(dfa("\""));
+        let mut bounded = 0;
+        for (min, max) in [(0, 9), (3, 40), (1, 150)] {
+            let c = Dfa::counted(
+                Some(q.clone()),
+                Lexeme::new(dfa(ch)),
+                min,
+                Some(max),
+                Some(q.clone()),
+            )
+            .expect("counted");
+            let mut reach = PlainReach::new(&c, trie.max_depth());
+            // The states after the quote and `i` characters of each kind, the last ones
+            // included.
+            for unit in ["a", "é", "\\n", "\\u00e9"] {
+                for i in (0..=max as usize).filter(|i| i % 7 == 0 || *i + 3 >= max as usize) {
+                    let text = format!("\"{}", unit.repeat(i));
+                    let s = walk(&c, text.as_bytes());
+                    assert_ne!(s, 0, "{text}");
+                    let a = compute_with(&c, s, trie, vocab.len(), true, &mut reach);
+                    let b = compute_with(&c, s, trie, vocab.len(), false, &mut reach);
+                    let ids = |t: &TokenSet| {
+                        let mut m = vec![0u32; vocab.len().div_ceil(32)];
+                        t.or_into(&mut m);
+                        m
+                    };
+                    let what = format!("{{{min},{max}}} after {text}");
+                    assert!(ids(&a.accept) == ids(&b.accept), "{what}: accept");
+                    assert_eq!(a.uncertain, b.uncertain, "{what}: uncertain");
+                    let (mut fa, mut fb) = (a.finals.clone(), b.finals.clone());
+                    fa.sort_unstable();
+                    fb.sort_unstable();
+                    assert_eq!(fa, fb, "{what}: finals");
+                    bounded += reach.char_bound(s, 0).is_some() as usize;
+                }
+            }
+        }
+        assert!(bounded >= 20, "{bounded} states bounded by characters");
     }
 
     /// Every table equals a token-by-token reference: each token's bytes run through the

@@ -278,6 +278,11 @@ pub struct TokenTrie {
     /// many of them are longer than `d` (see [`TokenTrie::plain_seed`]).
     plain_by_len: [Vec<u32>; 2],
     plain_longer: [Vec<u32>; 2],
+    /// The same by characters started (bytes that are not UTF-8 continuation bytes, so a
+    /// character a token splits counts): the ids, most characters first, and for each
+    /// count `k` how many have more than `k` (see [`TokenTrie::plain_char_seed`]).
+    plain_by_chars: [Vec<u32>; 2],
+    plain_more_chars: [Vec<u32>; 2],
     /// Per node: its index in `wide`, or [`NOT_WIDE`].
     wide_of: Vec<u16>,
     /// Per wide node: the bytes of its children, and where its children start in
@@ -389,6 +394,16 @@ impl TokenTrie {
             + self.plain_tokens.iter().map(|v| v.len() * 4).sum::<usize>()
             + self.plain_by_len.iter().map(|v| v.len() * 4).sum::<usize>()
             + self.plain_longer.iter().map(|v| v.len() * 4).sum::<usize>()
+            + self
+                .plain_by_chars
+                .iter()
+                .map(|v| v.len() * 4)
+                .sum::<usize>()
+            + self
+                .plain_more_chars
+                .iter()
+                .map(|v| v.len() * 4)
+                .sum::<usize>()
             + self.parent.len() * 4
             + self.wide_of.len() * 2
             + self.wide.len() * 36
@@ -414,6 +429,8 @@ impl TokenTrie {
             plain_tokens: [Vec::new(), Vec::new()],
             plain_by_len: [Vec::new(), Vec::new()],
             plain_longer: [Vec::new(), Vec::new()],
+            plain_by_chars: [Vec::new(), Vec::new()],
+            plain_more_chars: [Vec::new(), Vec::new()],
             wide_of: Vec::new(),
             wide: Vec::new(),
             wide_children: Vec::new(),
@@ -457,6 +474,12 @@ impl TokenTrie {
         // Plain subtrees, bottom-up: a node's subtree is its own node then its children's
         // subtrees, so in reverse pre-order every child is done before its parent.
         let n = t.byte.len();
+        // Characters started on each node's path (parents come first in pre-order).
+        let mut chars = vec![0u16; n];
+        for v in 1..n {
+            let started = !(0x80..=0xbf).contains(&t.byte[v]);
+            chars[v] = chars[t.parent[v] as usize] + started as u16;
+        }
         for lang in 0..2 {
             let pstate = &t.pstate[lang];
             let mut plain_depth = vec![0u16; n];
@@ -502,6 +525,19 @@ impl TokenTrie {
                 .map(|d| by_len.partition_point(|&(len, _)| len as usize > d) as u32)
                 .collect();
             t.plain_by_len[lang] = by_len.into_iter().map(|(_, id)| id).collect();
+            let mut by_chars: Vec<(u16, u32)> = Vec::new();
+            for (v, &p) in pstate.iter().enumerate().skip(1) {
+                if p != plain::BAD {
+                    for &id in &t.toks[t.tok_start[v] as usize..t.tok_start[v + 1] as usize] {
+                        by_chars.push((chars[v], id));
+                    }
+                }
+            }
+            by_chars.sort_unstable_by(|a, b| b.cmp(a));
+            t.plain_more_chars[lang] = (0..=t.max_depth)
+                .map(|k| by_chars.partition_point(|&(c, _)| c as usize > k) as u32)
+                .collect();
+            t.plain_by_chars[lang] = by_chars.into_iter().map(|(_, id)| id).collect();
         }
         t.index_wide_nodes();
         t
@@ -575,6 +611,39 @@ impl TokenTrie {
         }
         bits.resize(words, 0);
         bits
+    }
+
+    /// The tokens that start at most `k` characters (see `plain_by_chars`) and whose bytes
+    /// are in [`plain`] language `lang`, as a bitmap of `words` words. Cost: one bit set per
+    /// such token, or, when they are most of the plain tokens, a copy of the bitmap of all
+    /// plain tokens and one bit cleared per plain token with more.
+    pub(crate) fn plain_char_seed(&self, lang: usize, k: usize, words: usize) -> Vec<u32> {
+        let all = &self.plain_by_chars[lang];
+        let more = self.plain_more_chars[lang]
+            .get(k)
+            .map_or(0, |&n| n as usize);
+        if all.len() - more < more {
+            // Few tokens start at most `k` characters (a small `k`): set theirs.
+            let mut bits = vec![0u32; words];
+            for &id in &all[more..] {
+                bits[(id >> 5) as usize] |= 1 << (id & 31);
+            }
+            return bits;
+        }
+        let mut bits = self.plain_tokens[lang].clone();
+        for &id in &all[..more] {
+            bits[(id >> 5) as usize] &= !(1 << (id & 31));
+        }
+        bits.resize(words, 0);
+        bits
+    }
+
+    /// The ids of the tokens [`TokenTrie::plain_char_seed`] holds, as a slice. Cost: O(1).
+    pub(crate) fn plain_char_ids(&self, lang: usize, k: usize) -> &[u32] {
+        let more = self.plain_more_chars[lang]
+            .get(k)
+            .map_or(0, |&n| n as usize);
+        &self.plain_by_chars[lang][more..]
     }
 
     /// The longest token, in bytes (the trie's depth).
