@@ -915,6 +915,22 @@ mod tests {
         input.iter().fold(d.start(), |s, &b| d.next(s, b))
     }
 
+    /// Asserts that two tables of one state are the same: accept sets as token sets (one
+    /// may be sparse, the other dense), uncertain ranges, finals in any order.
+    fn assert_same_tables(a: &StateTokens, b: &StateTokens, vocab_len: usize, what: &str) {
+        let ids = |t: &TokenSet| {
+            let mut m = vec![0u32; vocab_len.div_ceil(32)];
+            t.or_into(&mut m);
+            m
+        };
+        assert!(ids(&a.accept) == ids(&b.accept), "{what}: accept");
+        assert_eq!(a.uncertain, b.uncertain, "{what}: uncertain");
+        let (mut fa, mut fb) = (a.finals.clone(), b.finals.clone());
+        fa.sort_unstable();
+        fb.sort_unstable();
+        assert_eq!(fa, fb, "{what}: finals");
+    }
+
     /// The plain-subtree shortcut changes nothing: every state of several string lexemes,
     /// over the Llama 3.1 vocabulary, gets the same table with and without it.
     #[test]
@@ -966,17 +982,7 @@ mod tests {
             for s in 1..d.num_states() as u32 {
                 let a = compute_with(&d, s, trie, vocab.len(), true, &mut reach);
                 let b = compute_with(&d, s, trie, vocab.len(), false, &mut reach);
-                let ids = |t: &TokenSet| {
-                    let mut m = vec![0u32; vocab.len().div_ceil(32)];
-                    t.or_into(&mut m);
-                    m
-                };
-                assert!(ids(&a.accept) == ids(&b.accept), "{re} state {s}: accept");
-                assert_eq!(a.uncertain, b.uncertain, "{re} state {s}: uncertain");
-                let (mut fa, mut fb) = (a.finals.clone(), b.finals.clone());
-                fa.sort_unstable();
-                fb.sort_unstable();
-                assert_eq!(fa, fb, "{re} state {s}: finals");
+                assert_same_tables(&a, &b, vocab.len(), &format!("{re} state {s}"));
                 let mut fresh = PlainReach::new(&d, trie.max_depth());
                 let (r0, r1) = (
                     fresh.safe_depth(s, plain::START),
@@ -1048,18 +1054,8 @@ mod tests {
                     assert_ne!(s, 0, "{text}");
                     let a = compute_with(&c, s, trie, vocab.len(), true, &mut reach);
                     let b = compute_with(&c, s, trie, vocab.len(), false, &mut reach);
-                    let ids = |t: &TokenSet| {
-                        let mut m = vec![0u32; vocab.len().div_ceil(32)];
-                        t.or_into(&mut m);
-                        m
-                    };
                     let what = format!("{{{min},{max}}} after {text}");
-                    assert!(ids(&a.accept) == ids(&b.accept), "{what}: accept");
-                    assert_eq!(a.uncertain, b.uncertain, "{what}: uncertain");
-                    let (mut fa, mut fb) = (a.finals.clone(), b.finals.clone());
-                    fa.sort_unstable();
-                    fb.sort_unstable();
-                    assert_eq!(fa, fb, "{what}: finals");
+                    assert_same_tables(&a, &b, vocab.len(), &what);
                     bounded += reach.char_bound(s, 0).is_some() as usize;
                 }
             }

@@ -273,7 +273,9 @@ mod tests {
         assert_eq!(sets.len(), 1, "{keys:?}");
         let limits = Limits::default();
         let mut low = super::super::Lowerer::new(&g, &limits);
-        for ks in &sets {
+        // The public constructor takes an empty key set too (any string).
+        let none = Arc::new(KeyComplement::new::<&str>(&[], sets[0].ch().clone()));
+        for ks in sets.iter().chain([&none]) {
             let hir = low.hir(&ks.expand()).unwrap();
             let via_nfa = Dfa::build(&hir, limits.max_lexeme_states, limits.max_dfa_bytes).unwrap();
             let dev_hir = low.hir(&dev_expr(ks.ch())).unwrap();
@@ -311,19 +313,37 @@ mod tests {
             .collect()
     }
 
+    /// A schema's "other key" rule too heavy to inline is lowered to the lexeme built from
+    /// its keys, not to its expansion (a light one is inlined into its neighbours' lexeme).
+    #[test]
+    fn schema_key_complements_are_built_from_their_keys() {
+        // 400 keys: past the shared-tail trie size, too heavy to inline.
+        let props: serde_json::Map<String, serde_json::Value> = (0..400)
+            .map(|i| (format!("key{i}"), serde_json::json!({"type": "string"})))
+            .collect();
+        let schema = serde_json::json!({
+            "type": "object",
+            "properties": props,
+            "additionalProperties": {"type": "integer"},
+        });
+        let g = schema_to_grammar(&schema, &SchemaOptions::default()).unwrap();
+        let c = super::super::CompiledGrammar::new(&g, &Limits::default()).unwrap();
+        assert!(
+            c.lex_name
+                .iter()
+                .any(|l| l.starts_with("(?:a key other than")),
+            "{:?}",
+            c.lex_name
+        );
+    }
+
     /// The compiler weighs a key complement without building its expansion; the weight and
     /// depth must be the expansion's, or the node would be lowered differently from it.
     #[test]
     fn measured_as_its_expansion() {
         use super::super::{expr_depth, expr_weight, measure_keys, Measure};
         let alphabet = ["a", "b", "ab", "\"", "\\", "/", "\n", "é", "😀", "xyzw"];
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut rnd = |n: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % n
-        };
+        let mut rnd = super::super::test_rng(0x9e37_79b9_7f4a_7c15u64);
         // The string character as a reference to a rule of some weight and depth (the
         // node's measure is computed once and must hold for any of them).
         let chs = [(0, 0), (7, 3), (1, 1), (1000, 50)];
@@ -380,13 +400,7 @@ mod tests {
             "\n".into(),
             "é".into(),
         ]);
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let mut rnd = |n: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % n
-        };
+        let mut rnd = super::super::test_rng(0x2545_f491_4f6c_dd1du64);
         for _ in 0..150 {
             let n = 1 + rnd(6);
             let keys: Vec<String> = (0..n)

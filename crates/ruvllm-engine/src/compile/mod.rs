@@ -287,6 +287,19 @@ fn measure_keys(k: &crate::grammar::KeyComplement, m: Measure) -> usize {
     }
 }
 
+/// A fixed-seed xorshift generator for the tests' random inputs (so failures repeat):
+/// `rnd(n)` is a number below `n`.
+#[cfg(test)]
+pub(crate) fn test_rng(seed: u64) -> impl FnMut(u64) -> u64 {
+    let mut x = seed;
+    move |n| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    }
+}
+
 /// A concatenation that starts with a literal, split into the literal's bytes and the
 /// rest (`None` for anything else; the rest may be the empty regex). Cost: a clone of the
 /// rest's parts.

@@ -478,7 +478,7 @@ impl TokenTrie {
         let mut chars = vec![0u16; n];
         for v in 1..n {
             let started = !(0x80..=0xbf).contains(&t.byte[v]);
-            chars[v] = chars[t.parent[v] as usize] + started as u16;
+            chars[v] = chars[t.parent[v] as usize].saturating_add(started as u16);
         }
         for lang in 0..2 {
             let pstate = &t.pstate[lang];
@@ -604,9 +604,15 @@ impl TokenTrie {
     /// has at most 27,000 tokens longer than 8 bytes, 5,000 longer than 12, 200 longer
     /// than 40).
     pub(crate) fn plain_seed(&self, lang: usize, d: usize, words: usize) -> Vec<u32> {
-        let mut bits = self.plain_tokens[lang].clone();
         let longer = self.plain_longer[lang].get(d).map_or(0, |&n| n as usize);
-        for &id in &self.plain_by_len[lang][..longer] {
+        self.plain_but(lang, &self.plain_by_len[lang][..longer], words)
+    }
+
+    /// The bitmap of [`plain`] language `lang`'s tokens but `drop`, `words` words long.
+    /// Cost: a copy of the bitmap, then one bit cleared per dropped token.
+    fn plain_but(&self, lang: usize, drop: &[u32], words: usize) -> Vec<u32> {
+        let mut bits = self.plain_tokens[lang].clone();
+        for &id in drop {
             bits[(id >> 5) as usize] &= !(1 << (id & 31));
         }
         bits.resize(words, 0);
@@ -622,19 +628,14 @@ impl TokenTrie {
         let more = self.plain_more_chars[lang]
             .get(k)
             .map_or(0, |&n| n as usize);
-        if all.len() - more < more {
-            // Few tokens start at most `k` characters (a small `k`): set theirs.
-            let mut bits = vec![0u32; words];
-            for &id in &all[more..] {
-                bits[(id >> 5) as usize] |= 1 << (id & 31);
-            }
-            return bits;
+        if all.len() - more >= more {
+            return self.plain_but(lang, &all[..more], words);
         }
-        let mut bits = self.plain_tokens[lang].clone();
-        for &id in &all[..more] {
-            bits[(id >> 5) as usize] &= !(1 << (id & 31));
+        // Few tokens start at most `k` characters (a small `k`): set theirs.
+        let mut bits = vec![0u32; words];
+        for &id in &all[more..] {
+            bits[(id >> 5) as usize] |= 1 << (id & 31);
         }
-        bits.resize(words, 0);
         bits
     }
 
