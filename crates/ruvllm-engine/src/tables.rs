@@ -915,6 +915,15 @@ mod tests {
         input.iter().fold(d.start(), |s, &b| d.next(s, b))
     }
 
+    /// The vocabulary of tokenizer `tok` from the fetched assets.
+    fn test_vocab(tok: &str) -> crate::Vocabulary {
+        let path = format!(
+            "{}/../../assets/tokenizers/{tok}/tokenizer.json",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        crate::Vocabulary::from_file(&path).expect("assets missing: run scripts/fetch-assets.sh")
+    }
+
     /// Asserts that two tables of one state are the same: accept sets as token sets (one
     /// may be sparse, the other dense), uncertain ranges, finals in any order.
     fn assert_same_tables(a: &StateTokens, b: &StateTokens, vocab_len: usize, what: &str) {
@@ -935,12 +944,7 @@ mod tests {
     /// over the Llama 3.1 vocabulary, gets the same table with and without it.
     #[test]
     fn plain_subtree_shortcut_is_exact() {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../assets/tokenizers/llama3_1/tokenizer.json"
-        );
-        let vocab = crate::Vocabulary::from_file(path)
-            .expect("assets missing: run scripts/fetch-assets.sh");
+        let vocab = test_vocab("llama3_1");
         let ch = r#"(?:[ !#-\[\]-\xff]|\\["/\\bfnrt])"#;
         // The JSON string character as UTF-8 bytes, surrogates excluded.
         let u8ch = r#"(?:[ !#-\[\]-\x7f]|[\xc2-\xdf][\x80-\xbf]|\xe0[\xa0-\xbf][\x80-\xbf]|[\xe1-\xec\xee\xef][\x80-\xbf]{2}|\xed[\x80-\x9f][\x80-\xbf]|\xf0[\x90-\xbf][\x80-\xbf]{2}|[\xf1-\xf3][\x80-\xbf]{3}|\xf4[\x80-\x8f][\x80-\xbf]{2}|\\["/\\bfnrt])"#;
@@ -1024,12 +1028,7 @@ mod tests {
     #[test]
     fn counted_strings_near_their_bound_are_exact() {
         use crate::compile::Lexeme;
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../assets/tokenizers/llama3_1/tokenizer.json"
-        );
-        let vocab = crate::Vocabulary::from_file(path)
-            .expect("assets missing: run scripts/fetch-assets.sh");
+        let vocab = test_vocab("llama3_1");
         let trie = vocab.trie();
         // A JSON string character as UTF-8 bytes (surrogates excluded) or an escape.
         let ch = r#"(?:[ !#-\[\]-\x7f]|[\xc2-\xdf][\x80-\xbf]|\xe0[\xa0-\xbf][\x80-\xbf]|[\xe1-\xec\xee\xef][\x80-\xbf]{2}|\xed[\x80-\x9f][\x80-\xbf]|\xf0[\x90-\xbf][\x80-\xbf]{2}|[\xf1-\xf3][\x80-\xbf]{3}|\xf4[\x80-\x8f][\x80-\xbf]{2}|\\["/\\bfnrt]|\\u[0-9A-Fa-f]{4})"#;
@@ -1081,12 +1080,7 @@ mod tests {
             r#"[ -~]{2,5}[.!?]"#,
         ];
         for tok in ["llama3_1", "gemma2"] {
-            let path = format!(
-                "{}/../../assets/tokenizers/{tok}/tokenizer.json",
-                env!("CARGO_MANIFEST_DIR")
-            );
-            let vocab = crate::Vocabulary::from_file(&path)
-                .expect("assets missing: run scripts/fetch-assets.sh");
+            let vocab = test_vocab(tok);
             let trie = vocab.trie();
             let mut node_of = vec![u32::MAX; vocab.len()];
             for n in 1..trie.len() as u32 {
