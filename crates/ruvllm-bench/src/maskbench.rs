@@ -311,15 +311,29 @@ pub fn run_ruvllm(vocab: &Arc<Vocabulary>, case: &FileCase, st: &mut EngineStats
     };
     let mut mask = vec![0u32; vocab.mask_words()];
     let mut verdicts = Vec::new();
+    // `RUVLLM_BENCH_TRACE`: each mask over the bound, with the token tables it built.
+    let trace = std::env::var_os("RUVLLM_BENCH_TRACE").is_some();
     for (_, _, ids) in &case.tests {
         let mut m = Matcher::new(&c)?;
         let mut ok = true;
         for &tok in ids {
+            let tables0 = trace.then(ruvllm_engine::table_build_totals);
             let t1 = Instant::now();
             let r = m.compute_mask(&mut mask);
             let allowed = r.is_ok() && mask[(tok >> 5) as usize] >> (tok & 31) & 1 == 1;
             let committed = allowed && m.commit_token(tok).is_ok();
-            st.push_tbm(t1.elapsed().as_secs_f64() * 1e6, &case.name);
+            let us = t1.elapsed().as_secs_f64() * 1e6;
+            if let Some((n0, t0)) = tables0.filter(|_| us > SLOW_MASK_US) {
+                let (n1, t1) = ruvllm_engine::table_build_totals();
+                eprintln!(
+                    "slow mask {us:.0} µs in {} (token {} of the run), {} first-use tables in {:.0} µs",
+                    case.name,
+                    st.tokens,
+                    n1 - n0,
+                    (t1 - t0).as_secs_f64() * 1e6
+                );
+            }
+            st.push_tbm(us, &case.name);
             st.tokens += 1;
             if !committed {
                 ok = false;

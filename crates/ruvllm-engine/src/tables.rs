@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::earley::{FastMap, FastSet};
 
+use crate::byteset::ByteSet;
 use crate::compile::{Dfa, Lexeme};
 use crate::vocab::{plain, TokenTrie};
 
@@ -90,9 +91,10 @@ pub(crate) struct Tables {
     /// The vocabulary's longest token in bytes (which states share a slot depends on it,
     /// see [`Dfa::table_slot`]).
     depth: usize,
-    /// The plain-reach searches of earlier tables of this lexeme (see [`PlainReach`]): the
-    /// reach of a DFA state does not depend on which table asks.
-    reach_memo: Mutex<FastMap<(u32, u8), usize>>,
+    /// The plain-reach searches of earlier tables of this lexeme (see [`PlainReach`]), per
+    /// set of bytes left out of plain text (the empty set: all of it): the reach of a DFA
+    /// state does not depend on which table asks.
+    reach_memo: Mutex<FastMap<ByteSet, ReachMemo>>,
     /// Lexemes against whose registered states a sharing check of this lexeme's states
     /// reached [`MAX_PAIRS`]: not checked again. Such pairs differ deep down and are met
     /// again and again (on the 114-file MaskBench sample, 160 checks of three big lexemes
@@ -104,6 +106,26 @@ pub(crate) struct Tables {
 /// Plain-reach answers kept per lexeme (about 2 MiB at most; their growth counts toward
 /// the table bytes that bound the lexeme cache, see [`table_bytes`]).
 const MAX_REACH_MEMO: usize = 1 << 16;
+
+/// Pairs one plain-reach search expands at most (then it answers with a lower bound).
+const MAX_REACH_PAIRS: usize = 1024;
+
+/// Sets of left-out bytes whose plain-reach answers a lexeme keeps (a lexeme's states
+/// leave out a few sets: one per loop or count).
+const MAX_REACH_SETS: usize = 16;
+
+/// Plain-reach answers by (DFA state, plain state).
+type ReachMemo = FastMap<(u32, u8), Reach>;
+
+/// A plain-reach answer: the safe depth, or a lower bound of it when the search stopped
+/// at the depth that was asked for or at [`MAX_REACH_PAIRS`].
+#[derive(Debug, Clone, Copy)]
+struct Reach {
+    depth: usize,
+    /// No deeper search will be tried: the depth is exact, or the search reached
+    /// [`MAX_REACH_PAIRS`] (a deeper one would too).
+    settled: bool,
+}
 
 impl std::fmt::Debug for Tables {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -284,19 +306,35 @@ impl Tables {
         }
         // Taken out of the lock while the table is computed (a table of another state
         // computed meanwhile starts with an empty memo: slower, never wrong).
-        let memo = std::mem::take(&mut *self.reach_memo.lock().unwrap_or_else(|e| e.into_inner()));
+        let memo = {
+            let mut all = self.reach_memo.lock().unwrap_or_else(|e| e.into_inner());
+            all.remove(&ByteSet::EMPTY).unwrap_or_default()
+        };
+        let mut known = memo.len();
         let mut reach = PlainReach::new(lexeme, trie.max_depth());
-        let known = memo.len();
         reach.memo = memo;
-        let t = Arc::new(compute_with(
-            lexeme, state, trie, vocab_len, true, &mut reach,
-        ));
-        // About 32 bytes per answer, hash table slack included.
-        let grown = reach.memo.len().saturating_sub(known) * 32;
-        TABLE_BYTES.fetch_add(grown, std::sync::atomic::Ordering::Relaxed);
-        if reach.memo.len() <= MAX_REACH_MEMO {
-            *self.reach_memo.lock().unwrap_or_else(|e| e.into_inner()) = reach.memo;
+        let (t, without) = compute_with(lexeme, state, trie, vocab_len, true, &mut reach, |x| {
+            let mut r = PlainReach::excluding(lexeme, trie.max_depth(), x);
+            let mut all = self.reach_memo.lock().unwrap_or_else(|e| e.into_inner());
+            r.memo = all.remove(&x).unwrap_or_default();
+            known += r.memo.len();
+            r
+        });
+        let t = Arc::new(t);
+        // About 40 bytes per answer, hash table slack included.
+        let now = reach.memo.len() + without.as_ref().map_or(0, |r| r.memo.len());
+        TABLE_BYTES.fetch_add(
+            now.saturating_sub(known) * 40,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        let mut all = self.reach_memo.lock().unwrap_or_else(|e| e.into_inner());
+        for r in std::iter::once(reach).chain(without) {
+            let total: usize = all.values().map(|m| m.len()).sum();
+            if total + r.memo.len() <= MAX_REACH_MEMO && all.len() < MAX_REACH_SETS {
+                all.insert(r.x, r.memo);
+            }
         }
+        drop(all);
         TABLE_BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         TABLE_BYTES.fetch_add(t.memory(), std::sync::atomic::Ordering::Relaxed);
         if matches!(t.accept, TokenSet::Dense(_)) {
@@ -489,16 +527,29 @@ const MIN_SEED: usize = 8;
 /// accept set starts as the plain tokens of at most `k` characters and the walk visits only
 /// the subtrees that hold a token that is not plain (by bytes, every subtree with a token
 /// longer than `k` bytes needed a visit: most of the trie for a small `k`).
+/// Where plain text is not safe from `s0` as deep as the longest token because a few
+/// characters leave the lexeme's main path (`^[^/]+$`, `^\S+$`, the words of
+/// `(\S+\s+){0,99}`, a hostname's label: the `X` of [`excluded_plain`]), plain text
+/// died at the first such character and the walk visited most of the trie (2-5 ms per
+/// table on Llama 3.1). Those characters are then taken out of plain text too: a subtree
+/// that holds none of their bytes ([`TokenTrie::below`], by byte groups) is taken whole
+/// when the lexeme is safe, as deep as the subtree, on plain text without them (a second
+/// [`PlainReach`] that never reads a byte of `X`), in the seeded part of the walk as
+/// elsewhere. Every continuation in such a subtree is plain text without `X`, so the
+/// argument above holds for it unchanged; a subtree with a byte of `X` falls back to the
+/// plain reach. `left_out` makes that second reach (with the memo of earlier tables),
+/// which is returned with the table.
 /// `skip_plain` off gives the plain walk, which the tests compare against; `reach` may
 /// hold the searches of earlier tables of the DFA.
-fn compute_with(
-    dfa: &Dfa,
+fn compute_with<'a>(
+    dfa: &'a Dfa,
     s0: u32,
     trie: &TokenTrie,
     vocab_len: usize,
     skip_plain: bool,
-    reach: &mut PlainReach,
-) -> StateTokens {
+    reach: &mut PlainReach<'a>,
+    left_out: impl FnOnce(ByteSet) -> PlainReach<'a>,
+) -> (StateTokens, Option<PlainReach<'a>>) {
     let depth = trie.max_depth();
     // The plain language of the shortcut, and how deep `s0` is safe on it: every plain
     // token of at most `seed` bytes is accepted (0: no seed).
@@ -546,6 +597,16 @@ fn compute_with(
     } else {
         Accept::new(vocab_len)
     };
+    // Plain text without the characters `s0` does not keep, where plain text alone is not
+    // safe as deep as the longest token; and the groups of their bytes.
+    let mut without = if skip_plain && seed < depth && chars.is_none() {
+        excluded_plain(dfa, s0).map(left_out)
+    } else {
+        None
+    };
+    let groups = without.as_ref().map_or(0, |r| {
+        r.x.iter().fold(0, |g, b| g | crate::vocab::byte_group(b))
+    });
     let mut uncertain: Vec<(u32, u32)> = Vec::new();
     let mut finals: Vec<u32> = Vec::new();
     // (node, state, exited): `exited` = the lexeme accepted at some proper prefix.
@@ -570,11 +631,22 @@ fn compute_with(
                     // Plain and within the seed: allowed, accepted, not final (`s0` is
                     // safe on plain text this long), its tokens in the seed already. Its
                     // subtree needs a visit only where it holds a token that is not plain
-                    // or is longer than the seed.
+                    // or is longer than the seed; one that is plain but deeper is still
+                    // taken whole when it holds no left-out byte and the lexeme is safe
+                    // on plain text without them as deep as the subtree.
                     let deepest = trie.plain_depth(lang, c);
                     if deepest == 0 || deepest > seed {
                         let s2 = dfa.next(s, b);
-                        stack.push((c, s2, exited || dfa.accepting(s2)));
+                        let whole = deepest > 0
+                            && trie.below(c) & groups == 0
+                            && without.as_mut().is_some_and(|rx| {
+                                rx.reaches(s2, trie.plain_state(lang, c), deepest - trie.depth(c))
+                            });
+                        if whole {
+                            accept.add(trie.tokens_in(c + 1, ce));
+                        } else {
+                            stack.push((c, s2, exited || dfa.accepting(s2)));
+                        }
                     }
                 } else {
                     let s2 = dfa.next(s, b);
@@ -584,11 +656,16 @@ fn compute_with(
                     }
                     if ce > c + 1 {
                         let deepest = trie.plain_depth(lang, c);
-                        if skip_plain
-                            && deepest > 0
-                            && reach.safe_depth(s2, trie.plain_state(lang, c))
-                                >= deepest - trie.depth(c)
-                        {
+                        // Every continuation below `c` is plain (`deepest > 0`), and
+                        // without `X` when no group of `X` is below.
+                        let whole = skip_plain && deepest > 0 && {
+                            let (p, need) = (trie.plain_state(lang, c), deepest - trie.depth(c));
+                            match &mut without {
+                                Some(rx) if trie.below(c) & groups == 0 => rx.reaches(s2, p, need),
+                                _ => reach.reaches(s2, p, need),
+                            }
+                        };
+                        if whole {
                             accept.add(trie.tokens_in(c + 1, ce));
                         } else {
                             stack.push((c, s2, exited || dfa.accepting(s2)));
@@ -637,11 +714,12 @@ fn compute_with(
         }
     }
     uncertain.sort_unstable();
-    StateTokens {
+    let table = StateTokens {
         accept: accept.finish(),
         uncertain,
         finals,
-    }
+    };
+    (table, without)
 }
 
 /// The accept set while a table is built: ids while few, then a bitmap written in place
@@ -724,6 +802,106 @@ fn plain_moves() -> &'static [u8; 256] {
 /// See [`plain_moves`].
 const NO_MOVE: u8 = u8::MAX;
 
+/// The `X` of [`compute_with`]: the characters of plain text that DFA state `s` does not
+/// take where it takes most of them, by the bytes that start them (ASCII from the space,
+/// `"` and `\\` aside, and UTF-8 lead bytes). Most ASCII characters lead to one state:
+/// `s` itself in a loop (`[^/]*`, a word of `(\S+\s+){0,99}`, an email's local part),
+/// the next count in a count (`\S{2,40}`, a hostname's label); `X` is the characters that
+/// lead elsewhere or die, so that plain text without `X` keeps the lexeme on that main
+/// path. A lead byte is in `X` when some character it starts (as plain UTF-8) leaves the
+/// main path, such as `0xc2` for U+00A0 (a `\s`) in a word. `None` when `s` keeps under
+/// half of the ASCII characters (a number, a keyword: the walk is small) or `X` would be
+/// empty. Cost: 95 transitions and a count, then one transition per (DFA state,
+/// continuation cell) pair of each lead cell's characters (one byte per run of bytes
+/// with the same DFA class and plain moves), typically a few hundred.
+fn excluded_plain(dfa: &Dfa, s: u32) -> Option<ByteSet> {
+    let ascii: Vec<(u8, u32)> = (0x20..=0x7fu8)
+        .filter(|&b| b != b'"' && b != b'\\')
+        .map(|b| (b, dfa.next(s, b)))
+        .collect();
+    let mut targets: Vec<(u32, usize)> = Vec::new();
+    for &(_, t) in ascii.iter().filter(|(_, t)| *t != 0) {
+        match targets.iter_mut().find(|(u, _)| *u == t) {
+            Some((_, n)) => *n += 1,
+            None => targets.push((t, 1)),
+        }
+    }
+    let kept: usize = targets.iter().map(|(_, n)| n).sum();
+    if kept * 2 < ascii.len() {
+        return None;
+    }
+    let main = targets
+        .iter()
+        .max_by_key(|(_, n)| *n)
+        .map_or(0, |(t, _)| *t);
+    let mut x = ByteSet::EMPTY;
+    for &(b, t) in &ascii {
+        if t != main {
+            x.insert(b);
+        }
+    }
+    // Bytes of one cell (DFA class and plain moves) behave alike: one answer per run.
+    let mut last = None;
+    for lead in 0xc2..=0xf4u8 {
+        let cell = (dfa.class_of(lead), plain_moves()[lead as usize]);
+        let leaves = match last {
+            Some((c, leaves)) if c == cell => leaves,
+            _ => leaves_main(dfa, s, lead, main),
+        };
+        last = Some((cell, leaves));
+        if leaves {
+            x.insert(lead);
+        }
+    }
+    (!x.is_empty()).then_some(x)
+}
+
+/// Whether some plain UTF-8 character that starts with `lead`, read from DFA state `s`,
+/// dies on the way or ends at a state other than `main`.
+fn leaves_main(dfa: &Dfa, s: u32, lead: u8, main: u32) -> bool {
+    let t = dfa.next(s, lead);
+    let q = plain::next(plain::START, lead);
+    if t == 0 {
+        return true;
+    }
+    if q == plain::BAD {
+        return false;
+    }
+    let mut seen = vec![(t, q)];
+    let mut i = 0;
+    while i < seen.len() {
+        let (t, q) = seen[i];
+        i += 1;
+        let mut last = None;
+        for c in 0x80..=0xbfu8 {
+            // One byte per run of a cell (see `excluded_plain`).
+            let cell = Some((dfa.class_of(c), plain_moves()[c as usize]));
+            if cell == last {
+                continue;
+            }
+            last = cell;
+            let q2 = plain::next(q, c);
+            if q2 == plain::BAD {
+                continue;
+            }
+            match dfa.next(t, c) {
+                0 => return true,
+                t2 if q2 == plain::START => {
+                    if t2 != main {
+                        return true;
+                    }
+                }
+                t2 => {
+                    if !seen.contains(&(t2, q2)) {
+                        seen.push((t2, q2));
+                    }
+                }
+            }
+        }
+    }
+    false
+}
+
 /// How deep a lexeme stays alive on plain text: for a DFA state `s` and a
 /// [`plain`] state `p`, the largest `d` such that every plain continuation of at most `d`
 /// bytes from `p` keeps the DFA alive from `s`, never at an accepting state that allows
@@ -731,18 +909,30 @@ const NO_MOVE: u8 = u8::MAX;
 /// stop it: a lexeme that may end after any word (`(\S+\s+){0,99}\S+`) was safe nowhere,
 /// and its every table visited the whole trie (4 ms each). Breadth-first over (DFA
 /// state, plain state) pairs, one byte per cell of the joint byte partition, each pair
-/// expanded once at its least depth (where it decides); memoized per start pair for one
-/// table computation.
+/// expanded once at its least depth (where it decides); memoized per start pair, and the
+/// memo kept for the lexeme's next tables. A walk only asks whether a subtree a few bytes
+/// deep is safe ([`PlainReach::reaches`]), so most searches stop at that depth; a search
+/// stops at [`MAX_REACH_PAIRS`] too (a count unrolled in the DFA, such as 99 words, gave
+/// every layer new pairs), and its lower bound is then the answer. Over plain text
+/// without a set of bytes (`x`), the same for the characters left out by
+/// [`excluded_plain`].
 struct PlainReach<'a> {
     dfa: &'a Dfa,
     max_depth: usize,
     /// One byte per (DFA class, plain group) cell.
     reps: Vec<u8>,
-    memo: FastMap<(u32, u8), usize>,
+    /// The bytes left out of plain text (never read).
+    x: ByteSet,
+    memo: ReachMemo,
 }
 
 impl<'a> PlainReach<'a> {
     fn new(dfa: &'a Dfa, max_depth: usize) -> Self {
+        Self::excluding(dfa, max_depth, ByteSet::EMPTY)
+    }
+
+    /// The same over plain text without the bytes of `x` (never read by the search).
+    fn excluding(dfa: &'a Dfa, max_depth: usize, x: ByteSet) -> Self {
         // One byte per run of equal cells (a cell recurring after another gets a second,
         // redundant representative).
         let mut reps: Vec<u8> = Vec::new();
@@ -751,7 +941,7 @@ impl<'a> PlainReach<'a> {
             // Bytes that agree on their moves in every plain state and on the DFA class
             // behave alike everywhere in the search.
             let moves = plain_moves()[b as usize];
-            if moves == NO_MOVE {
+            if moves == NO_MOVE || x.contains(b) {
                 continue;
             }
             let cell = Some((dfa.class_of(b), moves));
@@ -764,21 +954,42 @@ impl<'a> PlainReach<'a> {
             dfa,
             max_depth,
             reps,
+            x,
             memo: FastMap::default(),
         }
     }
 
-    /// See the type's doc. Cost: memoized; else O(pairs reached x cells).
+    /// See the type's doc; a lower bound of it where the search reached
+    /// [`MAX_REACH_PAIRS`]. Cost: memoized; else O(pairs reached x cells), at most
+    /// [`MAX_REACH_PAIRS`] pairs.
     fn safe_depth(&mut self, s: u32, p: u8) -> usize {
         if p == plain::BAD {
             return 0;
         }
-        if let Some(&d) = self.memo.get(&(s, p)) {
-            return d;
+        if let Some(r) = self.memo.get(&(s, p)).filter(|r| r.settled) {
+            return r.depth;
         }
-        let d = self.search(s, p);
-        self.memo.insert((s, p), d);
-        d
+        let r = self.search(s, p, self.max_depth);
+        self.memo.insert((s, p), r);
+        r.depth
+    }
+
+    /// Whether [`PlainReach::safe_depth`] is at least `need`. Cost: memoized; else a
+    /// search at most `max(need, 16)` bytes deep (a walk asks about subtrees a few bytes
+    /// deep, where a count that plain text never ends, such as words in a `pattern`,
+    /// made every search run to the longest token).
+    fn reaches(&mut self, s: u32, p: u8, need: usize) -> bool {
+        if p == plain::BAD {
+            return need == 0;
+        }
+        if let Some(r) = self.memo.get(&(s, p)) {
+            if r.settled || r.depth >= need {
+                return r.depth >= need;
+            }
+        }
+        let r = self.search(s, p, need.max(16).min(self.max_depth));
+        self.memo.insert((s, p), r);
+        r.depth >= need
     }
 
     /// `Some(k)` when, from DFA state `s` and the start of [`plain`] language `lang`,
@@ -860,13 +1071,31 @@ impl<'a> PlainReach<'a> {
         None
     }
 
-    fn search(&self, s: u32, p: u8) -> usize {
+    /// The safe depth of `(s, p)`, exact when under `limit` or `limit` is the longest
+    /// token (then every token is within it), else the lower bound `limit`; past
+    /// [`MAX_REACH_PAIRS`], the depth of the layers completed (a lower bound).
+    fn search(&self, s: u32, p: u8, limit: usize) -> Reach {
+        let exact = |depth| Reach {
+            depth,
+            settled: true,
+        };
         let dfa = self.dfa;
         let mut seen: FastSet<(u32, u8)> = FastSet::default();
         seen.insert((s, p));
         let mut layer = vec![(s, p)];
         let mut next = Vec::new();
-        for d in 1..=self.max_depth {
+        let mut work = 0;
+        for d in 1..=limit {
+            // Every byte string of `d - 1` bytes is safe: past the work cap (a count that
+            // plain text never ends, unrolled in the DFA, gives every layer new pairs),
+            // that lower bound is the answer.
+            work += layer.len();
+            if work > MAX_REACH_PAIRS {
+                return Reach {
+                    depth: d - 1,
+                    settled: true,
+                };
+            }
             next.clear();
             for &(x, q) in &layer {
                 for &b in &self.reps {
@@ -876,23 +1105,26 @@ impl<'a> PlainReach<'a> {
                     }
                     let x2 = dfa.next(x, b);
                     if x2 == 0 || (dfa.accepting(x2) && dfa.allowed(x2).is_empty()) {
-                        return d - 1;
+                        return exact(d - 1);
                     }
                     // Counts of a counted lexeme that the remaining depth cannot tell
                     // apart are one state (without this, a long string's search never
                     // met a pair twice and ran to `max_depth`: milliseconds per table).
-                    let x2 = dfa.canonical(x2, self.max_depth - d);
+                    let x2 = dfa.canonical(x2, limit - d);
                     if seen.insert((x2, q2)) {
                         next.push((x2, q2));
                     }
                 }
             }
             if next.is_empty() {
-                return usize::MAX;
+                return exact(usize::MAX);
             }
             std::mem::swap(&mut layer, &mut next);
         }
-        self.max_depth
+        Reach {
+            depth: limit,
+            settled: limit >= self.max_depth,
+        }
     }
 }
 
@@ -911,6 +1143,23 @@ mod tests {
     }
 
     /// The state reached from the start by `input`.
+    /// The table of `s` as a first use computes it: with the plain reach `reach` (shared
+    /// by the states of `d`) and, where `s` leaves out some plain bytes, the reach without
+    /// them.
+    fn fast_table<'a>(
+        d: &'a Dfa,
+        s: u32,
+        trie: &TokenTrie,
+        vocab_len: usize,
+        reach: &mut PlainReach<'a>,
+    ) -> StateTokens {
+        let depth = trie.max_depth();
+        compute_with(d, s, trie, vocab_len, true, reach, |x| {
+            PlainReach::excluding(d, depth, x)
+        })
+        .0
+    }
+
     fn walk(d: &Dfa, input: &[u8]) -> u32 {
         input.iter().fold(d.start(), |s, &b| d.next(s, b))
     }
@@ -984,8 +1233,17 @@ mod tests {
             // One reach memo for all states, as the tables of one lexeme share it.
             let mut reach = PlainReach::new(&d, trie.max_depth());
             for s in 1..d.num_states() as u32 {
-                let a = compute_with(&d, s, trie, vocab.len(), true, &mut reach);
-                let b = compute_with(&d, s, trie, vocab.len(), false, &mut reach);
+                let a = fast_table(&d, s, trie, vocab.len(), &mut reach);
+                let b = compute_with(
+                    &d,
+                    s,
+                    trie,
+                    vocab.len(),
+                    false,
+                    &mut reach,
+                    |_| unreachable!(),
+                )
+                .0;
                 assert_same_tables(&a, &b, vocab.len(), &format!("{re} state {s}"));
                 let mut fresh = PlainReach::new(&d, trie.max_depth());
                 let (r0, r1) = (
@@ -1022,6 +1280,112 @@ mod tests {
         );
     }
 
+    /// Strings whose states refuse a few plain bytes (`^[^/]+$`, `^\S+$`, an email, printable
+    /// ASCII but `~`): every table equals the plain walk's, and the shortcut without the
+    /// refused bytes is taken where plain text alone gives nothing.
+    #[test]
+    fn tables_without_left_out_characters_are_exact() {
+        let vocab = test_vocab("llama3_1");
+        let multi = r#"[\xc2-\xdf][\x80-\xbf]|\xe0[\xa0-\xbf][\x80-\xbf]|[\xe1-\xec\xee\xef][\x80-\xbf]{2}|\xed[\x80-\x9f][\x80-\xbf]|\xf0[\x90-\xbf][\x80-\xbf]{2}|[\xf1-\xf3][\x80-\xbf]{3}|\xf4[\x80-\x8f][\x80-\xbf]{2}"#;
+        let no_slash = format!(r#"(?:[ !#-.0-\[\]-\x7f]|{multi}|\\["/\\bfnrt])"#);
+        // Unicode white space, in short: the space and U+00A0; and the other characters.
+        let space = r#"(?: |\xc2\xa0)"#;
+        let word = r#"(?:[!#-\[\]-~]|\xc2[\x80-\x9f\xa1-\xbf]|[\xc3-\xdf][\x80-\xbf]|[\xe0-\xef][\x80-\xbf]{2})"#;
+        let no_space = format!(r#"(?:[!#-\[\]-\x7f]|{multi}|\\["/\\bfnrt])"#);
+        let res = [
+            format!("\"{no_slash}+\""),
+            format!("{no_slash}+"),
+            format!("\"/dev/{no_slash}+(?:/{no_slash}+)*\""),
+            format!("\"{no_space}+\""),
+            format!("\"{no_space}{{2,40}}\""),
+            "\"[ !#-\\[\\]-}]{0,30}\"".to_string(),
+            "\"[a-zA-Z0-9._%+-]+@[a-z0-9-]+(?:\\.[a-z0-9-]+)*\"".to_string(),
+            "\"[a-zA-Z0-9,_-]+\"".to_string(),
+            // Words counted by Unicode white space (`0xc2` starts U+00A0, a `\s`), few
+            // enough that plain text with spaces stays safe for a while (the seeded part
+            // of the walk).
+            // At most 9 slashes: plain text is safe 9 bytes deep (the seeded part of the
+            // walk), and a token of 16 slashes dies.
+            format!("\"{no_slash}*(?:/{no_slash}*){{0,9}}\""),
+            format!("\"(?:{word}+{space}+){{0,5}}{word}+\""),
+            format!("(?:{word}+{space}+){{0,12}}{word}*"),
+        ];
+        let trie = vocab.trie();
+        let mut shortcut = 0;
+        for re in &res {
+            let d = dfa(re);
+            let mut reach = PlainReach::new(&d, trie.max_depth());
+            let mut taken = false;
+            for s in 1..d.num_states() as u32 {
+                let a = fast_table(&d, s, trie, vocab.len(), &mut reach);
+                let b = compute_with(
+                    &d,
+                    s,
+                    trie,
+                    vocab.len(),
+                    false,
+                    &mut reach,
+                    |_| unreachable!(),
+                )
+                .0;
+                assert_same_tables(&a, &b, vocab.len(), &format!("{re} state {s}"));
+                if let Some(x) = excluded_plain(&d, s) {
+                    let mut rx = PlainReach::excluding(&d, trie.max_depth(), x);
+                    let plain = PlainReach::new(&d, trie.max_depth()).safe_depth(s, plain::START);
+                    taken |= rx.safe_depth(s, plain::START) >= MIN_SEED && plain < MIN_SEED;
+                }
+            }
+            shortcut += taken as usize;
+        }
+        assert!(
+            shortcut >= 8,
+            "{shortcut} of {} lexemes took the shortcut",
+            res.len()
+        );
+        // A word's state leaves out U+00A0 (a `\s`) by its lead byte, not the other
+        // two-byte characters of `0xc3`.
+        let d = dfa(&res[9]);
+        let word = walk(&d, b"\"ab");
+        let x = excluded_plain(&d, word).unwrap();
+        assert!(
+            x.contains(b' ') && x.contains(0xc2) && !x.contains(0xc3) && !x.contains(b'a'),
+            "{}",
+            x.describe()
+        );
+    }
+
+    /// The byte groups of [`TokenTrie::below`]: each space or punctuation byte alone, and
+    /// a subtree's groups are those of the bytes below it.
+    #[test]
+    fn byte_groups_keep_punctuation_apart() {
+        use crate::vocab::byte_group;
+        let punct: Vec<u8> = (0x20..0x7fu8)
+            .filter(|b| !b.is_ascii_alphanumeric() && *b != b'"' && *b != b'\\')
+            .collect();
+        assert_eq!(punct.len(), 31);
+        let mut seen = 0u64;
+        for &b in &punct {
+            let g = byte_group(b);
+            assert_eq!(g.count_ones(), 1);
+            assert_eq!(seen & g, 0, "{:?} shares a group", b as char);
+            seen |= g;
+        }
+        for b in 0..=255u8 {
+            if !punct.contains(&b) {
+                assert_eq!(seen & byte_group(b), 0, "{b:#x} in a punctuation group");
+            }
+        }
+        let vocab = test_vocab("llama3_1");
+        let trie = vocab.trie();
+        for n in (0..trie.len() as u32).step_by(97) {
+            let mut g = 0;
+            for c in n + 1..trie.end(n) {
+                g |= byte_group(trie.byte(c));
+            }
+            assert_eq!(trie.below(n), g, "node {n}");
+        }
+    }
+
     /// Counted strings (the lexemes `maxLength` makes) near and far from their bound: the
     /// tables of every count equal the plain walk's, with escapes and multi-byte
     /// characters counted as one, and the character bound decides the last counts.
@@ -1051,8 +1415,17 @@ mod tests {
                     let text = format!("\"{}", unit.repeat(i));
                     let s = walk(&c, text.as_bytes());
                     assert_ne!(s, 0, "{text}");
-                    let a = compute_with(&c, s, trie, vocab.len(), true, &mut reach);
-                    let b = compute_with(&c, s, trie, vocab.len(), false, &mut reach);
+                    let a = fast_table(&c, s, trie, vocab.len(), &mut reach);
+                    let b = compute_with(
+                        &c,
+                        s,
+                        trie,
+                        vocab.len(),
+                        false,
+                        &mut reach,
+                        |_| unreachable!(),
+                    )
+                    .0;
                     let what = format!("{{{min},{max}}} after {text}");
                     assert_same_tables(&a, &b, vocab.len(), &what);
                     bounded += reach.char_bound(s, 0).is_some() as usize;
@@ -1093,7 +1466,7 @@ mod tests {
                 let d = dfa(re);
                 let mut reach = PlainReach::new(&d, trie.max_depth());
                 for s in 1..d.num_states() as u32 {
-                    let got = compute_with(&d, s, trie, vocab.len(), true, &mut reach);
+                    let got = fast_table(&d, s, trie, vocab.len(), &mut reach);
                     let mut mask = vec![0u32; vocab.len().div_ceil(32)];
                     got.accept.or_into(&mut mask);
                     let mut finals = got.finals.clone();
