@@ -313,7 +313,7 @@ impl Tables {
         let mut known = memo.len();
         let mut reach = PlainReach::new(lexeme, trie.max_depth());
         reach.memo = memo;
-        let (t, without) = compute_with(lexeme, state, trie, vocab_len, true, &mut reach, |x| {
+        let (t, tried) = compute_with(lexeme, state, trie, vocab_len, true, &mut reach, |x| {
             let mut r = PlainReach::excluding(lexeme, trie.max_depth(), x);
             let mut all = self.reach_memo.lock().unwrap_or_else(|e| e.into_inner());
             r.memo = all.remove(&x).unwrap_or_default();
@@ -322,13 +322,13 @@ impl Tables {
         });
         let t = Arc::new(t);
         // About 40 bytes per answer, hash table slack included.
-        let now = reach.memo.len() + without.as_ref().map_or(0, |r| r.memo.len());
+        let now = reach.memo.len() + tried.iter().map(|r| r.memo.len()).sum::<usize>();
         TABLE_BYTES.fetch_add(
             now.saturating_sub(known) * 40,
             std::sync::atomic::Ordering::Relaxed,
         );
         let mut all = self.reach_memo.lock().unwrap_or_else(|e| e.into_inner());
-        for r in std::iter::once(reach).chain(without) {
+        for r in std::iter::once(reach).chain(tried) {
             let total: usize = all.values().map(|m| m.len()).sum();
             if total + r.memo.len() <= MAX_REACH_MEMO && all.len() < MAX_REACH_SETS {
                 all.insert(r.x, r.memo);
@@ -528,17 +528,18 @@ const MIN_SEED: usize = 8;
 /// the subtrees that hold a token that is not plain (by bytes, every subtree with a token
 /// longer than `k` bytes needed a visit: most of the trie for a small `k`).
 /// Where plain text is not safe from `s0` as deep as the longest token because a few
-/// characters leave the lexeme's main path (`^[^/]+$`, `^\S+$`, the words of
-/// `(\S+\s+){0,99}`, a hostname's label: the `X` of [`excluded_plain`]), plain text
-/// died at the first such character and the walk visited most of the trie (2-5 ms per
-/// table on Llama 3.1). Those characters are then taken out of plain text too: a subtree
+/// characters die or leave the lexeme's main path (`^[^/]+$`, `^\S+$`, the words of
+/// `(\S+\s+){0,99}`, a hostname's label), plain text died at the first such character
+/// and the walk visited most of the trie (2-5 ms per table on Llama 3.1). Of the two
+/// candidate sets of such characters ([`excluded_plain`]), the one without which `s0` is
+/// safe the deepest, `X`, is then taken out of plain text too: a subtree
 /// that holds none of their bytes ([`TokenTrie::below`], by byte groups) is taken whole
 /// when the lexeme is safe, as deep as the subtree, on plain text without them (a second
 /// [`PlainReach`] that never reads a byte of `X`), in the seeded part of the walk as
 /// elsewhere. Every continuation in such a subtree is plain text without `X`, so the
 /// argument above holds for it unchanged; a subtree with a byte of `X` falls back to the
-/// plain reach. `left_out` makes that second reach (with the memo of earlier tables),
-/// which is returned with the table.
+/// plain reach. `left_out` makes the reach without a candidate set (with the memo of
+/// earlier tables); the reaches made are returned with the table, `X`'s first.
 /// `skip_plain` off gives the plain walk, which the tests compare against; `reach` may
 /// hold the searches of earlier tables of the DFA.
 fn compute_with<'a>(
@@ -548,8 +549,8 @@ fn compute_with<'a>(
     vocab_len: usize,
     skip_plain: bool,
     reach: &mut PlainReach<'a>,
-    left_out: impl FnOnce(ByteSet) -> PlainReach<'a>,
-) -> (StateTokens, Option<PlainReach<'a>>) {
+    mut left_out: impl FnMut(ByteSet) -> PlainReach<'a>,
+) -> (StateTokens, Vec<PlainReach<'a>>) {
     let depth = trie.max_depth();
     // The plain language of the shortcut, and how deep `s0` is safe on it: every plain
     // token of at most `seed` bytes is accepted (0: no seed).
@@ -597,13 +598,28 @@ fn compute_with<'a>(
     } else {
         Accept::new(vocab_len)
     };
-    // Plain text without the characters `s0` does not keep, where plain text alone is not
-    // safe as deep as the longest token; and the groups of their bytes.
-    let mut without = if skip_plain && seed < depth && chars.is_none() {
-        excluded_plain(dfa, s0).map(left_out)
-    } else {
-        None
-    };
+    // Plain text without some characters, where plain text alone is not safe as deep as
+    // the longest token: of the candidates, the one `s0` is safe on the deepest (the
+    // first on a tie); and the groups of its bytes.
+    let mut tried: Vec<PlainReach<'a>> = Vec::new();
+    if skip_plain && seed < depth && chars.is_none() {
+        let (dead, off) = excluded_plain(dfa, s0);
+        let mut best = 0;
+        for x in [dead, off].into_iter().flatten() {
+            if tried.first().is_some_and(|r| r.x == x) {
+                continue;
+            }
+            let mut r = left_out(x);
+            let d = r.safe_depth(s0, plain::STARTS[lang]);
+            if tried.is_empty() || d > best {
+                best = d;
+                tried.insert(0, r);
+            } else {
+                tried.push(r);
+            }
+        }
+    }
+    let mut without = tried.first_mut();
     let groups = without.as_ref().map_or(0, |r| {
         r.x.iter().fold(0, |g, b| g | crate::vocab::byte_group(b))
     });
@@ -719,7 +735,7 @@ fn compute_with<'a>(
         uncertain,
         finals,
     };
-    (table, without)
+    (table, tried)
 }
 
 /// The accept set while a table is built: ids while few, then a bitmap written in place
@@ -802,19 +818,24 @@ fn plain_moves() -> &'static [u8; 256] {
 /// See [`plain_moves`].
 const NO_MOVE: u8 = u8::MAX;
 
-/// The `X` of [`compute_with`]: the characters of plain text that DFA state `s` does not
-/// take where it takes most of them, by the bytes that start them (ASCII from the space,
-/// `"` and `\\` aside, and UTF-8 lead bytes). Most ASCII characters lead to one state:
-/// `s` itself in a loop (`[^/]*`, a word of `(\S+\s+){0,99}`, an email's local part),
-/// the next count in a count (`\S{2,40}`, a hostname's label); `X` is the characters that
-/// lead elsewhere or die, so that plain text without `X` keeps the lexeme on that main
-/// path. A lead byte is in `X` when some character it starts (as plain UTF-8) leaves the
-/// main path, such as `0xc2` for U+00A0 (a `\s`) in a word. `None` when `s` keeps under
-/// half of the ASCII characters (a number, a keyword: the walk is small) or `X` would be
-/// empty. Cost: 95 transitions and a count, then one transition per (DFA state,
-/// continuation cell) pair of each lead cell's characters (one byte per run of bytes
-/// with the same DFA class and plain moves), typically a few hundred.
-fn excluded_plain(dfa: &Dfa, s: u32) -> Option<ByteSet> {
+/// The fewest ASCII characters a state keeps for [`excluded_plain`] to look at it (fewer:
+/// a number, a keyword, whose walks are small).
+const MIN_KEPT: usize = 10;
+
+/// The candidates for the `X` of [`compute_with`]: sets of plain-text characters, by the
+/// bytes that start them (ASCII from the space, `"` and `\\` aside, and UTF-8 lead
+/// bytes), whose removal may keep DFA state `s` alive on plain text for long. First the
+/// characters that die at once (`^[^/]+$`, `^\S+$`, or `[^:]+` in
+/// `^([^:]+:[a-f0-9]+|[a-f0-9]{32})$`). Second, where most ASCII characters lead to one
+/// state (`s` itself in a loop such as the words of `(\S+\s+){0,99}`, the next count in
+/// `\S{2,40}` or a hostname's label), the characters that lead elsewhere or die, so that
+/// plain text without them keeps the lexeme on that main path. A lead byte is in a set
+/// when some character it starts (as plain UTF-8) is, such as `0xc2` for U+00A0 (a `\s`)
+/// in a word. Each is `None` when empty, and both when `s` keeps under [`MIN_KEPT`] ASCII
+/// characters. Cost: 95 transitions and a count, then one transition per (DFA state,
+/// continuation cell) pair of each lead cell's characters (one byte per run of bytes with
+/// the same DFA class and plain moves), typically a few hundred.
+fn excluded_plain(dfa: &Dfa, s: u32) -> (Option<ByteSet>, Option<ByteSet>) {
     let ascii: Vec<(u8, u32)> = (0x20..=0x7fu8)
         .filter(|&b| b != b'"' && b != b'\\')
         .map(|b| (b, dfa.next(s, b)))
@@ -827,49 +848,57 @@ fn excluded_plain(dfa: &Dfa, s: u32) -> Option<ByteSet> {
         }
     }
     let kept: usize = targets.iter().map(|(_, n)| n).sum();
-    if kept * 2 < ascii.len() {
-        return None;
+    if kept < MIN_KEPT {
+        return (None, None);
     }
     let main = targets
         .iter()
         .max_by_key(|(_, n)| *n)
         .map_or(0, |(t, _)| *t);
-    let mut x = ByteSet::EMPTY;
+    let (mut dead, mut off) = (ByteSet::EMPTY, ByteSet::EMPTY);
     for &(b, t) in &ascii {
+        if t == 0 {
+            dead.insert(b);
+        }
         if t != main {
-            x.insert(b);
+            off.insert(b);
         }
     }
     // Bytes of one cell (DFA class and plain moves) behave alike: one answer per run.
     let mut last = None;
     for lead in 0xc2..=0xf4u8 {
         let cell = (dfa.class_of(lead), plain_moves()[lead as usize]);
-        let leaves = match last {
-            Some((c, leaves)) if c == cell => leaves,
-            _ => leaves_main(dfa, s, lead, main),
+        let (dies, leaves) = match last {
+            Some((c, fate)) if c == cell => fate,
+            _ => char_fate(dfa, s, lead, main),
         };
-        last = Some((cell, leaves));
-        if leaves {
-            x.insert(lead);
+        last = Some((cell, (dies, leaves)));
+        if dies {
+            dead.insert(lead);
+        }
+        if dies || leaves {
+            off.insert(lead);
         }
     }
-    (!x.is_empty()).then_some(x)
+    let some = |x: ByteSet| (!x.is_empty()).then_some(x);
+    (some(dead), some(off))
 }
 
-/// Whether some plain UTF-8 character that starts with `lead`, read from DFA state `s`,
-/// dies on the way or ends at a state other than `main`.
-fn leaves_main(dfa: &Dfa, s: u32, lead: u8, main: u32) -> bool {
+/// For the plain UTF-8 characters that start with `lead`, read from DFA state `s`:
+/// whether one dies on the way, and whether one ends at a state other than `main`.
+fn char_fate(dfa: &Dfa, s: u32, lead: u8, main: u32) -> (bool, bool) {
     let t = dfa.next(s, lead);
     let q = plain::next(plain::START, lead);
     if t == 0 {
-        return true;
+        return (true, false);
     }
     if q == plain::BAD {
-        return false;
+        return (false, false);
     }
+    let (mut dies, mut leaves) = (false, false);
     let mut seen = vec![(t, q)];
     let mut i = 0;
-    while i < seen.len() {
+    while i < seen.len() && !(dies && leaves) {
         let (t, q) = seen[i];
         i += 1;
         let mut last = None;
@@ -885,12 +914,8 @@ fn leaves_main(dfa: &Dfa, s: u32, lead: u8, main: u32) -> bool {
                 continue;
             }
             match dfa.next(t, c) {
-                0 => return true,
-                t2 if q2 == plain::START => {
-                    if t2 != main {
-                        return true;
-                    }
-                }
+                0 => dies = true,
+                t2 if q2 == plain::START => leaves |= t2 != main,
                 t2 => {
                     if !seen.contains(&(t2, q2)) {
                         seen.push((t2, q2));
@@ -899,7 +924,7 @@ fn leaves_main(dfa: &Dfa, s: u32, lead: u8, main: u32) -> bool {
             }
         }
     }
-    false
+    (dies, leaves)
 }
 
 /// How deep a lexeme stays alive on plain text: for a DFA state `s` and a
@@ -1307,6 +1332,10 @@ mod tests {
             // At most 9 slashes: plain text is safe 9 bytes deep (the seeded part of the
             // walk), and a token of 16 slashes dies.
             format!("\"{no_slash}*(?:/{no_slash}*){{0,9}}\""),
+            // Two alternatives: after a hex digit both are alive, so the characters off
+            // the main path (hex digits) are a poor set to leave out; the dying one (`:`)
+            // is better.
+            "\"(?:[^:\"\\\\]+:[a-f0-9]+|[a-f0-9]{32})\"".to_string(),
             format!("\"(?:{word}+{space}+){{0,5}}{word}+\""),
             format!("(?:{word}+{space}+){{0,12}}{word}*"),
         ];
@@ -1329,7 +1358,8 @@ mod tests {
                 )
                 .0;
                 assert_same_tables(&a, &b, vocab.len(), &format!("{re} state {s}"));
-                if let Some(x) = excluded_plain(&d, s) {
+                let (dead, off) = excluded_plain(&d, s);
+                for x in [dead, off].into_iter().flatten() {
                     let mut rx = PlainReach::excluding(&d, trie.max_depth(), x);
                     let plain = PlainReach::new(&d, trie.max_depth()).safe_depth(s, plain::START);
                     taken |= rx.safe_depth(s, plain::START) >= MIN_SEED && plain < MIN_SEED;
@@ -1342,11 +1372,25 @@ mod tests {
             "{shortcut} of {} lexemes took the shortcut",
             res.len()
         );
+        // Two alternatives: the start is safe without `:` (the dying set) as without the
+        // hex digits too (off the main path); the dying set is tried first and kept on
+        // the tie, so subtrees with hex digits still take the shortcut.
+        let d = dfa(&res[9]);
+        let start = walk(&d, b"\"");
+        let (dead, off) = excluded_plain(&d, start);
+        let (dead, off) = (dead.unwrap(), off.unwrap());
+        assert!(dead.contains(b':') && !dead.contains(b'a') && off.contains(b'a'));
+        let depth =
+            |x| PlainReach::excluding(&d, trie.max_depth(), x).safe_depth(start, plain::START);
+        assert!(depth(dead) >= depth(off));
         // A word's state leaves out U+00A0 (a `\s`) by its lead byte, not the other
         // two-byte characters of `0xc3`.
-        let d = dfa(&res[9]);
+        let d = dfa(&res[10]);
         let word = walk(&d, b"\"ab");
-        let x = excluded_plain(&d, word).unwrap();
+        // The space does not die there; it is off the word's loop, and left out.
+        let (dead, off) = excluded_plain(&d, word);
+        assert!(dead.is_some_and(|x| !x.contains(b' ')));
+        let x = off.unwrap();
         assert!(
             x.contains(b' ') && x.contains(0xc2) && !x.contains(0xc3) && !x.contains(b'a'),
             "{}",
@@ -1354,25 +1398,24 @@ mod tests {
         );
     }
 
-    /// The byte groups of [`TokenTrie::below`]: each space or punctuation byte alone, and
+    /// The byte groups of [`TokenTrie::below`]: each byte of plain ASCII text alone, and
     /// a subtree's groups are those of the bytes below it.
     #[test]
-    fn byte_groups_keep_punctuation_apart() {
+    fn byte_groups_keep_ascii_apart() {
         use crate::vocab::byte_group;
-        let punct: Vec<u8> = (0x20..0x7fu8)
-            .filter(|b| !b.is_ascii_alphanumeric() && *b != b'"' && *b != b'\\')
+        let ascii: Vec<u8> = (0x20..=0x7fu8)
+            .filter(|b| *b != b'"' && *b != b'\\')
             .collect();
-        assert_eq!(punct.len(), 31);
-        let mut seen = 0u64;
-        for &b in &punct {
+        let mut seen = 0u128;
+        for &b in &ascii {
             let g = byte_group(b);
             assert_eq!(g.count_ones(), 1);
             assert_eq!(seen & g, 0, "{:?} shares a group", b as char);
             seen |= g;
         }
         for b in 0..=255u8 {
-            if !punct.contains(&b) {
-                assert_eq!(seen & byte_group(b), 0, "{b:#x} in a punctuation group");
+            if !ascii.contains(&b) {
+                assert_eq!(seen & byte_group(b), 0, "{b:#x} in an ASCII group");
             }
         }
         let vocab = test_vocab("llama3_1");

@@ -246,7 +246,7 @@ impl Vocabulary {
 
 /// A pre-order trie of token byte strings. Node 0 is the root (the empty prefix); node `n`'s
 /// subtree is `n..end(n)`; its children are `n+1`, then `end(child)` for each next sibling.
-/// Memory: about 31 bytes per node plus 4 per token, and one bitmap of the vocabulary per
+/// Memory: about 39 bytes per node plus 4 per token, and one bitmap of the vocabulary per
 /// [`plain`] language; a 128k vocabulary has ~300k nodes.
 ///
 /// Nodes with many children (at least [`WIDE_CHILDREN`]; the root and a few hundred others)
@@ -291,42 +291,34 @@ pub struct TokenTrie {
     wide_children: Vec<u32>,
     /// Per node: the [`byte_group`]s of the bytes strictly below it (see
     /// [`TokenTrie::below`]).
-    below: Vec<u64>,
+    below: Vec<u128>,
 }
 
-/// The group of a byte in [`TokenTrie::below`]: each printable ASCII punctuation byte and
-/// the space its own bit (31), the digits in pairs (5), the letters by pairs of letters in
-/// both cases (13), the other ASCII bytes (controls, `"`, `\\`) one bit, UTF-8
-/// continuation bytes one, and the lead bytes by the scripts they start (12: `0xc2`,
-/// `0xc3`, `0xc4-0xcf`, `0xd0-0xdf`, `0xe0`, `0xe1`, `0xe2`, `0xe3`, `0xe4-0xe9`,
-/// `0xea-0xef`, `0xf0-0xf4`, the bytes UTF-8 never uses). The groups are finest where a
-/// `pattern` or `format` tends to leave out a few characters (punctuation, the space, the
-/// lead bytes of Unicode spaces); a group shared by several bytes only makes a subtree
-/// look as if it held all of them.
-pub(crate) const fn byte_group(b: u8) -> u64 {
+/// The group of a byte in [`TokenTrie::below`]: every byte of plain ASCII text (the
+/// space to DEL, `"` and `\\` aside) its own bit (94), the other ASCII bytes (controls,
+/// `"`, `\\`) one bit, UTF-8 continuation bytes one, and the lead bytes by the scripts
+/// they start (12: `0xc2`, `0xc3`, `0xc4-0xcf`, `0xd0-0xdf`, `0xe0`, `0xe1`, `0xe2`,
+/// `0xe3`, `0xe4-0xe9`, `0xea-0xef`, `0xf0-0xf4`, and the bytes UTF-8 never uses). The
+/// lead bytes of Unicode spaces (`0xc2`, `0xe1`-`0xe3`) stand apart; a group shared by
+/// several bytes only makes a subtree look as if it held all of them.
+pub(crate) const fn byte_group(b: u8) -> u128 {
     let bit = match b {
-        b'0'..=b'9' => 31 + (b - b'0') / 2,
-        b'a'..=b'z' => 36 + (b - b'a') / 2,
-        b'A'..=b'Z' => 36 + (b - b'A') / 2,
-        b'"' | b'\\' | 0..=0x1f | 0x7f => 49,
-        0x80..=0xbf => 50,
-        0xc2 => 52,
-        0xc3 => 53,
-        0xc4..=0xcf => 54,
-        0xd0..=0xdf => 55,
-        0xe0 => 56,
-        0xe1 => 57,
-        0xe2 => 58,
-        0xe3 => 59,
-        0xe4..=0xe9 => 60,
-        0xea..=0xef => 61,
-        0xf0..=0xf4 => 62,
-        0xc0 | 0xc1 | 0xf5..=0xff => 51,
-        // The 31 other printable bytes: space and punctuation.
-        0x20..=0x2f => b - 0x20 - (b > b'"') as u8,
-        0x3a..=0x40 => 15 + (b - 0x3a),
-        0x5b..=0x60 => 22 + (b - 0x5b) - (b > b'\\') as u8,
-        _ => 27 + (b - 0x7b),
+        b'"' | b'\\' | 0..=0x1f => 94,
+        // 0x20..=0x7f but the two above: 94 bits.
+        0x20..=0x7f => b - 0x20 - (b > b'"') as u8 - (b > b'\\') as u8,
+        0x80..=0xbf => 95,
+        0xc2 => 96,
+        0xc3 => 97,
+        0xc4..=0xcf => 98,
+        0xd0..=0xdf => 99,
+        0xe0 => 100,
+        0xe1 => 101,
+        0xe2 => 102,
+        0xe3 => 103,
+        0xe4..=0xe9 => 104,
+        0xea..=0xef => 105,
+        0xf0..=0xf4 => 106,
+        0xc0 | 0xc1 | 0xf5..=0xff => 107,
     };
     1 << bit
 }
@@ -448,7 +440,7 @@ impl TokenTrie {
             + self.wide_of.len() * 2
             + self.wide.len() * 36
             + self.wide_children.len() * 4
-            + self.below.len() * 8
+            + self.below.len() * 16
     }
 
     /// Builds the trie over the non-special, non-empty tokens. Cost: sort + O(total bytes).
@@ -584,7 +576,7 @@ impl TokenTrie {
         t.index_wide_nodes();
         // Children before parents (reverse pre-order), so a node's set is complete when
         // it is added to its parent's.
-        let mut below = vec![0u64; n];
+        let mut below = vec![0u128; n];
         for v in (1..n).rev() {
             below[t.parent[v] as usize] |= below[v] | byte_group(t.byte[v]);
         }
@@ -596,7 +588,7 @@ impl TokenTrie {
     /// a subtree holds no byte of a set `X` when this and the groups of `X` are disjoint.
     /// Cost: a load.
     #[inline]
-    pub(crate) fn below(&self, n: u32) -> u64 {
+    pub(crate) fn below(&self, n: u32) -> u128 {
         self.below[n as usize]
     }
 
