@@ -1185,6 +1185,15 @@ mod tests {
         .0
     }
 
+    /// The table of `s` by the plain walk (every node visited), the reference.
+    fn plain_walk_table(d: &Dfa, s: u32, trie: &TokenTrie, vocab_len: usize) -> StateTokens {
+        let mut reach = PlainReach::new(d, trie.max_depth());
+        compute_with(d, s, trie, vocab_len, false, &mut reach, |_| {
+            unreachable!("the plain walk leaves nothing out")
+        })
+        .0
+    }
+
     fn walk(d: &Dfa, input: &[u8]) -> u32 {
         input.iter().fold(d.start(), |s, &b| d.next(s, b))
     }
@@ -1259,16 +1268,7 @@ mod tests {
             let mut reach = PlainReach::new(&d, trie.max_depth());
             for s in 1..d.num_states() as u32 {
                 let a = fast_table(&d, s, trie, vocab.len(), &mut reach);
-                let b = compute_with(
-                    &d,
-                    s,
-                    trie,
-                    vocab.len(),
-                    false,
-                    &mut reach,
-                    |_| unreachable!(),
-                )
-                .0;
+                let b = plain_walk_table(&d, s, trie, vocab.len());
                 assert_same_tables(&a, &b, vocab.len(), &format!("{re} state {s}"));
                 let mut fresh = PlainReach::new(&d, trie.max_depth());
                 let (r0, r1) = (
@@ -1347,16 +1347,7 @@ mod tests {
             let mut taken = false;
             for s in 1..d.num_states() as u32 {
                 let a = fast_table(&d, s, trie, vocab.len(), &mut reach);
-                let b = compute_with(
-                    &d,
-                    s,
-                    trie,
-                    vocab.len(),
-                    false,
-                    &mut reach,
-                    |_| unreachable!(),
-                )
-                .0;
+                let b = plain_walk_table(&d, s, trie, vocab.len());
                 assert_same_tables(&a, &b, vocab.len(), &format!("{re} state {s}"));
                 let (dead, off) = excluded_plain(&d, s);
                 for x in [dead, off].into_iter().flatten() {
@@ -1459,16 +1450,7 @@ mod tests {
                     let s = walk(&c, text.as_bytes());
                     assert_ne!(s, 0, "{text}");
                     let a = fast_table(&c, s, trie, vocab.len(), &mut reach);
-                    let b = compute_with(
-                        &c,
-                        s,
-                        trie,
-                        vocab.len(),
-                        false,
-                        &mut reach,
-                        |_| unreachable!(),
-                    )
-                    .0;
+                    let b = plain_walk_table(&c, s, trie, vocab.len());
                     let what = format!("{{{min},{max}}} after {text}");
                     assert_same_tables(&a, &b, vocab.len(), &what);
                     bounded += reach.char_bound(s, 0).is_some() as usize;
