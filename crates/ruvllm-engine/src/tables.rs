@@ -330,7 +330,9 @@ impl Tables {
         let mut all = self.reach_memo.lock().unwrap_or_else(|e| e.into_inner());
         for r in std::iter::once(reach).chain(tried) {
             let total: usize = all.values().map(|m| m.len()).sum();
-            if total + r.memo.len() <= MAX_REACH_MEMO && all.len() < MAX_REACH_SETS {
+            // The plain memo (first) always finds a place: one set is kept for it.
+            let room = r.x == ByteSet::EMPTY || all.len() + 1 < MAX_REACH_SETS;
+            if total + r.memo.len() <= MAX_REACH_MEMO && room {
                 all.insert(r.x, r.memo);
             }
         }
@@ -1135,7 +1137,10 @@ impl<'a> PlainReach<'a> {
                     // Counts of a counted lexeme that the remaining depth cannot tell
                     // apart are one state (without this, a long string's search never
                     // met a pair twice and ran to `max_depth`: milliseconds per table).
-                    let x2 = dfa.canonical(x2, limit - d);
+                    // By the depth left to the longest token, not to `limit`: a search
+                    // that closes (no new pair) answers for every depth, and counts that
+                    // only `limit` cannot tell apart would close too soon.
+                    let x2 = dfa.canonical(x2, self.max_depth - d);
                     if seen.insert((x2, q2)) {
                         next.push((x2, q2));
                     }
@@ -1458,6 +1463,44 @@ mod tests {
             }
         }
         assert!(bounded >= 20, "{bounded} states bounded by characters");
+    }
+
+    /// A plain-reach answer does not depend on what was asked before: a search stopped at
+    /// the depth a walk asked for, then asked for the whole depth, gives the fresh answer
+    /// (inside counted strings too, whose counts a search merges by the depth it has left).
+    #[test]
+    fn reach_answers_do_not_depend_on_what_was_asked_first() {
+        use crate::compile::Lexeme;
+        let vocab = test_vocab("llama3_1");
+        let depth = vocab.trie().max_depth();
+        // A JSON string character (as UTF-8, or an escape), at most 100 of them.
+        let ch = r#"(?:[ !#-\[\]-\x7f]|[\xc2-\xdf][\x80-\xbf]|[\xe0-\xef][\x80-\xbf]{2}|[\xf0-\xf4][\x80-\xbf]{3}|\\["/\\bfnrt])"#;
+        let q = Lexeme::new(dfa("\""));
+        let c = Dfa::counted(Some(q.clone()), Lexeme::new(dfa(ch)), 1, Some(100), Some(q))
+            .expect("counted");
+        let mut between = 0;
+        for i in [1usize, 10, 40, 70, 85, 99] {
+            let s = walk(&c, format!("\"{}", "a".repeat(i)).as_bytes());
+            let fresh = PlainReach::new(&c, depth).safe_depth(s, plain::START);
+            between += (20 < fresh && fresh < depth) as usize;
+            for need in [1, 5, 20] {
+                let mut r = PlainReach::new(&c, depth);
+                assert_eq!(
+                    r.reaches(s, plain::START, need),
+                    fresh >= need,
+                    "{i} {need}"
+                );
+                assert_eq!(
+                    r.safe_depth(s, plain::START),
+                    fresh,
+                    "{i} after asking {need}"
+                );
+                assert_eq!(r.reaches(s, plain::START, depth), fresh >= depth, "{i}");
+            }
+        }
+        // Safe past what a walk asks, short of the longest token: where a merge of
+        // counts by the asked depth would claim more.
+        assert!(between >= 2, "{between}");
     }
 
     /// Every table equals a token-by-token reference: each token's bytes run through the

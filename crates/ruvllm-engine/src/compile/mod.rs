@@ -877,13 +877,16 @@ impl<'a> Lowerer<'a> {
             }
             // A key complement too heavy to inline still makes one lexeme when built
             // from its keys.
-            Expr::Ref(r) => match self.key_complement(e) {
-                Some(k) => match self.key_lexeme(&k)? {
+            Expr::Ref(r) => {
+                let lexeme = match self.key_complement(e) {
+                    Some(k) => self.key_lexeme(&k)?,
+                    None => None,
+                };
+                match lexeme {
                     Some(l) => vec![Sym::Lex(l)],
                     None => vec![Sym::Rule(self.ensure_rule(*r)?)],
-                },
-                None => vec![Sym::Rule(self.ensure_rule(*r)?)],
-            },
+                }
+            }
             Expr::KeyComplement(k) => match self.key_lexeme(k)? {
                 Some(l) => vec![Sym::Lex(l)],
                 None => self.structural(&k.expand())?,
