@@ -1099,8 +1099,9 @@ impl<'a> PlainReach<'a> {
     }
 
     /// The safe depth of `(s, p)`, exact when under `limit` or `limit` is the longest
-    /// token (then every token is within it), else the lower bound `limit`; past
-    /// [`MAX_REACH_PAIRS`], the depth of the layers completed (a lower bound).
+    /// token (then every token is within it), else the lower bound `limit` (also where
+    /// counts merged by `limit` closed the search); past [`MAX_REACH_PAIRS`], the depth
+    /// of the layers completed (a lower bound).
     fn search(&self, s: u32, p: u8, limit: usize) -> Reach {
         let exact = |depth| Reach {
             depth,
@@ -1111,7 +1112,7 @@ impl<'a> PlainReach<'a> {
         seen.insert((s, p));
         let mut layer = vec![(s, p)];
         let mut next = Vec::new();
-        let mut work = 0;
+        let (mut work, mut merged) = (0, false);
         for d in 1..=limit {
             // Every byte string of `d - 1` bytes is safe: past the work cap (a count that
             // plain text never ends, unrolled in the DFA, gives every layer new pairs),
@@ -1137,17 +1138,25 @@ impl<'a> PlainReach<'a> {
                     // Counts of a counted lexeme that the remaining depth cannot tell
                     // apart are one state (without this, a long string's search never
                     // met a pair twice and ran to `max_depth`: milliseconds per table).
-                    // By the depth left to the longest token, not to `limit`: a search
-                    // that closes (no new pair) answers for every depth, and counts that
-                    // only `limit` cannot tell apart would close too soon.
-                    let x2 = dfa.canonical(x2, self.max_depth - d);
-                    if seen.insert((x2, q2)) {
-                        next.push((x2, q2));
+                    // The depth left is `limit`'s; where that merges counts the depth
+                    // left to the longest token would not, a search that closes (no new
+                    // pair) answers for `limit` only.
+                    let c = dfa.canonical(x2, limit - d);
+                    merged |= limit < self.max_depth && c != dfa.canonical(x2, self.max_depth - d);
+                    if seen.insert((c, q2)) {
+                        next.push((c, q2));
                     }
                 }
             }
             if next.is_empty() {
-                return exact(usize::MAX);
+                return if merged {
+                    Reach {
+                        depth: limit,
+                        settled: false,
+                    }
+                } else {
+                    exact(usize::MAX)
+                };
             }
             std::mem::swap(&mut layer, &mut next);
         }
