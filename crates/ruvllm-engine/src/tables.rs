@@ -125,6 +125,9 @@ struct Reach {
     /// No deeper search will be tried: the depth is exact, or the search reached
     /// [`MAX_REACH_PAIRS`] (a deeper one would too).
     settled: bool,
+    /// The depth is exact, up to the longest token (not a bound from the depth asked or
+    /// from [`MAX_REACH_PAIRS`]).
+    exact: bool,
 }
 
 impl std::fmt::Debug for Tables {
@@ -141,6 +144,8 @@ struct Hot {
     /// [`signature`] of the state over [`SIGNATURE_ROUNDS`] bytes (or the vocabulary's
     /// longest token, if shorter); `None` when it gave up.
     signature: Option<u64>,
+    /// [`PlainReach::safe_key`] of the state on JSON string text.
+    safe: Option<usize>,
 }
 
 /// Bytes covered by the signatures that refute table sharing before the bounded
@@ -272,40 +277,9 @@ impl Tables {
         // where the check below would expand its first layers of pairs to find out.
         let rounds = SIGNATURE_ROUNDS.min(depth);
         let mut sig = None;
-        for h in &hot {
-            if lexeme.accepting(state) != h.lexeme.accepting(h.state)
-                || lexeme.allowed(state) != h.lexeme.allowed(h.state)
-            {
-                continue;
-            }
-            let mine = *sig.get_or_insert_with(|| signature(lexeme, state, rounds));
-            if let (Some(a), Some(b)) = (mine, h.signature) {
-                if a != b {
-                    continue;
-                }
-            }
-            let mut gave_up = self.gave_up.lock().unwrap_or_else(|e| e.into_inner());
-            if gave_up
-                .iter()
-                .any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(&h.lexeme)))
-            {
-                continue;
-            }
-            drop(gave_up);
-            match equivalent_within(lexeme, state, &h.lexeme, h.state, depth) {
-                Some(true) => return h.table.clone(),
-                Some(false) => {}
-                None => {
-                    gave_up = self.gave_up.lock().unwrap_or_else(|e| e.into_inner());
-                    gave_up.retain(|w| w.strong_count() > 0);
-                    if gave_up.len() < MAX_GAVE_UP {
-                        gave_up.push(Arc::downgrade(&h.lexeme));
-                    }
-                }
-            }
-        }
-        // Taken out of the lock while the table is computed (a table of another state
-        // computed meanwhile starts with an empty memo: slower, never wrong).
+        // The plain-reach memo, taken out of the lock while the table is computed (a
+        // table of another state computed meanwhile starts with an empty memo: slower,
+        // never wrong).
         let memo = {
             let mut all = self.reach_memo.lock().unwrap_or_else(|e| e.into_inner());
             all.remove(&ByteSet::EMPTY).unwrap_or_default()
@@ -313,6 +287,60 @@ impl Tables {
         let mut known = memo.len();
         let mut reach = PlainReach::new(lexeme, trie.max_depth());
         reach.memo = memo;
+        // The state's safe depth on JSON string text, computed once if some registered
+        // state has its signature: equivalent states have the same, and a bounded string
+        // (`maxLength`) has the signature of every other string state but not its safe
+        // depth. The check below took 0.5-1.7 ms to refute such a state against the
+        // registered string states, more than its table.
+        let mut safe = None;
+        let shared = 'share: {
+            for h in &hot {
+                if lexeme.accepting(state) != h.lexeme.accepting(h.state)
+                    || lexeme.allowed(state) != h.lexeme.allowed(h.state)
+                {
+                    continue;
+                }
+                let mine = *sig.get_or_insert_with(|| signature(lexeme, state, rounds));
+                if let (Some(a), Some(b)) = (mine, h.signature) {
+                    if a != b {
+                        continue;
+                    }
+                }
+                let mine = *safe.get_or_insert_with(|| reach.safe_key(state, plain::STARTS[0]));
+                if let (Some(a), Some(b)) = (mine, h.safe) {
+                    if a != b {
+                        continue;
+                    }
+                }
+                let mut gave_up = self.gave_up.lock().unwrap_or_else(|e| e.into_inner());
+                if gave_up
+                    .iter()
+                    .any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(&h.lexeme)))
+                {
+                    continue;
+                }
+                drop(gave_up);
+                match equivalent_within(lexeme, state, &h.lexeme, h.state, depth) {
+                    Some(true) => break 'share Some(h.table.clone()),
+                    Some(false) => {}
+                    None => {
+                        gave_up = self.gave_up.lock().unwrap_or_else(|e| e.into_inner());
+                        gave_up.retain(|w| w.strong_count() > 0);
+                        if gave_up.len() < MAX_GAVE_UP {
+                            gave_up.push(Arc::downgrade(&h.lexeme));
+                        }
+                    }
+                }
+            }
+            None
+        };
+        if let Some(t) = shared {
+            // About 40 bytes per answer, as below.
+            let grown = reach.memo.len().saturating_sub(known);
+            TABLE_BYTES.fetch_add(grown * 40, std::sync::atomic::Ordering::Relaxed);
+            self.keep_reach(std::iter::once(reach));
+            return t;
+        }
         let (t, tried) = compute_with(lexeme, state, trie, vocab_len, true, &mut reach, |x| {
             let mut r = PlainReach::excluding(lexeme, trie.max_depth(), x);
             let mut all = self.reach_memo.lock().unwrap_or_else(|e| e.into_inner());
@@ -327,16 +355,8 @@ impl Tables {
             now.saturating_sub(known) * 40,
             std::sync::atomic::Ordering::Relaxed,
         );
-        let mut all = self.reach_memo.lock().unwrap_or_else(|e| e.into_inner());
-        for r in std::iter::once(reach).chain(tried) {
-            let total: usize = all.values().map(|m| m.len()).sum();
-            // The plain memo (first) always finds a place: one set is kept for it.
-            let room = r.x == ByteSet::EMPTY || all.len() + 1 < MAX_REACH_SETS;
-            if total + r.memo.len() <= MAX_REACH_MEMO && room {
-                all.insert(r.x, r.memo);
-            }
-        }
-        drop(all);
+        let safe = reach.safe_key(state, plain::STARTS[0]);
+        self.keep_reach(std::iter::once(reach).chain(tried));
         TABLE_BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         TABLE_BYTES.fetch_add(t.memory(), std::sync::atomic::Ordering::Relaxed);
         if matches!(t.accept, TokenSet::Dense(_)) {
@@ -349,11 +369,27 @@ impl Tables {
                     state,
                     table: t.clone(),
                     signature: sig.unwrap_or_else(|| signature(lexeme, state, rounds)),
+                    safe,
                 }),
             );
             list.truncate(MAX_HOT);
         }
         t
+    }
+
+    /// Puts plain-reach memos back for this lexeme's next tables, within
+    /// [`MAX_REACH_MEMO`] answers and [`MAX_REACH_SETS`] sets. Cost: a lock and one sum
+    /// per memo.
+    fn keep_reach<'a>(&self, memos: impl Iterator<Item = PlainReach<'a>>) {
+        let mut all = self.reach_memo.lock().unwrap_or_else(|e| e.into_inner());
+        for r in memos {
+            let total: usize = all.values().map(|m| m.len()).sum();
+            // The plain memo (first) always finds a place: one set is kept for it.
+            let room = r.x == ByteSet::EMPTY || all.len() + 1 < MAX_REACH_SETS;
+            if total + r.memo.len() <= MAX_REACH_MEMO && room {
+                all.insert(r.x, r.memo);
+            }
+        }
     }
 
     /// Number of computed slots and their heap bytes (shared tables counted in full).
@@ -1001,6 +1037,18 @@ impl<'a> PlainReach<'a> {
         r.depth
     }
 
+    /// The safe depth of `(s, p)` up to the longest token, when the search knows it
+    /// exactly (`None` when it stopped at [`MAX_REACH_PAIRS`]). States that agree on every
+    /// string as long as the longest token have the same; see [`Tables::first_use`].
+    /// Cost: [`PlainReach::safe_depth`].
+    fn safe_key(&mut self, s: u32, p: u8) -> Option<usize> {
+        let d = self.safe_depth(s, p);
+        match self.memo.get(&(s, p)) {
+            Some(r) if r.exact => Some(d.min(self.max_depth)),
+            _ => None,
+        }
+    }
+
     /// Whether [`PlainReach::safe_depth`] is at least `need`. Cost: memoized; else a
     /// search at most `max(need, 16)` bytes deep (a walk asks about subtrees a few bytes
     /// deep, where a count that plain text never ends, such as words in a `pattern`,
@@ -1106,6 +1154,7 @@ impl<'a> PlainReach<'a> {
         let exact = |depth| Reach {
             depth,
             settled: true,
+            exact: true,
         };
         let dfa = self.dfa;
         let mut seen: FastSet<(u32, u8)> = FastSet::default();
@@ -1122,6 +1171,7 @@ impl<'a> PlainReach<'a> {
                 return Reach {
                     depth: d - 1,
                     settled: true,
+                    exact: false,
                 };
             }
             next.clear();
@@ -1153,6 +1203,7 @@ impl<'a> PlainReach<'a> {
                     Reach {
                         depth: limit,
                         settled: false,
+                        exact: false,
                     }
                 } else {
                     exact(usize::MAX)
@@ -1163,6 +1214,7 @@ impl<'a> PlainReach<'a> {
         Reach {
             depth: limit,
             settled: limit >= self.max_depth,
+            exact: limit >= self.max_depth,
         }
     }
 }
@@ -1657,6 +1709,67 @@ mod tests {
             }
         }
         assert!(pairs[0] > 1000 && pairs[1] > 100, "{pairs:?}");
+    }
+
+    /// The safe depth that refutes a share before the bisimulation never refutes states
+    /// that are equivalent up to the longest token, and refutes some that the signature
+    /// lets through (a bounded string against an unbounded one).
+    #[test]
+    fn safe_keys_never_refute_equivalent_states() {
+        let counted = |min, max| {
+            let ch = r#"([^"\\\x00-\x1f]|\\["\\/bfnrt])"#;
+            Dfa::counted(
+                Some(Lexeme::new(dfa("\""))),
+                Lexeme::new(dfa(ch)),
+                min,
+                max,
+                Some(Lexeme::new(dfa("\""))),
+            )
+            .unwrap()
+        };
+        let dfas = [
+            dfa(r#""[a-z]*""#),
+            dfa(r#""[a-z]{0,12}""#),
+            dfa(r#""([a-z]|[a-z])*""#),
+            dfa(r#""[ !#-\[\]-~]*""#),
+            counted(3, Some(9)),
+            counted(0, Some(14)),
+            counted(0, Some(40)),
+            counted(5, None),
+        ];
+        let depth = 16;
+        let (mut same, mut refuted) = (0, 0);
+        for (i, x) in dfas.iter().enumerate() {
+            for y in &dfas[i..] {
+                let (mut rx, mut ry) = (PlainReach::new(x, depth), PlainReach::new(y, depth));
+                // The first states, and those a string of `i` letters reaches.
+                let states = |d: &Dfa| {
+                    let mut v: Vec<u32> = (1..d.num_states().min(40) as u32).collect();
+                    v.extend((0..24).map(|i| walk(d, format!("\"{}", "a".repeat(i)).as_bytes())));
+                    v.retain(|&s| s != 0);
+                    v
+                };
+                for &s in &states(x) {
+                    for &t in &states(y) {
+                        let (a, b) = (
+                            rx.safe_key(s, plain::STARTS[0]),
+                            ry.safe_key(t, plain::STARTS[0]),
+                        );
+                        let keys_differ = matches!((a, b), (Some(a), Some(b)) if a != b);
+                        if equivalent(x, s, y, t, depth) {
+                            same += 1;
+                            assert!(!keys_differ, "states {s} and {t}: {a:?} {b:?}");
+                        } else if keys_differ
+                            && signature(x, s, SIGNATURE_ROUNDS)
+                                == signature(y, t, SIGNATURE_ROUNDS)
+                        {
+                            refuted += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert!(same > 50 && refuted > 50, "{same} {refuted}");
     }
 
     /// A DFA whose states fan out to 4,096 distinct states within 3 bytes: the signature
