@@ -22,7 +22,7 @@
 
 mod counted;
 pub(crate) mod dfa;
-mod keys;
+pub(crate) mod keys;
 mod subset;
 
 use std::collections::HashMap;
