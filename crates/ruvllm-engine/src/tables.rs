@@ -1168,8 +1168,8 @@ impl<'a> PlainReach<'a> {
             exact: true,
         };
         let dfa = self.dfa;
-        let mut seen: FastSet<(u32, u8)> = FastSet::default();
-        seen.insert((s, p));
+        let mut seen = Seen::new(dfa);
+        seen.insert(s, p);
         let mut layer = vec![(s, p)];
         let mut next = Vec::new();
         let (mut work, mut merged) = (0, false);
@@ -1205,7 +1205,7 @@ impl<'a> PlainReach<'a> {
                     // pair) answers for `limit` only.
                     let c = dfa.canonical(x2, limit - d);
                     merged |= limit < self.max_depth && c != dfa.canonical(x2, self.max_depth - d);
-                    if seen.insert((c, q2)) {
+                    if seen.insert(c, q2) {
                         next.push((c, q2));
                     }
                 }
@@ -1227,6 +1227,42 @@ impl<'a> PlainReach<'a> {
             depth: limit,
             settled: limit >= self.max_depth,
             exact: limit >= self.max_depth,
+        }
+    }
+}
+
+/// The (DFA state, plain state) pairs a plain-reach search has met: a bitmap by state
+/// where the DFA has no counts (its states are its ids, below `num_states`), else a hash
+/// set (a counted lexeme's ids encode counts). A key complement's search meets about
+/// 10,000 pairs, each tried once per byte cell: a bit test instead of a hash-set insert.
+enum Seen {
+    Dense(Vec<u64>),
+    Hashed(FastSet<(u32, u8)>),
+}
+
+impl Seen {
+    /// An empty set for the pairs of `dfa`. Cost: `num_states x 18` bits zeroed, or none.
+    fn new(dfa: &Dfa) -> Seen {
+        if dfa.has_counts() {
+            Seen::Hashed(FastSet::default())
+        } else {
+            let bits = dfa.num_states() * plain::STATES as usize;
+            Seen::Dense(vec![0; bits.div_ceil(64)])
+        }
+    }
+
+    /// Adds the pair; whether it was new. Cost: a bit test, or a hash insert.
+    #[inline]
+    fn insert(&mut self, x: u32, q: u8) -> bool {
+        match self {
+            Seen::Dense(bits) => {
+                let i = x as usize * plain::STATES as usize + q as usize;
+                let (w, m) = (i / 64, 1u64 << (i % 64));
+                let new = bits[w] & m == 0;
+                bits[w] |= m;
+                new
+            }
+            Seen::Hashed(set) => set.insert((x, q)),
         }
     }
 }

@@ -58,6 +58,12 @@ pub struct Dfa {
 }
 
 impl Dfa {
+    /// Whether the automaton counts repetitions (then its state ids encode counts and may
+    /// stand for several counts; see [`Dfa::canonical`]). Cost: O(1).
+    pub(crate) fn has_counts(&self) -> bool {
+        self.counted.is_some()
+    }
+
     /// The counted lexeme `p x{min,max} s` (see [`super::counted`]), or `None` when its
     /// conditions do not hold. Cost: O(states of the parts).
     pub(crate) fn counted(
