@@ -9,6 +9,8 @@ bash scripts/fetch-assets.sh
 export CARGO_INCREMENTAL=0
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# The API docs build without broken or private links.
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
 cargo test --workspace --locked
 # The server against real client libraries (openai, instructor, langchain-openai, ollama)
 # in a venv, using the binary the tests just built.

@@ -427,12 +427,12 @@ pub(crate) fn equivalent(a: &Dfa, s: u32, b: &Dfa, t: u32, depth: usize) -> bool
     equivalent_capped(a, s, b, t, depth, 1 << 20) == Some(true)
 }
 
-/// [`equivalent`], or `None` when it gave up at [`MAX_PAIRS`] pairs.
+/// `equivalent` (the tests' oracle), or `None` when it gave up at [`MAX_PAIRS`] pairs.
 fn equivalent_within(a: &Dfa, s: u32, b: &Dfa, t: u32, depth: usize) -> Option<bool> {
     equivalent_capped(a, s, b, t, depth, MAX_PAIRS)
 }
 
-/// [`equivalent`], or `None` when it gave up past `max_pairs` pairs.
+/// `equivalent` (the tests' oracle), or `None` when it gave up past `max_pairs` pairs.
 fn equivalent_capped(
     a: &Dfa,
     s: u32,

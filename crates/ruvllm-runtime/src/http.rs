@@ -5,7 +5,7 @@
 //! sends the request, then checks the answer the way constrained decoding would have
 //! guaranteed it:
 //!
-//! 1. JSON mode: parse and validate against the schema ([`JsonValidator`]); in repair mode
+//! 1. JSON mode: parse and validate against the schema ([`crate::JsonValidator`]); in repair mode
 //!    malformed output is repaired (the repaired value must validate). Grammar, regex and
 //!    choice constraints: the output must be a complete sentence of the grammar (checked
 //!    byte by byte by the engine's recognizer).

@@ -1,5 +1,5 @@
 //! Reading request bodies field by field, so that every mistake is a 400 naming the
-//! field (`param`), and turning each dialect's knobs into [`GenerateParams`] and an
+//! field (`param`), and turning each dialect's knobs into [`ruvllm_runtime::GenerateParams`] and an
 //! [`OutputConstraint`].
 //!
 //! Fields that would change the output if ignored (`n > 1`, `logprobs`, `logit_bias`,
@@ -622,7 +622,7 @@ const PROMPT_SCHEMA_TRIES: usize = 32;
 /// json_schema: {...}"; LangChain's output parsers: "...conforms to the JSON schema
 /// below: {...}"): a JSON object after the word "schema" that looks like a schema
 /// (has `properties`, `$defs`, `anyOf`/`oneOf`, or `type: object`); when there are several,
-/// the last. Cost: at most [`PROMPT_SCHEMA_TRIES`] JSON parses per system message.
+/// the last. Cost: at most `PROMPT_SCHEMA_TRIES` (32) JSON parses per system message.
 pub fn prompt_schema(messages: &[Message]) -> Option<Value> {
     let schemaish = |o: &Map<String, Value>| {
         o.contains_key("properties")

@@ -111,7 +111,9 @@ impl Dfa {
         Self::build_until(hir, max_states, max_bytes, None)
     }
 
-    /// [`Dfa::build`], stopping with [`DfaError::Deadline`] once `deadline` has passed.
+    /// Builds the DFA of `hir` (anchored, all matches), within `max_states` states and
+    /// `max_bytes` of determinization memory, stopping with [`DfaError::Deadline`] once
+    /// `deadline` has passed.
     pub(crate) fn build_until(
         hir: &Hir,
         max_states: usize,
@@ -353,15 +355,15 @@ impl Dfa {
 }
 
 /// A lexeme DFA shared by every grammar that uses the same regular expression, with the
-/// token tables of its states per vocabulary (filled lazily, see [`crate::tables`]).
+/// token tables of its states per vocabulary (filled lazily, see the `tables` module).
 ///
 /// Schemas repeat the same lexemes endlessly (a JSON string, an integer, whitespace, a
 /// `"key": ` prefix), so determinizing each once per process and computing each state's
 /// token table once per vocabulary turns most of compile time and first-mask time into a
 /// lookup. The cache is keyed by the exact regex and the size limits it was built under,
 /// so a hit is the very DFA a fresh build would give; it is bounded (cleared when it holds
-/// more than [`MAX_CACHED`] lexemes or its lexemes' token tables exceed
-/// [`MAX_CACHED_TABLE_BYTES`]; grammars keep their own `Arc`s).
+/// more than `MAX_CACHED` lexemes or its lexemes' token tables exceed
+/// `MAX_CACHED_TABLE_BYTES`; grammars keep their own `Arc`s).
 #[derive(Debug)]
 pub struct Lexeme {
     dfa: Dfa,

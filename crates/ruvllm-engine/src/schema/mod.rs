@@ -27,7 +27,7 @@
 //!   `dependentRequired`/`dependentSchemas`/`dependencies`, `min/maxProperties` over
 //!   optional keys, `multipleOf`, `unevaluated*`, non-integer bounds, `pattern` combined
 //!   with lengths or another pattern, regexes the translator cannot read) is handled by a
-//!   **semantic check** (see [`check`]): the sub-schema's grammar is relaxed to a superset
+//!   **semantic check** (see the `check` module): the sub-schema's grammar is relaxed to a superset
 //!   and the original sub-schema is validated each time its value completes, so the token
 //!   that would complete an invalid value is refused.
 //!
@@ -74,7 +74,7 @@ pub struct SchemaOptions {
     /// Whether object properties must come in schema order (the default: fewer choices
     /// for the model, one canonical output) or may come in any order (what a validator
     /// accepts; required keys, duplicates and property counts are then enforced by a
-    /// semantic check on each object, see [`check`]).
+    /// semantic check on each object, see the `check` module).
     pub any_order: bool,
     /// Write `integer` values as plain digits (`-?(0|[1-9][0-9]*)`, what JSON encoders
     /// emit) rather than also as `1.0…` or `1e0`, which a validator accepts for `integer`.

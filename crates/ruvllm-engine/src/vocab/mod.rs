@@ -247,12 +247,12 @@ impl Vocabulary {
 /// A pre-order trie of token byte strings. Node 0 is the root (the empty prefix); node `n`'s
 /// subtree is `n..end(n)`; its children are `n+1`, then `end(child)` for each next sibling.
 /// Memory: about 39 bytes per node plus 4 per token, and one bitmap of the vocabulary per
-/// [`plain`] language; a 128k vocabulary has ~300k nodes.
+/// `plain` language; a 128k vocabulary has ~300k nodes.
 ///
-/// Nodes with many children (at least [`WIDE_CHILDREN`]; the root and a few hundred others)
+/// Nodes with many children (at least `WIDE_CHILDREN`; the root and a few hundred others)
 /// also keep the set of their children's bytes and the children in byte order, so that a
 /// walk that may read only a few bytes there (a DFA state inside a number) finds those
-/// children without scanning all of them (see [`TokenTrie::wide`]).
+/// children without scanning all of them (see `TokenTrie::wide`).
 #[derive(Debug, Clone)]
 pub struct TokenTrie {
     byte: Vec<u8>,

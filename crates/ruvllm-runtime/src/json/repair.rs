@@ -79,7 +79,7 @@ pub enum RepairError {
         /// Byte offset.
         at: usize,
     },
-    /// Input larger than [`MAX_INPUT`].
+    /// Input larger than `MAX_INPUT` (16 MiB).
     #[error("input of {len} bytes is larger than the {MAX_INPUT}-byte limit")]
     TooLarge {
         /// Its size.
