@@ -120,6 +120,14 @@ const MAX_REACH_PAIRS: usize = 1024;
 /// 36 and 37 masks over 2 ms on the 30 slowest files against 31 and 24 without.
 const REACH_PAIRS_PER_STATE: usize = 4;
 
+/// The most pairs a search may expand whatever the DFA's size (32 times
+/// [`MAX_REACH_PAIRS`]; a 20,000-state lexeme would otherwise allow 80,000 pairs, tens of
+/// milliseconds inside one mask). A trie of up to 8,192 states is searched whole: the
+/// largest key complement among the slow MaskBench files has 7,313 (its table walked
+/// 41,000 trie nodes, 3 ms, when the search stopped at 1,024 pairs; at 16,384 pairs, the
+/// 30 slowest files took 3-8% longer in first uses than with no cap).
+const MAX_REACH_PAIRS_ANY: usize = 32 * MAX_REACH_PAIRS;
+
 /// Sets of left-out bytes whose plain-reach answers a lexeme keeps (a lexeme's states
 /// leave out a few sets: one per loop or count).
 const MAX_REACH_SETS: usize = 16;
@@ -1173,7 +1181,8 @@ impl<'a> PlainReach<'a> {
         let mut layer = vec![(s, p)];
         let mut next = Vec::new();
         let (mut work, mut merged) = (0, false);
-        let max_pairs = MAX_REACH_PAIRS.max(REACH_PAIRS_PER_STATE * dfa.num_states());
+        let max_pairs =
+            (REACH_PAIRS_PER_STATE * dfa.num_states()).clamp(MAX_REACH_PAIRS, MAX_REACH_PAIRS_ANY);
         for d in 1..=limit {
             // Every byte string of `d - 1` bytes is safe: past the work cap (a count that
             // plain text never ends, unrolled in the DFA, gives every layer new pairs),
@@ -1232,21 +1241,27 @@ impl<'a> PlainReach<'a> {
 }
 
 /// The (DFA state, plain state) pairs a plain-reach search has met: a bitmap by state
-/// where the DFA has no counts (its states are its ids, below `num_states`), else a hash
-/// set (a counted lexeme's ids encode counts). A key complement's search meets about
-/// 10,000 pairs, each tried once per byte cell: a bit test instead of a hash-set insert.
+/// where the DFA has no counts (its states are its ids, below `num_states`) and the
+/// bitmap is at most [`SEEN_BITS`] bits, else a hash set (a counted lexeme's ids encode
+/// counts; a bigger bitmap would be zeroed for every search, and a walk runs many short
+/// ones). A key complement's search meets about 10,000 pairs, each tried once per byte
+/// cell: a bit test instead of a hash-set insert.
 enum Seen {
     Dense(Vec<u64>),
     Hashed(FastSet<(u32, u8)>),
 }
 
+/// The largest [`Seen`] bitmap (32 KiB: DFAs of up to 14,563 states).
+const SEEN_BITS: usize = 1 << 18;
+
 impl Seen {
-    /// An empty set for the pairs of `dfa`. Cost: `num_states x 18` bits zeroed, or none.
+    /// An empty set for the pairs of `dfa`. Cost: `num_states x 18` bits zeroed (at most
+    /// [`SEEN_BITS`]), or none.
     fn new(dfa: &Dfa) -> Seen {
-        if dfa.has_counts() {
+        let bits = dfa.num_states() * plain::STATES as usize;
+        if dfa.has_counts() || bits > SEEN_BITS {
             Seen::Hashed(FastSet::default())
         } else {
-            let bits = dfa.num_states() * plain::STATES as usize;
             Seen::Dense(vec![0; bits.div_ceil(64)])
         }
     }
@@ -1785,6 +1800,7 @@ mod tests {
         )
         .unwrap();
         assert!(kc.num_states() > MAX_REACH_PAIRS);
+        assert!(kc.num_states() * REACH_PAIRS_PER_STATE <= MAX_REACH_PAIRS_ANY);
         let inside = walk(&kc, b"\"");
         let mut r = PlainReach::new(&kc, 64);
         assert_eq!(r.safe_depth(inside, plain::STARTS[0]), usize::MAX);
