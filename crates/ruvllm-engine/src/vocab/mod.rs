@@ -290,8 +290,8 @@ pub struct TokenTrie {
     wide: Vec<(crate::byteset::ByteSet, u32)>,
     wide_children: Vec<u32>,
     /// Per node: the index in `below_sets` of the [`byte_group`]s of the bytes strictly
-    /// below it (see [`TokenTrie::below`]), or [`BELOW_ANY`]. The sets are few (23,720
-    /// distinct among Llama 3.1's 274,520 nodes, 33,367 for Gemma 2), so a 2-byte index
+    /// below it (see [`TokenTrie::below`]), or [`BELOW_ANY`]. The sets are few (23,721
+    /// distinct among Llama 3.1's 274,521 nodes, 33,357 among Gemma 2's 502,618), so a 2-byte index
     /// and a table that stays in cache replace 16 bytes per node, whose loads were a
     /// cache miss per visited node and over a quarter of a table's walk.
     below_ix: Vec<u16>,
@@ -303,7 +303,8 @@ pub struct TokenTrie {
 const BELOW_ANY: u16 = u16::MAX;
 
 /// Each value's index in a table of the distinct values, in order of first appearance;
-/// past `cap` distinct values, the rest get [`BELOW_ANY`]. Cost: a hash lookup per value.
+/// past `cap` distinct values, the rest get [`BELOW_ANY`]. Cost: a hash lookup per value
+/// (once per vocabulary: 14 ms for Llama 3.1's trie, 25 ms for Gemma 2's, release build).
 fn index_sets(values: &[u128], cap: usize) -> (Vec<u16>, Vec<u128>) {
     let mut index: std::collections::HashMap<u128, u16> = std::collections::HashMap::new();
     let mut sets: Vec<u128> = Vec::new();
