@@ -900,6 +900,20 @@ impl<'a> Lowerer<'a> {
                     vec![self.helper(alts)?]
                 }
             }
+            Expr::Repeat { e: inner, min, max } if *min > CHUNK => {
+                // x{min,max} is (x{c}){q} x{rem, rem + (max - min)} with min = q·c + rem:
+                // the `min` copies are never written out one by one (merged nested
+                // repetitions can ask for millions); each level divides the count by c.
+                let (q, rem) = (min / CHUNK, min % CHUNK);
+                let rep = |e: Expr, a: u32, b: Option<u32>| Expr::Repeat {
+                    e: Box::new(e),
+                    min: a,
+                    max: b,
+                };
+                let chunk = rep((**inner).clone(), CHUNK, Some(CHUNK));
+                let tail = rep((**inner).clone(), rem, max.map(|m| m - min + rem));
+                self.seq(&Expr::Seq(vec![rep(chunk, q, Some(q)), tail]))?
+            }
             Expr::Repeat {
                 e: inner,
                 min,

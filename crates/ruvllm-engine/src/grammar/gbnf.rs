@@ -446,11 +446,7 @@ impl<'a> Parser<'a> {
             });
         }
         self.count_node()?;
-        Ok(Expr::Repeat {
-            e: Box::new(e),
-            min,
-            max,
-        })
+        Ok(Expr::repeat(e, min, max))
     }
 
     fn int(&mut self) -> Result<u32, GrammarError> {

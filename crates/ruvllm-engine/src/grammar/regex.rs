@@ -107,11 +107,7 @@ fn to_expr(h: &Hir, limits: &Limits) -> Result<Expr, GrammarError> {
                     hint: "Limits::max_repeat",
                 });
             }
-            Expr::Repeat {
-                e: Box::new(to_expr(&r.sub, limits)?),
-                min: r.min,
-                max: r.max,
-            }
+            Expr::repeat(to_expr(&r.sub, limits)?, r.min, r.max)
         }
         HirKind::Capture(c) => to_expr(&c.sub, limits)?,
         HirKind::Concat(v) => Expr::Seq(
