@@ -7,6 +7,15 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use ruvllm_engine::{Limits, Vocabulary};
 
+/// jemalloc, as in the `ruvllm` binary, so that the engine is measured with the allocator
+/// it ships with. With glibc's malloc, a mask that ran after a previous file's tables were
+/// freed could spend 8-20 ms inside `_int_malloc` sorting the freed chunks (`perf` samples
+/// in the window of the slow mask: 413 of 439 in `_int_malloc`); the same table took
+/// 0.4 ms in a fresh process. See docs/PERFORMANCE.md for the measured effect on both
+/// engines.
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[derive(Parser)]
 #[command(
     name = "ruvllm-bench",

@@ -416,7 +416,7 @@ pub fn markdown(info: &RunInfo, engines: &[ReportRow], common: Option<&CommonTtf
         .map(|n| n.get())
         .unwrap_or(0);
     s.push_str(&format!(
-        "MaskBench, {} files, tokenizer `{}`, one thread, release build, {cpu} ({cores} cores visible); \
+        "MaskBench, {} files, tokenizer `{}`, one thread, release build with jemalloc as the allocator (both engines run in this process), {cpu} ({cores} cores visible); \
          both engines on the same files and token sequences, interleaved per file. ruvllm uses \
          `Flexible(20)` whitespace and properties in any order (the instances are Python \
          `json.dumps` output); llguidance its default JSON options plus flexible whitespace.\n\n",
