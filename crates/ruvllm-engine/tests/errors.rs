@@ -238,6 +238,38 @@ fn nested_repeats_are_merged_and_stay_fast() {
     assert!(matches!(check("a".repeat(301)), Rejected { at: 300, .. }));
 }
 
+/// A repetition whose maximum is below its minimum, which only a grammar built in code can
+/// hold (the GBNF and regex parsers refuse it), matches nothing: alone it is an empty
+/// language, as an alternative it is dropped. It used to reach the compiler as a lexeme
+/// `b{100,3}`: the grammar compiled, and after `bbbb` the matcher said "incomplete" (a
+/// prefix with no completion, which exact masks must never allow).
+#[test]
+fn inverted_repetition_bounds_match_nothing() {
+    use ruvllm_engine::Expr;
+    let limits = Limits::default();
+    let inverted = || Expr::Repeat {
+        e: Box::new(Expr::Literal(b"b".to_vec())),
+        min: 100,
+        max: Some(3),
+    };
+    let alone = Grammar::single("root", inverted());
+    assert!(matches!(
+        Constraint::new(&alone, toy_vocab(), &limits),
+        Err(GrammarError::EmptyLanguage { .. })
+    ));
+    let either = Grammar::single(
+        "root",
+        Expr::Alt(vec![Expr::Literal(b"a".to_vec()), inverted()]),
+    );
+    let c = Constraint::new(&either, toy_vocab(), &limits).unwrap();
+    let check = |t: &[u8]| Matcher::new(&c).unwrap().check_bytes(t).unwrap();
+    assert_eq!(check(b"a"), ruvllm_engine::CheckResult::Accepted);
+    assert!(matches!(
+        check(b"b"),
+        ruvllm_engine::CheckResult::Rejected { at: 0, .. }
+    ));
+}
+
 #[test]
 fn parser_budget_is_an_error_not_a_wrong_mask() {
     // Highly ambiguous grammar: item count grows with the text; a tiny budget trips it.

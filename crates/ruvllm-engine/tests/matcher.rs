@@ -25,6 +25,18 @@ fn allowed(m: &mut Matcher) -> Vec<u32> {
         .collect()
 }
 
+/// The constraint of a JSON Schema (default options) over Llama 3.1.
+fn schema(schema: serde_json::Value) -> Arc<Constraint> {
+    use ruvllm_engine::schema::{schema_to_grammar, SchemaOptions};
+    let g = schema_to_grammar(&schema, &SchemaOptions::default()).unwrap();
+    Constraint::new(&g, llama3(), &Limits::default()).unwrap()
+}
+
+/// Whether token `t` is allowed in `mask`.
+fn bit(mask: &[u32], t: u32) -> bool {
+    mask[(t >> 5) as usize] >> (t & 31) & 1 == 1
+}
+
 fn ids(text: &str) -> Vec<u32> {
     llama3().encoder().unwrap().encode(text).unwrap()
 }
@@ -308,7 +320,6 @@ fn fresh_mask(c: &Arc<Constraint>, tokens: &[u32]) -> Vec<u32> {
 #[track_caller]
 fn assert_same(got: &[u32], want: &[u32], what: impl std::fmt::Display) {
     let v = llama3();
-    let bit = |m: &[u32], t: u32| m[(t >> 5) as usize] >> (t & 31) & 1 == 1;
     let diff: Vec<String> = (0..v.len() as u32)
         .filter(|&t| bit(got, t) != bit(want, t))
         .take(5)
@@ -360,7 +371,6 @@ fn boundary_memo_agrees_with_fresh_matchers_across_commits_and_rollbacks() {
         })
         .collect();
     assert!(probes.len() > 500, "{} probes", probes.len());
-    let bit = |mask: &[u32], t: u32| mask[(t >> 5) as usize] >> (t & 31) & 1 == 1;
     let mut m = Matcher::new(&c).unwrap();
     let mut mask = vec![0u32; v.mask_words()];
     let mut committed: Vec<u32> = Vec::new();
@@ -478,7 +488,6 @@ fn boundary_memo_is_dropped_when_its_sets_change_and_skips_semantic_checks() {
     let c = Constraint::new(&g, v.clone(), &Limits::default()).unwrap();
     let close = ids(r#""]"#);
     assert_eq!(close.len(), 1, "one token closes the string and the array");
-    let bit = |mask: &[u32], t: u32| mask[(t >> 5) as usize] >> (t & 31) & 1 == 1;
     let mut m = Matcher::new(&c).unwrap();
     let mut text = String::from(r#"[["ab", "a"#);
     for t in ids(&text) {
@@ -530,7 +539,6 @@ fn shared_walks_redo_what_a_semantic_check_decided() {
     // complete the whole value: a token of the boundary walk, not one decided apart.
     let close = ids(r#""]"#);
     assert_eq!(close.len(), 1);
-    let bit = |mask: &[u32], t: u32| mask[(t >> 5) as usize] >> (t & 31) & 1 == 1;
     let mut mask = vec![0u32; v.mask_words()];
     // Each text on a matcher of its own, in turn: later ones meet the states of earlier
     // ones, with the opposite answer for `"]`.
@@ -697,15 +705,11 @@ fn many_literal_alternatives_share_lexemes_with_the_same_masks() {
 /// lexeme boundary; its masks still follow the format.
 #[test]
 fn hostname_is_one_lexeme() {
-    use ruvllm_engine::schema::{schema_to_grammar, SchemaOptions};
     let v = llama3();
-    let schema = serde_json::json!({"type": "string", "format": "hostname"});
-    let g = schema_to_grammar(&schema, &SchemaOptions::default()).unwrap();
-    let c = Constraint::new(&g, v.clone(), &Limits::default()).unwrap();
+    let c = schema(serde_json::json!({"type": "string", "format": "hostname"}));
     let stats = c.grammar().stats();
     assert!(stats.lexemes <= 2, "{stats:?}");
     let mut mask = vec![0u32; v.mask_words()];
-    let bit = |mask: &[u32], t: u32| mask[(t >> 5) as usize] >> (t & 31) & 1 == 1;
     // After `"ab.c`, a token of letters and digits only continues the label; one with `_`
     // or a space never fits a hostname; `"` closes it.
     let mut m = Matcher::new(&c).unwrap();
@@ -776,7 +780,6 @@ fn loops_of_bounded_strings_do_not_unroll_their_counts() {
     let stats = c.grammar().stats();
     assert!(stats.lexeme_states < 2000, "{stats:?}");
     let mut mask = vec![0u32; v.mask_words()];
-    let bit = |mask: &[u32], t: u32| mask[(t >> 5) as usize] >> (t & 31) & 1 == 1;
     let mut m = Matcher::new(&c).unwrap();
     for t in ids(&format!("{{\"kind\": \"{}", "a".repeat(127))) {
         m.commit_token(t).unwrap();
@@ -797,15 +800,11 @@ fn loops_of_bounded_strings_do_not_unroll_their_counts() {
 /// `Github_hard---o21072` took 3.9-4.1 ms, 2.7 ms since). The masks still count words.
 #[test]
 fn word_count_patterns_are_one_lexeme() {
-    use ruvllm_engine::schema::{schema_to_grammar, SchemaOptions};
     let v = llama3();
-    let schema = serde_json::json!({"type": "string", "pattern": "^(?:\\S+\\s+){0,99}\\S+$"});
-    let g = schema_to_grammar(&schema, &SchemaOptions::default()).unwrap();
-    let c = Constraint::new(&g, v.clone(), &Limits::default()).unwrap();
+    let c = schema(serde_json::json!({"type": "string", "pattern": "^(?:\\S+\\s+){0,99}\\S+$"}));
     let stats = c.grammar().stats();
     assert_eq!((stats.rules, stats.lexemes), (1, 1), "{stats:?}");
     let mut mask = vec![0u32; v.mask_words()];
-    let bit = |mask: &[u32], t: u32| mask[(t >> 5) as usize] >> (t & 31) & 1 == 1;
     let (word, space, quote) = (ids(" word")[0], ids(" ")[0], ids("\"")[0]);
     let mut m = Matcher::new(&c).unwrap();
     for t in ids("\"word") {

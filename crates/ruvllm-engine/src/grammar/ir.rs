@@ -108,8 +108,9 @@ impl Expr {
                 (Some(b), Some(d)) => b.checked_mul(d).map(Some),
                 _ => Some(None),
             };
-            // `d = 0` or `b = 0` allow only the empty string; leave such shapes as written.
-            if gapless && d != Some(0) && b != Some(0) {
+            // `d = 0` or `b = 0` allow only the empty string, and inverted outer bounds
+            // (`d < c`) nothing: leave such shapes as written.
+            if gapless && d != Some(0) && b != Some(0) && d.is_none_or(|d| d >= c) {
                 if let (Some(lo), Some(hi)) = (lo, hi) {
                     return Expr::Repeat {
                         e: x.clone(),
@@ -380,7 +381,12 @@ fn expr_productive(e: &Expr, prod: &[bool]) -> bool {
         Expr::Ref(r) => prod[*r as usize],
         Expr::Seq(v) => v.iter().all(|x| expr_productive(x, prod)),
         Expr::Alt(v) => v.iter().any(|x| expr_productive(x, prod)),
-        Expr::Repeat { e, min, max } => *min == 0 || max == &Some(0) || expr_productive(e, prod),
+        // `x{min,max}` with `max < min` (only a grammar built in code can say it) matches
+        // nothing.
+        Expr::Repeat { e, min, max } => {
+            !max.is_some_and(|m| m < *min)
+                && (*min == 0 || max == &Some(0) || expr_productive(e, prod))
+        }
         // The expansion closes the string or leaves the key trie at its root by some
         // character (a finite set of keys never covers them all), and its `ch` appears
         // only under `*`.
@@ -396,7 +402,9 @@ fn prunable(e: &Expr, prod: &[bool]) -> bool {
         Expr::Ref(r) => !prod[*r as usize],
         Expr::Seq(v) => v.iter().any(|x| prunable(x, prod)),
         Expr::Alt(v) => v.is_empty() || v.iter().any(|x| prunable(x, prod)),
-        Expr::Repeat { e, max, .. } => *max == Some(0) || prunable(e, prod),
+        Expr::Repeat { e, min, max } => {
+            max.is_some_and(|m| m < *min) || *max == Some(0) || prunable(e, prod)
+        }
         // The expansion's character classes are never empty; only `ch` can be pruned.
         Expr::KeyComplement(k) => prunable(&k.ch, prod),
         Expr::Empty | Expr::Literal(_) => false,
@@ -425,6 +433,9 @@ fn prune(e: Expr, prod: &[bool]) -> Option<Expr> {
             }
         }
         Expr::Repeat { e, min, max } => {
+            if max.is_some_and(|m| m < min) {
+                return None;
+            }
             if max == Some(0) {
                 return Some(Expr::Empty);
             }
@@ -475,6 +486,18 @@ mod tests {
             Expr::Alt(vec![Expr::Literal(b"a".to_vec()), Expr::Chars(vec![])]),
         ));
         grammars.push(Grammar::single("root", Expr::Alt(vec![])));
+        // A repetition whose maximum is below its minimum matches nothing.
+        grammars.push(Grammar::single(
+            "root",
+            Expr::Alt(vec![
+                Expr::Literal(b"a".to_vec()),
+                Expr::Repeat {
+                    e: Box::new(Expr::Literal(b"b".to_vec())),
+                    min: 100,
+                    max: Some(3),
+                },
+            ]),
+        ));
         grammars.push(Grammar::single(
             "root",
             Expr::Seq(vec![
@@ -563,6 +586,20 @@ mod tests {
             ),
             "{body:?}"
         );
+        // Inverted outer bounds (nothing matches) are not merged into a language.
+        let inner = Expr::Repeat {
+            e: Box::new(x()),
+            min: 1,
+            max: Some(5),
+        };
+        assert!(matches!(
+            Expr::repeat(inner, 5, Some(2)),
+            Expr::Repeat {
+                min: 5,
+                max: Some(2),
+                ..
+            }
+        ));
         // Overflowing products stay nested.
         let big = Expr::Repeat {
             e: Box::new(x()),
