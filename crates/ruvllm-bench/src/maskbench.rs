@@ -309,6 +309,10 @@ pub fn run_ruvllm(vocab: &Arc<Vocabulary>, case: &FileCase, st: &mut EngineStats
             return Ok(());
         }
     };
+    // `RUVLLM_BENCH_COMPILE_ONLY`: compile and stop, to profile compile alone.
+    if std::env::var_os("RUVLLM_BENCH_COMPILE_ONLY").is_some() {
+        return Ok(());
+    }
     let mut mask = vec![0u32; vocab.mask_words()];
     let mut verdicts = Vec::new();
     // `RUVLLM_BENCH_TRACE`: each mask over the bound, with the token tables it built.
@@ -316,7 +320,7 @@ pub fn run_ruvllm(vocab: &Arc<Vocabulary>, case: &FileCase, st: &mut EngineStats
     for (_, _, ids) in &case.tests {
         let mut m = Matcher::new(&c)?;
         let mut ok = true;
-        for &tok in ids {
+        for (ti, &tok) in ids.iter().enumerate() {
             let tables0 = trace.then(ruvllm_engine::table_build_totals);
             let t1 = Instant::now();
             let r = m.compute_mask(&mut mask);
@@ -332,6 +336,11 @@ pub fn run_ruvllm(vocab: &Arc<Vocabulary>, case: &FileCase, st: &mut EngineStats
                     n1 - n0,
                     (t1 - t0).as_secs_f64() * 1e6
                 );
+                let text: Vec<u8> = ids[ti.saturating_sub(12)..=ti]
+                    .iter()
+                    .flat_map(|&t| vocab.token_bytes(t).to_vec())
+                    .collect();
+                eprintln!("   at {:?}", String::from_utf8_lossy(&text));
             }
             st.push_tbm(us, &case.name);
             st.tokens += 1;

@@ -311,3 +311,80 @@ fn gbnf_printer_round_trips() {
         }
     }
 }
+
+/// A rule that completes with a big origin set finds the items waiting for it through the
+/// set's index (sets of 64 items or more), which must answer as a scan would and must not
+/// outlive the set: after a rollback the set at the same index holds other items. The
+/// texts are checked byte by byte against the reference, and the masks of a matcher that
+/// rolled back from one branch to the other against a fresh matcher's.
+#[test]
+fn big_origin_sets_complete_through_their_index() {
+    let mut text = String::from("root ::= \"x\" w | \"y\" z\nv ::= [0-9]+ | v \"-\" v\n");
+    let alts = |tag: &str, n: usize| {
+        (0..n)
+            .map(|i| format!("v \"{tag}{i};\""))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    };
+    text += &format!("w ::= {}\n", alts("a", 80));
+    text += &format!("z ::= \"q\" | {}\n", alts("b", 90));
+    let g = Grammar::from_gbnf(&text, &Limits::default()).unwrap();
+    let r = Reference::new(&g);
+    let c = Constraint::new(&g, llama3(), &Limits::default()).unwrap();
+    let texts = [
+        "x12a5;",
+        "x12b5;",
+        "y7b89;",
+        "y7a1;",
+        "x1-2-3a79;",
+        "y4-5b0;",
+        "y4-5b90;",
+        "yq",
+    ];
+    for t in texts {
+        for n in 0..=t.len() {
+            let prefix = &t.as_bytes()[..n];
+            let mut m = Matcher::new(&c).unwrap();
+            let got = m.check_bytes(prefix).unwrap();
+            let want_viable = r.viable(prefix);
+            match got {
+                ruvllm_engine::CheckResult::Rejected { .. } => {
+                    assert!(!want_viable, "{t:?}[..{n}]: refused, the reference goes on")
+                }
+                ruvllm_engine::CheckResult::Accepted => {
+                    assert!(
+                        r.accepts(prefix),
+                        "{t:?}[..{n}]: accepted, not by the reference"
+                    )
+                }
+                ruvllm_engine::CheckResult::Incomplete { .. } => assert!(
+                    want_viable && !r.accepts(prefix),
+                    "{t:?}[..{n}]: incomplete, the reference disagrees"
+                ),
+            }
+        }
+    }
+    // One matcher through "x1-2-3a79;", rolled back to the start, then "y4-5b0;": every
+    // mask as a fresh matcher's.
+    let enc = llama3().encoder().unwrap().clone();
+    let words = llama3().mask_words();
+    let mask_of = |m: &mut Matcher| {
+        let mut mask = vec![0u32; words];
+        m.compute_mask(&mut mask).unwrap();
+        mask
+    };
+    let mut m = Matcher::new(&c).unwrap();
+    for t in ["x1-2-3a79;", "y4-5b0;"] {
+        let toks = enc.encode(t).unwrap();
+        for (i, &tok) in toks.iter().enumerate() {
+            let mut fresh = Matcher::new(&c).unwrap();
+            for &u in &toks[..i] {
+                fresh.commit_token(u).unwrap();
+            }
+            assert!(mask_of(&mut m) == mask_of(&mut fresh), "{t:?}: mask {i}");
+            m.commit_token(tok).unwrap();
+        }
+        assert!(m.is_accepting(), "{t:?}");
+        m.rollback(m.num_tokens()).unwrap();
+    }
+}
