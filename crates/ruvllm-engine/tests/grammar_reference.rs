@@ -388,3 +388,60 @@ fn big_origin_sets_complete_through_their_index() {
         m.rollback(m.num_tokens()).unwrap();
     }
 }
+
+/// Grammars with copies of rules (which the compiler merges, see
+/// `Grammar::merge_equal_rules`), among them a copy of a recursive rule that refers to
+/// it (merging makes a new cycle) and copies that differ only in what they refer to:
+/// every string of up to 6 bytes over the grammar's alphabet gets the reference's
+/// verdict (accepted, a viable prefix, or refused).
+#[test]
+fn merged_copies_keep_the_language() {
+    let grammars = [
+        (
+            "root ::= y | q\ny ::= \"a\" z | \"b\"\nz ::= \"a\" z | \"b\"\nq ::= \"c\" y2\ny2 ::= \"a\" z | \"b\"",
+            "abc",
+        ),
+        (
+            "root ::= o1 | o2 \"!\" | o3 | o4 \"?\"\no4 ::= \"{\" kv4 \"}\"\nkv4 ::= \"k\" v4 | \"j\" [0-1]\nv4 ::= \"f\"\no1 ::= \"{\" kv1 (\",\" kv1)* \"}\"\no2 ::= \"{\" kv2 (\",\" kv2)* \"}\"\no3 ::= \"{\" kv3 \"}\"\nkv1 ::= \"k\" v1 | \"j\" [0-2]\nkv2 ::= \"k\" v2 | \"j\" [0-2]\nkv3 ::= \"k\" v1 | \"j\" [0-1]\nv1 ::= \"t\" | \"[\" w \"]\"\nv2 ::= \"t\" | \"[\" w \"]\"\nw ::= \"1\" | w \"1\"",
+            "{},!?kjft[]10",
+        ),
+    ];
+    for (text, alphabet) in grammars {
+        let g = Grammar::from_gbnf(text, &Limits::default()).unwrap();
+        let r = Reference::new(&g);
+        let c = Constraint::new(&g, llama3(), &Limits::default()).unwrap();
+        let alphabet = alphabet.as_bytes();
+        let mut layer: Vec<Vec<u8>> = vec![Vec::new()];
+        let mut n = 0;
+        for _ in 0..=6 {
+            let mut next = Vec::new();
+            for s in &layer {
+                let mut m = Matcher::new(&c).unwrap();
+                let got = match m.check_bytes(s).unwrap() {
+                    ruvllm_engine::CheckResult::Accepted => 2,
+                    ruvllm_engine::CheckResult::Incomplete { .. } => 1,
+                    ruvllm_engine::CheckResult::Rejected { .. } => 0,
+                };
+                let want = if r.accepts(s) {
+                    2
+                } else if r.viable(s) {
+                    1
+                } else {
+                    0
+                };
+                assert_eq!(got, want, "{text}\n{:?}", String::from_utf8_lossy(s));
+                n += 1;
+                // Only viable prefixes are extended (a refused one stays refused).
+                if want > 0 {
+                    next.extend(alphabet.iter().map(|&b| {
+                        let mut t = s.clone();
+                        t.push(b);
+                        t
+                    }));
+                }
+            }
+            layer = next;
+        }
+        assert!(n > 50, "{n} strings");
+    }
+}

@@ -95,12 +95,20 @@ impl CompiledGrammar {
     pub fn new(g: &Grammar, limits: &Limits) -> Result<CompiledGrammar, GrammarError> {
         // Front ends prune already (the schema compiler does): copy and prune only when
         // that would change something.
-        if g.is_pruned() {
-            return Lowerer::new(g, limits).run();
+        let merged;
+        let g = if g.is_pruned() {
+            g
+        } else {
+            let mut p = g.clone();
+            p.prune_unproductive()?;
+            merged = p;
+            &merged
+        };
+        // Copies of one rule (a schema's combinations of `required` sets) become one.
+        match g.merge_equal_rules() {
+            Some(m) => Lowerer::new(&m, limits).run(),
+            None => Lowerer::new(g, limits).run(),
         }
-        let mut g = g.clone();
-        g.prune_unproductive()?;
-        Lowerer::new(&g, limits).run()
     }
 
     /// Size figures.

@@ -1,5 +1,6 @@
 //! The grammar IR and its analyses (productivity, nullability).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::GrammarError;
@@ -340,6 +341,109 @@ impl Grammar {
     pub fn size(&self) -> usize {
         self.rules.iter().map(|r| expr_size(&r.body)).sum()
     }
+
+    /// The grammar with every rule that equals another rule, up to rules already found
+    /// equal, replaced by that rule; `None` when no two rules are equal that way. Checked
+    /// rules merge only with rules of the same check ([`Check`]'s identity: the schema
+    /// front end shares a check between equal sub-schemas).
+    ///
+    /// Why: a schema's `allOf`/`oneOf` of `required` sets expands into one object per
+    /// combination (`tson.json`: 48), each with its own copy of the same key-value rule.
+    /// The parser then carried 48 copies of every key's item through every byte of the
+    /// object (672 items a set), and a boundary walk over those sets took milliseconds.
+    /// With the copies merged, the 48 objects wait on one rule.
+    ///
+    /// How: rules are visited once, in depth-first post-order from the root (what a rule
+    /// refers to is settled before it, except along a cycle), and each unchecked rule is
+    /// looked up by its body, with every reference read as its class, among the rules kept
+    /// so far. Exact: two rules whose bodies are equal once references are read as rules of
+    /// the same language derive the same language, by induction on derivations; so does
+    /// the rewritten grammar, where every reference names its class's first rule (a merged
+    /// rule's body is left empty: nothing refers to it). Rules on a cycle whose equality
+    /// would need a fixpoint (`a ::= "x" a`, `b ::= "x" b`) stay apart: a missed merge,
+    /// never a wrong one. Cost: O(grammar size) expected (a hash per rule, and an
+    /// equality check per hash match).
+    pub(crate) fn merge_equal_rules(&self) -> Option<Grammar> {
+        use std::hash::Hasher;
+        let n = self.rules.len();
+        // The check of each checked rule, by address (equal checks are shared).
+        let mut checked: Vec<Option<usize>> = vec![None; n];
+        for (r, c) in &self.checks {
+            checked[*r as usize] = Some(Arc::as_ptr(&c.0) as *const () as usize);
+        }
+        // Post-order from the root, iteratively (nesting can be deep).
+        let mut state = vec![0u8; n]; // 0: unseen, 1: on the stack, 2: done
+        let mut order: Vec<RuleId> = Vec::with_capacity(n);
+        let mut stack: Vec<(RuleId, Vec<RuleId>)> = Vec::new();
+        let kids = |r: RuleId| {
+            let mut v = Vec::new();
+            visit_refs(&self.rules[r as usize].body, &mut |x| v.push(x));
+            v
+        };
+        state[self.root as usize] = 1;
+        stack.push((self.root, kids(self.root)));
+        while let Some((r, todo)) = stack.last_mut() {
+            match todo.pop() {
+                Some(x) if state[x as usize] == 0 => {
+                    state[x as usize] = 1;
+                    let k = kids(x);
+                    stack.push((x, k));
+                }
+                Some(_) => {}
+                None => {
+                    state[*r as usize] = 2;
+                    order.push(*r);
+                    stack.pop();
+                }
+            }
+        }
+        let mut class: Vec<RuleId> = (0..n as RuleId).collect();
+        let mut kept: HashMap<u64, Vec<RuleId>> = HashMap::new();
+        let mut merged = false;
+        for &r in &order {
+            let body = &self.rules[r as usize].body;
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            std::hash::Hash::hash(&checked[r as usize], &mut h);
+            hash_mod(body, &class, &mut h);
+            let list = kept.entry(h.finish()).or_default();
+            match list.iter().find(|&&c| {
+                checked[c as usize] == checked[r as usize]
+                    && eq_mod(body, &self.rules[c as usize].body, &class)
+            }) {
+                Some(&c) => {
+                    class[r as usize] = c;
+                    merged = true;
+                }
+                None => list.push(r),
+            }
+        }
+        if !merged {
+            return None;
+        }
+        let rules = self
+            .rules
+            .iter()
+            .enumerate()
+            .map(|(i, r)| Rule {
+                name: r.name.clone(),
+                body: if class[i] == i as RuleId {
+                    map_refs(&r.body, &class)
+                } else {
+                    Expr::Alt(vec![])
+                },
+            })
+            .collect();
+        Some(Grammar {
+            rules,
+            root: class[self.root as usize],
+            checks: self
+                .checks
+                .iter()
+                .filter(|(r, _)| class[*r as usize] == *r)
+                .cloned()
+                .collect(),
+        })
+    }
 }
 
 /// Calls `f` for every rule referenced in `e`.
@@ -350,6 +454,84 @@ pub fn visit_refs(e: &Expr, f: &mut impl FnMut(RuleId)) {
         Expr::Repeat { e, .. } => visit_refs(e, f),
         Expr::KeyComplement(k) => visit_refs(&k.ch, f),
         _ => {}
+    }
+}
+
+/// Hashes `e` with every reference read as its class (see [`Grammar::merge_equal_rules`]).
+fn hash_mod(e: &Expr, class: &[RuleId], h: &mut impl std::hash::Hasher) {
+    use std::hash::Hash;
+    std::mem::discriminant(e).hash(h);
+    match e {
+        Expr::Ref(r) => class[*r as usize].hash(h),
+        Expr::Seq(v) | Expr::Alt(v) => {
+            v.len().hash(h);
+            v.iter().for_each(|x| hash_mod(x, class, h));
+        }
+        Expr::Repeat { e, min, max } => {
+            min.hash(h);
+            max.hash(h);
+            hash_mod(e, class, h);
+        }
+        Expr::KeyComplement(k) => {
+            k.keys.hash(h);
+            hash_mod(&k.ch, class, h);
+        }
+        other => other.hash(h),
+    }
+}
+
+/// Whether `a` and `b` are equal with every reference read as its class.
+fn eq_mod(a: &Expr, b: &Expr, class: &[RuleId]) -> bool {
+    match (a, b) {
+        (Expr::Ref(x), Expr::Ref(y)) => class[*x as usize] == class[*y as usize],
+        (Expr::Seq(v), Expr::Seq(w)) | (Expr::Alt(v), Expr::Alt(w)) => {
+            v.len() == w.len() && v.iter().zip(w).all(|(x, y)| eq_mod(x, y, class))
+        }
+        (
+            Expr::Repeat { e, min, max },
+            Expr::Repeat {
+                e: f,
+                min: m2,
+                max: x2,
+            },
+        ) => min == m2 && max == x2 && eq_mod(e, f, class),
+        (Expr::KeyComplement(k), Expr::KeyComplement(l)) => {
+            k.keys == l.keys && eq_mod(&k.ch, &l.ch, class)
+        }
+        (Expr::Ref(_), _)
+        | (Expr::Seq(_), _)
+        | (Expr::Alt(_), _)
+        | (Expr::Repeat { .. }, _)
+        | (Expr::KeyComplement(_), _) => false,
+        (x, y) => x == y,
+    }
+}
+
+/// `e` with every reference replaced by its class.
+fn map_refs(e: &Expr, class: &[RuleId]) -> Expr {
+    match e {
+        Expr::Ref(r) => Expr::Ref(class[*r as usize]),
+        Expr::Seq(v) => Expr::Seq(v.iter().map(|x| map_refs(x, class)).collect()),
+        Expr::Alt(v) => Expr::Alt(v.iter().map(|x| map_refs(x, class)).collect()),
+        Expr::Repeat { e, min, max } => Expr::Repeat {
+            e: Box::new(map_refs(e, class)),
+            min: *min,
+            max: *max,
+        },
+        Expr::KeyComplement(k) => {
+            let mut any = false;
+            visit_refs(&k.ch, &mut |x| any |= class[x as usize] != x);
+            if any {
+                Expr::KeyComplement(Arc::new(KeyComplement {
+                    keys: k.keys.clone(),
+                    ch: map_refs(&k.ch, class),
+                    measured: std::sync::OnceLock::new(),
+                }))
+            } else {
+                Expr::KeyComplement(k.clone())
+            }
+        }
+        other => other.clone(),
     }
 }
 
@@ -458,6 +640,82 @@ fn prune(e: Expr, prod: &[bool]) -> Option<Expr> {
 mod tests {
     use super::*;
     use crate::Limits;
+
+    /// Copies of a rule merge, also when they refer to copies of other rules (what an
+    /// `allOf` of `oneOf`s of `required` sets makes), into the first one met; rules that
+    /// differ, cycles that would need a fixpoint, and checked rules with different checks
+    /// stay apart; checked rules with one shared check merge.
+    #[test]
+    fn equal_rules_merge() {
+        let text = r#"root ::= a1 | a2 | c1 | c2 | r1 | r2 | d
+            a1 ::= "{" kv1 "}"
+            a2 ::= "{" kv2 "}"
+            kv1 ::= "\"x\":" v1 | "\"y\":" [0-9]+
+            kv2 ::= "\"x\":" v2 | "\"y\":" [0-9]+
+            v1 ::= "true" | "[" w "]"
+            v2 ::= "true" | "[" w "]"
+            w ::= "1" | w "," w
+            c1 ::= "c" [a-z]
+            c2 ::= "c" [a-z]
+            r1 ::= "r" r1 | "r"
+            r2 ::= "r" r2 | "r"
+            d ::= "{" kv1 "}" "!""#;
+        let mut g = Grammar::from_gbnf(text, &Limits::default()).unwrap();
+        let id = |g: &Grammar, name: &str| g.rules.iter().position(|r| r.name == name).unwrap();
+        let (c1, c2) = (id(&g, "c1") as RuleId, id(&g, "c2") as RuleId);
+        #[derive(Debug)]
+        struct Never;
+        impl ValueCheck for Never {
+            fn accepts(&self, _: &[u8]) -> bool {
+                false
+            }
+        }
+        let shared = Check(Arc::new(Never));
+        // c1 and c2 checked with different checks: apart.
+        g.checks = vec![(c1, shared.clone()), (c2, Check(Arc::new(Never)))];
+        let m = g.merge_equal_rules().unwrap();
+        let refs = |m: &Grammar, name: &str| {
+            let mut v = Vec::new();
+            visit_refs(&m.rules[id(m, name)].body, &mut |x| {
+                v.push(m.rules[x as usize].name.clone())
+            });
+            v
+        };
+        // a1 and a2 merged into one, and so kv1/kv2 and v1/v2: one of each pair kept, the
+        // other's body left empty; the root refers to the kept `a` twice, d to the kept kv.
+        let empty = |m: &Grammar, name: &str| m.rules[id(m, name)].body == Expr::Alt(vec![]);
+        for r in ["a", "kv", "v"] {
+            let (one, two) = (format!("{r}1"), format!("{r}2"));
+            assert!(empty(&m, &one) != empty(&m, &two), "{r}");
+        }
+        let a = if empty(&m, "a1") { "a2" } else { "a1" };
+        let kv = if empty(&m, "kv1") { "kv2" } else { "kv1" };
+        let root = refs(&m, "root");
+        assert_eq!(root.iter().filter(|n| *n == a).count(), 2, "{root:?}");
+        assert_eq!(refs(&m, "d"), vec![kv.to_string()]);
+        // Recursive copies would need a fixpoint: kept apart.
+        assert!(root.contains(&"r1".to_string()) && root.contains(&"r2".to_string()));
+        assert!(root.contains(&"c1".to_string()) && root.contains(&"c2".to_string()));
+        assert_eq!(m.checks.len(), 2);
+        // With one shared check, c2 merges into c1 and its check entry goes.
+        g.checks = vec![(c1, shared.clone()), (c2, shared)];
+        let m = g.merge_equal_rules().unwrap();
+        let root = refs(&m, "root");
+        assert_eq!(
+            root.iter().filter(|n| n.starts_with('c')).count(),
+            2,
+            "{root:?}"
+        );
+        assert!(root.contains(&"c1".to_string()) != root.contains(&"c2".to_string()));
+        assert_eq!(m.checks.len(), 1);
+        // Nothing equal: None.
+        let g = Grammar::from_gbnf(
+            "root ::= a | b\na ::= \"a\"\nb ::= \"b\"",
+            &Limits::default(),
+        )
+        .unwrap();
+        assert!(g.merge_equal_rules().is_none());
+    }
 
     /// `is_pruned` says exactly whether pruning leaves the grammar unchanged.
     #[test]

@@ -310,6 +310,12 @@ struct Compiler<'a> {
     /// Semantic checks attached to rules (see [`check`]).
     checks: Vec<(RuleId, Check)>,
     check_builder: Option<check::CheckBuilder>,
+    /// Checks built so far, by what they check: the same sub-schema reached again (each
+    /// combination of an `allOf` of `oneOf`s copies its properties) gets the same check,
+    /// so that the grammar's equal rules can be merged (see
+    /// [`Grammar::merge_equal_rules`], which merges checked rules only with the same
+    /// check).
+    check_memo: HashMap<String, Check>,
     limits: &'a Limits,
     started: std::time::Instant,
 }
@@ -394,6 +400,7 @@ impl<'a> Compiler<'a> {
             common: HashMap::new(),
             checks: Vec::new(),
             check_builder: None,
+            check_memo: HashMap::new(),
             limits,
             started: std::time::Instant::now(),
         })
@@ -559,7 +566,15 @@ impl<'a> Compiler<'a> {
                     .map_err(|e| invalid("", format!("cannot register the schema: {e}")))?,
             );
         }
-        let c = self.check_builder.as_ref().unwrap().build(s, ptr)?;
+        let key = format!("{ptr}\n{s}");
+        let c = match self.check_memo.get(&key) {
+            Some(c) => c.clone(),
+            None => {
+                let c = self.check_builder.as_ref().unwrap().build(s, ptr)?;
+                self.check_memo.insert(key, c.clone());
+                c
+            }
+        };
         Ok(self.checked_rule(&format!("checked{}", ptr.replace('/', "-")), body, c))
     }
 
@@ -1891,7 +1906,15 @@ impl<'a> Compiler<'a> {
             };
             Expr::Seq(vec![lit("{"), ws.clone(), inner, ws.clone(), lit("}")])
         };
-        let c = check::object_keys(required, min, max);
+        let key = format!("object keys\n{min}\n{max}\n{required:?}");
+        let c = match self.check_memo.get(&key) {
+            Some(c) => c.clone(),
+            None => {
+                let c = check::object_keys(required, min, max);
+                self.check_memo.insert(key, c.clone());
+                c
+            }
+        };
         Ok(self.checked_rule(&format!("object{}", ptr.replace('/', "-")), body, c))
     }
 
