@@ -361,8 +361,10 @@ impl Grammar {
     /// the rewritten grammar, where every reference names its class's first rule (a merged
     /// rule's body is left empty: nothing refers to it). Rules on a cycle whose equality
     /// would need a fixpoint (`a ::= "x" a`, `b ::= "x" b`) stay apart: a missed merge,
-    /// never a wrong one. Cost: O(grammar size) expected (a hash per rule, and an
-    /// equality check per hash match).
+    /// never a wrong one. `None` too when the copies are under a 16th of the grammar
+    /// ([`MERGE_WORTH`]: the rewrite would cost more than it saves). Cost: O(grammar size)
+    /// expected (a hash per rule, and an equality check per hash match), plus a copy of
+    /// the grammar when it merges.
     pub(crate) fn merge_equal_rules(&self) -> Option<Grammar> {
         use std::hash::Hasher;
         let n = self.rules.len();
@@ -372,29 +374,26 @@ impl Grammar {
             checked[*r as usize] = Some(Arc::as_ptr(&c.0) as *const () as usize);
         }
         // Post-order from the root, iteratively (nesting can be deep).
-        let mut state = vec![0u8; n]; // 0: unseen, 1: on the stack, 2: done
+        let mut seen = vec![false; n];
         let mut order: Vec<RuleId> = Vec::with_capacity(n);
-        let mut stack: Vec<(RuleId, Vec<RuleId>)> = Vec::new();
-        let kids = |r: RuleId| {
-            let mut v = Vec::new();
-            visit_refs(&self.rules[r as usize].body, &mut |x| v.push(x));
-            v
-        };
-        state[self.root as usize] = 1;
-        stack.push((self.root, kids(self.root)));
-        while let Some((r, todo)) = stack.last_mut() {
-            match todo.pop() {
-                Some(x) if state[x as usize] == 0 => {
-                    state[x as usize] = 1;
-                    let k = kids(x);
-                    stack.push((x, k));
+        // (rule, where its children start in `kids`); a rule's children are popped from
+        // the end of `kids` one by one.
+        let mut stack: Vec<(RuleId, usize)> = Vec::new();
+        let mut kids: Vec<RuleId> = Vec::new();
+        seen[self.root as usize] = true;
+        stack.push((self.root, 0));
+        visit_refs(&self.rules[self.root as usize].body, &mut |x| kids.push(x));
+        while let Some(&(r, from)) = stack.last() {
+            if kids.len() > from {
+                let x = kids.pop().unwrap_or(0);
+                if !seen[x as usize] {
+                    seen[x as usize] = true;
+                    stack.push((x, kids.len()));
+                    visit_refs(&self.rules[x as usize].body, &mut |y| kids.push(y));
                 }
-                Some(_) => {}
-                None => {
-                    state[*r as usize] = 2;
-                    order.push(*r);
-                    stack.pop();
-                }
+            } else {
+                order.push(r);
+                stack.pop();
             }
         }
         let mut class: Vec<RuleId> = (0..n as RuleId).collect();
@@ -402,7 +401,7 @@ impl Grammar {
         let mut merged = false;
         for &r in &order {
             let body = &self.rules[r as usize].body;
-            let mut h = std::collections::hash_map::DefaultHasher::new();
+            let mut h = crate::earley::ItemHasher::default();
             std::hash::Hash::hash(&checked[r as usize], &mut h);
             hash_mod(body, &class, &mut h);
             let list = kept.entry(h.finish()).or_default();
@@ -417,7 +416,16 @@ impl Grammar {
                 None => list.push(r),
             }
         }
-        if !merged {
+        // A rewrite copies the grammar: worth it where the copies are a good part of it
+        // (small copies cost the parser little, and the lowering finds their lexemes
+        // already built).
+        let size = |r: RuleId| expr_size(&self.rules[r as usize].body);
+        let gone: usize = order
+            .iter()
+            .filter(|&&r| class[r as usize] != r)
+            .map(|&r| size(r))
+            .sum();
+        if !merged || gone * MERGE_WORTH < order.iter().map(|&r| size(r)).sum::<usize>() {
             return None;
         }
         let rules = self
@@ -445,6 +453,10 @@ impl Grammar {
         })
     }
 }
+
+/// A merge rewrites the grammar only when the merged copies are at least this fraction
+/// (its inverse) of the reachable grammar's size (see [`Grammar::merge_equal_rules`]).
+const MERGE_WORTH: usize = 16;
 
 /// Calls `f` for every rule referenced in `e`.
 pub fn visit_refs(e: &Expr, f: &mut impl FnMut(RuleId)) {
