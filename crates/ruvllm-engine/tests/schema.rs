@@ -993,3 +993,40 @@ fn a_counted_string_takes_the_regular_text_after_it() {
         assert_eq!(accepts(&c, &text), v.is_valid(&doc), "{text}");
     }
 }
+
+/// A long enum (64 values or more) is one rule shared by its copies, and the copies
+/// refuse and accept exactly as the oracle does; a short one stays inline.
+#[test]
+fn long_enums_are_one_shared_rule() {
+    let codes: Vec<String> = (0..80).map(|i| format!("C{i:02}")).collect();
+    let short: Vec<String> = codes[..10].to_vec();
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "a": {"enum": codes},
+            "b": {"type": "array", "items": {"enum": codes}},
+            "c": {"enum": short},
+            "d": {"enum": short}
+        },
+        "required": ["a", "b", "c", "d"],
+        "additionalProperties": false
+    });
+    let g = schema_to_grammar(&schema, &SchemaOptions::default()).unwrap();
+    let enums = g.rules.iter().filter(|r| r.name == "enum").count();
+    assert_eq!(
+        enums, 1,
+        "one rule for the two copies of the long enum, none for the short"
+    );
+    let c = Constraint::new(&g, dummy_vocab(), &Limits::default()).unwrap();
+    let o = oracle(&schema);
+    for text in [
+        r#"{"a":"C00","b":["C79","C05"],"c":"C09","d":"C00"}"#,
+        r#"{"a":"C80","b":[],"c":"C09","d":"C00"}"#,
+        r#"{"a":"C01","b":["C7"],"c":"C09","d":"C00"}"#,
+        r#"{"a":"C01","b":[],"c":"C10","d":"C00"}"#,
+        r#"{"a":"C01","b":["C42"],"c":"C03","d":"C11"}"#,
+    ] {
+        let v: Value = serde_json::from_str(text).unwrap();
+        assert_eq!(accepts(&c, text), o.is_valid(&v), "{text}");
+    }
+}

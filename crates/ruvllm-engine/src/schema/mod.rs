@@ -316,9 +316,14 @@ struct Compiler<'a> {
     /// [`Grammar::merge_equal_rules`], which merges checked rules only with the same
     /// check).
     check_memo: HashMap<String, Check>,
+    /// The rule of each long enum (see [`SHARED_ENUM`]), by its alternatives.
+    enums: HashMap<Expr, RuleId>,
     limits: &'a Limits,
     started: std::time::Instant,
 }
+
+/// Enums of at least this many values become a rule shared by their copies.
+const SHARED_ENUM: usize = 64;
 
 /// Most semantic checks in one schema.
 const MAX_CHECKS: usize = 512;
@@ -401,6 +406,7 @@ impl<'a> Compiler<'a> {
             checks: Vec::new(),
             check_builder: None,
             check_memo: HashMap::new(),
+            enums: HashMap::new(),
             limits,
             started: std::time::Instant::now(),
         })
@@ -995,7 +1001,20 @@ impl<'a> Compiler<'a> {
                     alts.push(self.literal_value(&v));
                 }
             }
-            return Ok(Expr::Alt(alts));
+            if alts.len() < SHARED_ENUM {
+                return Ok(Expr::Alt(alts));
+            }
+            // A long enum is one rule, the same for every copy of it: a schema lists its
+            // country or region codes in many places, and each inline copy was lowered
+            // (its regex built, printed and hashed) again.
+            let body = Expr::Alt(alts);
+            if let Some(&r) = self.enums.get(&body) {
+                return Ok(Expr::Ref(r));
+            }
+            let r = self.reserve("enum");
+            self.set(r, body.clone());
+            self.enums.insert(body, r);
+            return Ok(Expr::Ref(r));
         }
         let mut alts = Vec::new();
         if types & T_NULL != 0 {
