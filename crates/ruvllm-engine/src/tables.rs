@@ -284,6 +284,20 @@ impl Tables {
         // Tokens are at most `max_depth` bytes; the table also needs the allowed bytes after
         // the last one (for `finals`), which a check at depth `max_depth` covers.
         let depth = trie.max_depth();
+        if forced(lexeme, state, FORCED_PLAIN_WALK) {
+            // The next bytes are forced (a key's literal, after its quote): only the tokens
+            // that start with them are alive, a few trie nodes, and the plain walk visits
+            // just those. The shortcuts below (sharing, plain-text searches) cost more
+            // than that walk: a mask after `{"name": "` in `cryproj.52`'s array of 644
+            // commands built 644 such tables at 2.6 µs each.
+            let mut reach = PlainReach::new(lexeme, depth);
+            let (t, _) = compute_with(lexeme, state, trie, vocab_len, false, &mut reach, |x| {
+                PlainReach::excluding(lexeme, depth, x)
+            });
+            TABLE_BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            TABLE_BYTES.fetch_add(t.memory(), std::sync::atomic::Ordering::Relaxed);
+            return Arc::new(t);
+        }
         let hot: Vec<Arc<Hot>> = registry()
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -562,6 +576,25 @@ fn mix(h: u64, v: u64) -> u64 {
 /// plain tokens of that length (below it, few tokens are that short and the walk visits
 /// nearly every node anyway).
 const MIN_SEED: usize = 8;
+
+/// Forced bytes from which a table is the plain walk (see [`Tables::get`]'s first use).
+const FORCED_PLAIN_WALK: usize = 2;
+
+/// Whether the first `n` bytes from state `s` are forced (one allowed byte each).
+/// Cost: O(n).
+fn forced(dfa: &Dfa, mut s: u32, n: usize) -> bool {
+    for _ in 0..n {
+        let allowed = dfa.allowed(s);
+        if allowed.len() != 1 {
+            return false;
+        }
+        let Some(b) = allowed.iter().next() else {
+            return false;
+        };
+        s = dfa.next(s, b);
+    }
+    true
+}
 
 /// One pruned walk of the trie from DFA state `s0`.
 ///
@@ -1632,6 +1665,33 @@ mod tests {
     /// lexeme accepted at a proper prefix, refused otherwise; finals are the accepted
     /// tokens that end complete with nothing allowed after. Over Llama 3.1 and Gemma 2
     /// (whose tries have wide nodes: the walk visits only their allowed children).
+    /// Tables through [`Tables::get`] equal the plain walk's at every state of lexemes
+    /// with forced literals (a key after its quote, which takes the plain walk at once)
+    /// followed by wide-open text (which takes the shortcuts).
+    #[test]
+    fn forced_states_take_the_plain_walk_exactly() {
+        let vocab = test_vocab("llama3_1");
+        let trie = vocab.trie();
+        let depth = trie.max_depth();
+        let mut forced_states = 0;
+        for re in [
+            r#""(?:console_variables|commands)"[ ]{0,3}:[ ]{0,3}"r_[a-z_]+""#,
+            r#""name"[ \t]*:[ \t]*"(?:[ !#-\[\]-\xff]|\\["/\\bfnrt])*""#,
+            r#"abc(?:def)?[0-9]{2}"#,
+            r#""key"(?:, ?"more")?"#,
+        ] {
+            let lex = Lexeme::new(dfa(re));
+            let tables = Tables::new(lex.table_slots(depth), 0x7e57_f0ce, depth);
+            for s in 1..lex.num_states() as u32 {
+                forced_states += forced(&lex, s, FORCED_PLAIN_WALK) as usize;
+                let got = tables.get(&lex, s, trie, vocab.len());
+                let want = plain_walk_table(&lex, s, trie, vocab.len());
+                assert_same_tables(got, &want, vocab.len(), &format!("{re} state {s}"));
+            }
+        }
+        assert!(forced_states >= 20, "{forced_states} forced states");
+    }
+
     #[test]
     fn tables_match_a_token_by_token_reference() {
         let res = [
