@@ -317,7 +317,7 @@ struct Compiler<'a> {
     /// check).
     check_memo: HashMap<String, Check>,
     /// The rule of each long enum (see [`SHARED_ENUM`]), by its alternatives.
-    enums: HashMap<Expr, RuleId>,
+    enums: crate::earley::FastMap<Expr, RuleId>,
     limits: &'a Limits,
     started: std::time::Instant,
 }
@@ -406,7 +406,7 @@ impl<'a> Compiler<'a> {
             checks: Vec::new(),
             check_builder: None,
             check_memo: HashMap::new(),
-            enums: HashMap::new(),
+            enums: Default::default(),
             limits,
             started: std::time::Instant::now(),
         })
