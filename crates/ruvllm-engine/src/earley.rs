@@ -310,6 +310,9 @@ impl Parser {
                             // A big origin set: its waiting items by rule (built once per
                             // set, kept until it is rolled back; a set below the top never
                             // changes), instead of a scan of the whole set per completion.
+                            // Only a closed set has items of its own origin (predictions),
+                            // so the index is never of a set the closure may still grow.
+                            debug_assert!(self.sets[o].closed);
                             let index = self.wait_index(g, o);
                             let from = index.partition_point(|x| x.0 < r);
                             let mut res = Ok(());

@@ -95,14 +95,14 @@ impl CompiledGrammar {
     pub fn new(g: &Grammar, limits: &Limits) -> Result<CompiledGrammar, GrammarError> {
         // Front ends prune already (the schema compiler does): copy and prune only when
         // that would change something.
-        let merged;
+        let pruned;
         let g = if g.is_pruned() {
             g
         } else {
             let mut p = g.clone();
             p.prune_unproductive()?;
-            merged = p;
-            &merged
+            pruned = p;
+            &pruned
         };
         // Copies of one rule (a schema's combinations of `required` sets) become one.
         match g.merge_equal_rules() {

@@ -1,4 +1,5 @@
-//! The grammar IR and its analyses (productivity, nullability).
+//! The grammar IR and its analyses (productivity, nullability) and rewrites (pruning,
+//! merging copies of a rule).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -317,7 +318,7 @@ impl Grammar {
         let off = self.rules.len() as RuleId;
         for r in other.rules {
             let mut body = r.body;
-            shift_refs(&mut body, off);
+            rewrite_refs(&mut body, &|r| r + off);
             self.rules.push(Rule {
                 name: format!("{prefix}{}", r.name),
                 body,
@@ -444,7 +445,9 @@ impl Grammar {
             .map(|(i, r)| Rule {
                 name: r.name.clone(),
                 body: if class[i] == i as RuleId {
-                    map_refs(&r.body, &class)
+                    let mut body = r.body.clone();
+                    rewrite_refs(&mut body, &|x| class[x as usize]);
+                    body
                 } else {
                     Expr::Alt(vec![])
                 },
@@ -533,40 +536,20 @@ fn eq_mod(a: &Expr, b: &Expr, class: &[RuleId]) -> bool {
     }
 }
 
-/// `e` with every reference replaced by its class.
-fn map_refs(e: &Expr, class: &[RuleId]) -> Expr {
+/// Replaces every rule reference `r` in `e` (key complements' included) by `f(r)`.
+/// Cost: O(size of `e`), plus a copy of a shared key complement whose references change.
+fn rewrite_refs(e: &mut Expr, f: &impl Fn(RuleId) -> RuleId) {
     match e {
-        Expr::Ref(r) => Expr::Ref(class[*r as usize]),
-        Expr::Seq(v) => Expr::Seq(v.iter().map(|x| map_refs(x, class)).collect()),
-        Expr::Alt(v) => Expr::Alt(v.iter().map(|x| map_refs(x, class)).collect()),
-        Expr::Repeat { e, min, max } => Expr::Repeat {
-            e: Box::new(map_refs(e, class)),
-            min: *min,
-            max: *max,
-        },
+        Expr::Ref(r) => *r = f(*r),
+        Expr::Seq(v) | Expr::Alt(v) => v.iter_mut().for_each(|x| rewrite_refs(x, f)),
+        Expr::Repeat { e, .. } => rewrite_refs(e, f),
         Expr::KeyComplement(k) => {
-            let mut any = false;
-            visit_refs(&k.ch, &mut |x| any |= class[x as usize] != x);
-            if any {
-                Expr::KeyComplement(Arc::new(KeyComplement {
-                    keys: k.keys.clone(),
-                    ch: map_refs(&k.ch, class),
-                    measured: std::sync::OnceLock::new(),
-                }))
-            } else {
-                Expr::KeyComplement(k.clone())
+            let mut changes = false;
+            visit_refs(&k.ch, &mut |x| changes |= f(x) != x);
+            if changes {
+                rewrite_refs(&mut Arc::make_mut(k).ch, f);
             }
         }
-        other => other.clone(),
-    }
-}
-
-fn shift_refs(e: &mut Expr, off: RuleId) {
-    match e {
-        Expr::Ref(r) => *r += off,
-        Expr::Seq(v) | Expr::Alt(v) => v.iter_mut().for_each(|x| shift_refs(x, off)),
-        Expr::Repeat { e, .. } => shift_refs(e, off),
-        Expr::KeyComplement(k) => shift_refs(&mut Arc::make_mut(k).ch, off),
         _ => {}
     }
 }
@@ -723,7 +706,8 @@ mod tests {
         assert!(root.contains(&"r1".to_string()) && root.contains(&"r2".to_string()));
         assert!(root.contains(&"c1".to_string()) && root.contains(&"c2".to_string()));
         assert_eq!(m.checks.len(), 2);
-        // With one shared check, c2 merges into c1 and its check entry goes.
+        // With one shared check, c1 and c2 merge (one of them kept) and one check entry
+        // goes.
         g.checks = vec![(c1, shared.clone()), (c2, shared)];
         let m = g.merge_equal_rules_always().unwrap();
         let root = refs(&m, "root");
