@@ -191,7 +191,8 @@ const MAX_PAIRS: usize = 512;
 
 type Registry = Mutex<HashMap<u64, Vec<Arc<Hot>>>>;
 
-/// Bytes of token tables built since the process-wide caches were last cleared.
+/// Bytes of token tables built (or brought in by moves) since the lexeme cache last turned a
+/// generation.
 static TABLE_BYTES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// Token tables computed (not shared) in this process, and the nanoseconds spent in first
@@ -207,14 +208,20 @@ pub(crate) fn build_totals() -> (usize, std::time::Duration) {
     )
 }
 
-/// Bytes of token tables built since the caches were last cleared (see
+/// Bytes of token tables counted since the lexeme cache last turned a generation (see
 /// [`crate::compile::Lexeme`]).
 pub(crate) fn table_bytes() -> usize {
     TABLE_BYTES.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// Counts `n` more bytes of token tables (those of a lexeme moved into the lexeme cache's
+/// young generation, see [`crate::compile::Lexeme`]).
+pub(crate) fn add_table_bytes(n: usize) {
+    TABLE_BYTES.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Drops the registry of shareable tables and resets the byte count; called when the
-/// lexeme cache is cleared. Tables still used by live constraints stay alive through their
+/// lexeme cache turns a generation. Tables still used by live constraints stay alive through their
 /// `Arc`s and are freed with them.
 pub(crate) fn clear_shared() {
     registry().lock().unwrap_or_else(|e| e.into_inner()).clear();
@@ -235,6 +242,25 @@ impl Tables {
             reach_memo: Mutex::new(FastMap::default()),
             gave_up: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Approximate heap bytes of the tables built so far and of the plain-reach answers
+    /// kept (about 40 bytes each, as counted when they are added). Cost: O(slots).
+    pub fn memory(&self) -> usize {
+        let tables: usize = self
+            .slots
+            .iter()
+            .filter_map(|s| s.get())
+            .map(|t| t.memory())
+            .sum();
+        let reach: usize = self
+            .reach_memo
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .map(|m| m.len() * 40)
+            .sum();
+        tables + reach
     }
 
     /// The table of `state` of `lexeme` if it was built already. Cost: a slot load.
