@@ -50,6 +50,25 @@ impl ByteSet {
         r
     }
 
+    /// The largest byte of the set that is at most `b` (0 when there is none). Cost: up
+    /// to four word scans.
+    #[inline]
+    pub fn floor(&self, b: u8) -> u8 {
+        let mut w = (b >> 6) as usize;
+        let shift = 63 - (b & 63);
+        let mut word = (self.0[w] << shift) >> shift;
+        loop {
+            if word != 0 {
+                return (w * 64 + 63 - word.leading_zeros() as usize) as u8;
+            }
+            if w == 0 {
+                return 0;
+            }
+            w -= 1;
+            word = self.0[w];
+        }
+    }
+
     /// Iterates the bytes in ascending order, one step per member (not per byte value).
     #[inline]
     pub fn iter(&self) -> impl Iterator<Item = u8> {
@@ -128,6 +147,20 @@ impl ByteSet {
 #[cfg(test)]
 mod tests {
     use super::ByteSet;
+
+    /// `floor(b)` is the largest member at most `b` (0 when none), across word edges.
+    #[test]
+    fn floor_is_the_largest_member_at_most_b() {
+        let mut a = ByteSet::EMPTY;
+        for x in [5u8, 63, 64, 130, 255] {
+            a.insert(x);
+        }
+        for b in 0..=255u8 {
+            let want = (0..=b).rev().find(|&x| a.contains(x)).unwrap_or(0);
+            assert_eq!(a.floor(b), want, "floor({b})");
+        }
+        assert_eq!(ByteSet::EMPTY.floor(255), 0);
+    }
 
     #[test]
     fn iter_rank_and_intersection_agree_with_contains() {

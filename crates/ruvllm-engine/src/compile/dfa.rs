@@ -111,6 +111,21 @@ impl Dfa {
         Self::build_until(hir, max_states, max_bytes, None)
     }
 
+    /// Builds the DFA of `hir` (anchored, all matches) the fastest way: composed from
+    /// cached smaller DFAs when its structure suits (see [`super::compose`]), else through
+    /// an NFA ([`Dfa::build_until`]). Same limits and errors as [`Dfa::build_until`].
+    pub(crate) fn build_lexeme(
+        hir: &Hir,
+        max_states: usize,
+        max_bytes: usize,
+        deadline: Option<std::time::Instant>,
+    ) -> Result<Dfa, DfaError> {
+        match super::compose::compose(hir, max_states, max_bytes, deadline) {
+            Some(built) => built,
+            None => Self::build_until(hir, max_states, max_bytes, deadline),
+        }
+    }
+
     /// Builds the DFA of `hir` (anchored, all matches) through a Thompson NFA, within
     /// `max_states` states and `max_bytes` of determinization memory, stopping with
     /// [`DfaError::Deadline`] once `deadline` has passed.
@@ -506,7 +521,7 @@ pub(crate) fn cached(
     deadline: Option<std::time::Instant>,
 ) -> Result<Arc<Lexeme>, DfaError> {
     cached_with(&format!("{max_states}/{max_bytes}/{key}"), || {
-        Dfa::build_until(hir, max_states, max_bytes, deadline)
+        Dfa::build_lexeme(hir, max_states, max_bytes, deadline)
     })
 }
 

@@ -20,6 +20,7 @@
 //! language, only where the work happens. Repetitions of non-regular parts use left-recursive
 //! helper rules (`S ::= ε | S x`), which Earley parses in linear time.
 
+mod compose;
 mod counted;
 pub(crate) mod dfa;
 pub(crate) mod keys;
@@ -1094,7 +1095,7 @@ impl<'a> Lowerer<'a> {
                     Err(dfa::DfaError::TooBig { .. }) => {}
                 }
             }
-            Dfa::build_until(&hir, states, bytes, deadline)
+            Dfa::build_lexeme(&hir, states, bytes, deadline)
         })
     }
 

@@ -1,0 +1,968 @@
+//! Lexeme DFAs composed from smaller cached ones.
+//!
+//! A schema's big lexemes are built from a few small ones used everywhere: the members of
+//! an object (`"name" ws : ws <string>`, one alternative per property, often inside a
+//! `(, member)*` loop), arrays of enum values. Through a Thompson NFA, every copy of a
+//! JSON string inside such a lexeme is a fresh run of UTF-8 NFA states, every DFA state
+//! of the subset construction holds dozens of them, and the value's states are built once
+//! per property. That was about 40% of all compile time on MaskBench.
+//!
+//! This module builds those lexemes one level up:
+//!
+//! * **Leaves.** The regex's top structure (concatenations, alternations, optional parts,
+//!   `*`/`+` loops over such structure) is taken apart down to *leaves*: literals, and any
+//!   other sub-expression (a character class, a bounded repetition, a JSON string), whose
+//!   DFA comes from the process-wide lexeme cache (built once per process, like any
+//!   lexeme).
+//! * **Positions.** The leaves are the positions of a Glushkov automaton: each has the
+//!   set of leaves that may follow it, and whether the whole may end after it (computed with
+//!   the leaves' own nullability). A state of the composed DFA is then a set of
+//!   (leaf, leaf-DFA state) pairs, which is usually one or two pairs where a NFA state set
+//!   had dozens.
+//! * **Shared tails.** Before determinizing, leaves that are the same automaton with the
+//!   same followers and the same ending are merged (partition refinement over the
+//!   follower graph). The values of two properties of the same type then share their
+//!   states: after `"a": ` and after `"b": ` the composed DFA is in the same state, so it
+//!   has fewer states than the NFA route gave, and the mask tables are built once for both.
+//! * **Entry groups.** The leaves entered together once a leaf accepts (an object loop's
+//!   hundreds of keys after `, `) are one pseudo-position in a set, and what a group does
+//!   on a byte class is computed once per composition, not once per DFA state.
+//! * **Local classes.** A DFA state steps its positions once per byte class *its* leaves
+//!   tell apart (a string's dozen, not the hundred that the keys' bytes make for the
+//!   whole table), and fills the table row by ranges.
+//!
+//! On MaskBench (llama3_1, every 4th file) the composed lexemes took 0.68 s to determinize
+//! against 1.13 s for the same regexes through the NFA route, with 873,000 states against
+//! 1,567,000; compile as a whole got about 7% faster (`docs/PERFORMANCE.md`).
+//!
+//! The language is exactly the regex's (the construction is the classic position
+//! automaton, with leaves in place of bytes; the tests compare every composed DFA with the
+//! NFA route's by a product walk). Like every lexeme DFA, state 0 is the only dead state:
+//! a leaf that cannot be followed to an end is dropped before the construction.
+//!
+//! **When it is not used.** Regexes with few HIR nodes (the NFA route is as fast, and the
+//! leaves would only add cache entries), a leaf that exceeds the DFA limits, or a
+//! follower graph past [`MAX_EDGES`]: [`compose`] answers `None` and the caller takes the
+//! NFA route, so the choice never changes a language, only where compile time goes.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Arc;
+
+use regex_syntax::hir::{Hir, HirKind};
+
+use super::dfa::{self, Dfa, DfaError, Lexeme};
+use super::subset::Subset;
+use crate::byteset::ByteSet;
+
+/// HIR nodes below which a regex goes the NFA route whole.
+const MIN_NODES: usize = 16;
+/// Follower-set entries a composition may create before it gives up (concatenations of
+/// many nullable parts make the follower sets quadratic).
+const MAX_EDGES: usize = 1 << 16;
+/// Leaves a composition may have before it gives up.
+const MAX_LEAVES: usize = 1 << 14;
+/// DFA states added between two looks at the clock.
+const DEADLINE_EVERY: usize = 64;
+
+/// A leaf's automaton: a literal (state `i + 1` has read `i` of its bytes), or a cached
+/// lexeme DFA.
+enum Leaf {
+    Lit(Box<[u8]>),
+    Lex(Arc<Lexeme>),
+}
+
+impl Leaf {
+    #[inline]
+    fn start(&self) -> u32 {
+        match self {
+            Leaf::Lit(_) => 1,
+            Leaf::Lex(l) => l.start(),
+        }
+    }
+
+    #[inline]
+    fn next(&self, s: u32, b: u8) -> u32 {
+        match self {
+            Leaf::Lit(l) => {
+                let i = s as usize - 1;
+                if l.get(i) == Some(&b) {
+                    s + 1
+                } else {
+                    0
+                }
+            }
+            Leaf::Lex(l) => l.next(s, b),
+        }
+    }
+
+    #[inline]
+    fn accepting(&self, s: u32) -> bool {
+        match self {
+            Leaf::Lit(l) => s as usize == l.len() + 1,
+            Leaf::Lex(l) => l.accepting(s),
+        }
+    }
+
+    /// The bytes at which a byte class of this leaf starts (for a literal: each of its
+    /// bytes and the byte after it). Cost: 256 steps.
+    fn bounds(&self) -> ByteSet {
+        let mut set = ByteSet::EMPTY;
+        set.insert(0);
+        match self {
+            Leaf::Lit(l) => {
+                for &b in l.iter() {
+                    set.insert(b);
+                    if b < 255 {
+                        set.insert(b + 1);
+                    }
+                }
+            }
+            Leaf::Lex(l) => {
+                for b in 1..=255u8 {
+                    if l.class_of(b) != l.class_of(b - 1) {
+                        set.insert(b);
+                    }
+                }
+            }
+        }
+        set
+    }
+
+    /// The bytes that keep state `s` alive.
+    #[inline]
+    fn allowed(&self, s: u32) -> ByteSet {
+        match self {
+            Leaf::Lit(l) => {
+                let mut set = ByteSet::EMPTY;
+                if let Some(&b) = l.get(s as usize - 1) {
+                    set.insert(b);
+                }
+                set
+            }
+            Leaf::Lex(l) => *l.allowed(s),
+        }
+    }
+}
+
+/// First and last leaves of a sub-expression, and whether it matches the empty string.
+struct Frag {
+    first: Vec<u32>,
+    last: Vec<u32>,
+    nullable: bool,
+}
+
+impl Frag {
+    fn empty() -> Frag {
+        Frag {
+            first: Vec::new(),
+            last: Vec::new(),
+            nullable: true,
+        }
+    }
+}
+
+/// Why a composition stopped before its DFA was built.
+enum Stop {
+    /// Not worth it or not possible: the caller takes the NFA route.
+    Decline,
+    /// The DFA limits or the deadline (the NFA route would not do better).
+    Err(DfaError),
+}
+
+/// The position automaton under construction.
+struct Glushkov {
+    leaves: Vec<Leaf>,
+    next: Vec<Vec<u32>>,
+    edges: usize,
+    max_states: usize,
+    max_bytes: usize,
+    deadline: Option<std::time::Instant>,
+}
+
+impl Glushkov {
+    fn leaf(&mut self, leaf: Leaf) -> Result<Frag, Stop> {
+        if self.leaves.len() >= MAX_LEAVES {
+            return Err(Stop::Decline);
+        }
+        let nullable = leaf.accepting(leaf.start());
+        let id = self.leaves.len() as u32;
+        self.leaves.push(leaf);
+        self.next.push(Vec::new());
+        Ok(Frag {
+            first: vec![id],
+            last: vec![id],
+            nullable,
+        })
+    }
+
+    /// `to` may follow each leaf of `from`.
+    fn link(&mut self, from: &[u32], to: &[u32]) -> Result<(), Stop> {
+        self.edges += from.len() * to.len();
+        if self.edges > MAX_EDGES {
+            return Err(Stop::Decline);
+        }
+        for &a in from {
+            self.next[a as usize].extend_from_slice(to);
+        }
+        Ok(())
+    }
+
+    fn frag(&mut self, h: &Hir) -> Result<Frag, Stop> {
+        match h.kind() {
+            HirKind::Empty => Ok(Frag::empty()),
+            HirKind::Literal(l) if l.0.is_empty() => Ok(Frag::empty()),
+            HirKind::Literal(l) => self.leaf(Leaf::Lit(l.0.clone())),
+            HirKind::Capture(c) => self.frag(&c.sub),
+            HirKind::Concat(parts) => {
+                let mut acc = Frag::empty();
+                for p in parts {
+                    let f = self.frag(p)?;
+                    self.link(&acc.last, &f.first)?;
+                    if acc.nullable {
+                        acc.first.extend_from_slice(&f.first);
+                    }
+                    acc.last = if f.nullable {
+                        let mut l = f.last;
+                        l.extend_from_slice(&acc.last);
+                        l
+                    } else {
+                        f.last
+                    };
+                    acc.nullable &= f.nullable;
+                }
+                Ok(acc)
+            }
+            HirKind::Alternation(alts) => {
+                let mut acc = Frag {
+                    first: Vec::new(),
+                    last: Vec::new(),
+                    nullable: false,
+                };
+                for a in alts {
+                    let f = self.frag(a)?;
+                    acc.first.extend_from_slice(&f.first);
+                    acc.last.extend_from_slice(&f.last);
+                    acc.nullable |= f.nullable;
+                }
+                Ok(acc)
+            }
+            HirKind::Repetition(r) if loop_or_option(r) && structured(&r.sub) => {
+                let f = self.frag(&r.sub)?;
+                if r.max.is_none() {
+                    self.link(&f.last, &f.first)?;
+                }
+                Ok(Frag {
+                    nullable: f.nullable || r.min == 0,
+                    ..f
+                })
+            }
+            _ => {
+                let got = dfa::cached(
+                    &h.to_string(),
+                    h,
+                    self.max_states,
+                    self.max_bytes,
+                    self.deadline,
+                );
+                match got {
+                    Ok(l) if !l.has_counts() => self.leaf(Leaf::Lex(l)),
+                    Ok(_) | Err(DfaError::TooBig { .. }) => Err(Stop::Decline),
+                    Err(e) => Err(Stop::Err(e)),
+                }
+            }
+        }
+    }
+}
+
+/// Whether `h` has structure this module takes apart (rather than a leaf): a
+/// concatenation, an alternation, or an optional part or a `*`/`+` loop of one.
+fn structured(h: &Hir) -> bool {
+    match h.kind() {
+        HirKind::Concat(_) | HirKind::Alternation(_) => true,
+        HirKind::Capture(c) => structured(&c.sub),
+        HirKind::Repetition(r) => loop_or_option(r) && structured(&r.sub),
+        _ => false,
+    }
+}
+
+/// Whether `r` is `?`, `*` or `+` (the repetitions a position automaton expresses
+/// without copies).
+fn loop_or_option(r: &regex_syntax::hir::Repetition) -> bool {
+    matches!((r.min, r.max), (0, Some(1)) | (0 | 1, None))
+}
+
+/// Whether `h` has at least `n` HIR nodes. Cost: O(min(n, nodes)).
+fn has_nodes(h: &Hir, n: &mut usize) -> bool {
+    if *n == 0 {
+        return true;
+    }
+    *n -= 1;
+    match h.kind() {
+        HirKind::Concat(v) | HirKind::Alternation(v) => v.iter().any(|x| has_nodes(x, n)),
+        HirKind::Capture(c) => has_nodes(&c.sub, n),
+        HirKind::Repetition(r) => has_nodes(&r.sub, n),
+        _ => *n == 0,
+    }
+}
+
+/// FxHash over `u64` words (see [`super::subset`]).
+#[derive(Default)]
+struct Fx(u64);
+
+impl Hasher for Fx {
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0.rotate_left(26)
+    }
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+    #[inline]
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<Fx>>;
+
+/// A position: leaf class in the high half, leaf-DFA state in the low half.
+#[inline]
+fn pos(leaf: u32, state: u32) -> u64 {
+    (leaf as u64) << 32 | state as u64
+}
+
+/// The DFA of `hir` composed from cached leaf DFAs (see the module docs), within
+/// `max_states` states and `max_bytes` of tables and sets, stopping with
+/// [`DfaError::Deadline`] once `deadline` has passed; `None` when the regex is small or
+/// its structure does not suit (then the NFA route builds it). Cost: the leaves' cache
+/// lookups (and builds, once per process), then O(DFA states x positions per state x byte
+/// classes).
+pub(crate) fn compose(
+    hir: &Hir,
+    max_states: usize,
+    max_bytes: usize,
+    deadline: Option<std::time::Instant>,
+) -> Option<Result<Dfa, DfaError>> {
+    let mut budget = MIN_NODES;
+    if !has_nodes(hir, &mut budget) {
+        return None;
+    }
+    compose_any(hir, max_states, max_bytes, deadline)
+}
+
+/// [`compose`] whatever the regex's size.
+fn compose_any(
+    hir: &Hir,
+    max_states: usize,
+    max_bytes: usize,
+    deadline: Option<std::time::Instant>,
+) -> Option<Result<Dfa, DfaError>> {
+    if !structured(hir) {
+        return None;
+    }
+    let mut g = Glushkov {
+        leaves: Vec::new(),
+        next: Vec::new(),
+        edges: 0,
+        max_states,
+        max_bytes,
+        deadline,
+    };
+    match g.frag(hir) {
+        Ok(root) => Some(determinize(g, root)),
+        Err(Stop::Decline) => None,
+        Err(Stop::Err(e)) => Some(Err(e)),
+    }
+}
+
+/// Merges equivalent leaves, drops dead ones, and runs the subset construction over
+/// positions.
+fn determinize(g: Glushkov, root: Frag) -> Result<Dfa, DfaError> {
+    let Glushkov {
+        leaves,
+        next,
+        max_states,
+        max_bytes,
+        deadline,
+        ..
+    } = g;
+    let n = leaves.len();
+    let mut final_ = vec![false; n];
+    for &l in &root.last {
+        final_[l as usize] = true;
+    }
+
+    // Leaf classes: the same automaton, the same ending, followers of the same classes.
+    // Start from (automaton, ending) and refine by the follower classes until stable.
+    let mut class = vec![0u32; n];
+    if n > 0 {
+        let mut ids: FxMap<(usize, &[u8], bool), u32> = FxMap::default();
+        for i in 0..n {
+            let key = match &leaves[i] {
+                Leaf::Lit(l) => (0, &l[..], final_[i]),
+                Leaf::Lex(l) => (Arc::as_ptr(l) as usize, &[][..], final_[i]),
+            };
+            let k = ids.len() as u32;
+            class[i] = *ids.entry(key).or_insert(k);
+        }
+        // Each round: a leaf's signature is its class and its followers' classes (sorted,
+        // in one pool); leaves sorted by signature get the new classes.
+        let mut count = ids.len();
+        let mut pool: Vec<u32> = Vec::new();
+        let mut off: Vec<usize> = Vec::with_capacity(n + 1);
+        let mut order: Vec<u32> = (0..n as u32).collect();
+        loop {
+            pool.clear();
+            off.clear();
+            off.push(0);
+            for i in 0..n {
+                pool.push(class[i]);
+                let from = pool.len();
+                pool.extend(next[i].iter().map(|&m| class[m as usize]));
+                pool[from..].sort_unstable();
+                let mut w = from;
+                for r in from..pool.len() {
+                    if w == from || pool[r] != pool[w - 1] {
+                        pool[w] = pool[r];
+                        w += 1;
+                    }
+                }
+                pool.truncate(w);
+                off.push(pool.len());
+            }
+            let sig = |i: u32| &pool[off[i as usize]..off[i as usize + 1]];
+            order.sort_unstable_by(|&a, &b| sig(a).cmp(sig(b)));
+            let mut id = 0u32;
+            for j in 0..n {
+                if j > 0 && sig(order[j - 1]) != sig(order[j]) {
+                    id += 1;
+                }
+                class[order[j] as usize] = id;
+            }
+            if id as usize + 1 == count {
+                break;
+            }
+            count = id as usize + 1;
+        }
+    }
+    // One representative leaf per class, with its followers as classes.
+    let k = class.iter().map(|&c| c as usize + 1).max().unwrap_or(0);
+    let mut rep = vec![u32::MAX; k];
+    for i in 0..n {
+        if rep[class[i] as usize] == u32::MAX {
+            rep[class[i] as usize] = i as u32;
+        }
+    }
+    let leaf = |c: u32| &leaves[rep[c as usize] as usize];
+    let mut follow: Vec<Vec<u32>> = (0..k)
+        .map(|c| {
+            let mut f: Vec<u32> = next[rep[c] as usize]
+                .iter()
+                .map(|&m| class[m as usize])
+                .collect();
+            f.sort_unstable();
+            f.dedup();
+            f
+        })
+        .collect();
+    let is_final: Vec<bool> = (0..k).map(|c| final_[rep[c] as usize]).collect();
+    let mut first: Vec<u32> = root.first.iter().map(|&m| class[m as usize]).collect();
+    first.sort_unstable();
+    first.dedup();
+
+    // Live classes: a non-empty automaton after which the whole can end.
+    let mut alive = vec![false; k];
+    loop {
+        let mut changed = false;
+        for c in 0..k {
+            if !alive[c]
+                && leaf(c as u32).start() != 0
+                && (is_final[c] || follow[c].iter().any(|&m| alive[m as usize]))
+            {
+                alive[c] = true;
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    for f in follow.iter_mut() {
+        f.retain(|&m| alive[m as usize]);
+    }
+    first.retain(|&m| alive[m as usize]);
+    let nullable: Vec<bool> = (0..k)
+        .map(|c| leaf(c as u32).accepting(leaf(c as u32).start()))
+        .collect();
+    // `ends[c]`: the whole may end once leaf `c` accepts (itself final, or followed by
+    // leaves that match the empty string up to a final one).
+    let mut ends = is_final;
+    loop {
+        let mut changed = false;
+        for c in 0..k {
+            if !ends[c]
+                && follow[c]
+                    .iter()
+                    .any(|&m| nullable[m as usize] && ends[m as usize])
+            {
+                ends[c] = true;
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+
+    // Byte classes of each leaf (the bytes where a class starts), and of the whole.
+    let bounds: Vec<ByteSet> = (0..k).map(|c| leaf(c as u32).bounds()).collect();
+    let mut all = ByteSet::EMPTY;
+    for c in 0..k {
+        if alive[c] {
+            all.union_with(&bounds[c]);
+        }
+    }
+    all.insert(0);
+    let mut classes = [0u8; 256];
+    let mut stride = 0usize;
+    for b in 0..=255u8 {
+        if all.contains(b) {
+            stride += 1;
+        }
+        classes[b as usize] = (stride - 1) as u8;
+    }
+    let row_bytes = (stride + 1).next_power_of_two() * 4;
+    let too_big = || DfaError::TooBig { cost: max_states };
+
+    // Entry groups: the leaves whose starts are entered together (once a leaf accepts:
+    // its followers, and past those that match the empty string; at the start: the first
+    // leaves). A set holds a group as one pseudo-position `pos(k + g, 0)`, and what a
+    // group does on a byte is computed once (`group_steps`), not once per DFA state: the
+    // hundreds of keys an object loop may start with are stepped once per byte class.
+    let mut groups = Groups {
+        members: Vec::new(),
+        ids: FxMap::default(),
+        bounds: Vec::new(),
+        allowed: Vec::new(),
+        accepts: Vec::new(),
+    };
+    let mut seen = vec![0u32; k];
+    let mut epoch = 0u32;
+    let mut group_of = |from: &[u32], groups: &mut Groups| -> Option<u32> {
+        epoch += 1;
+        let mut out: Vec<u32> = Vec::new();
+        let mut stack: Vec<u32> = from.to_vec();
+        while let Some(m) = stack.pop() {
+            if std::mem::replace(&mut seen[m as usize], epoch) == epoch {
+                continue;
+            }
+            out.push(m);
+            if nullable[m as usize] {
+                stack.extend_from_slice(&follow[m as usize]);
+            }
+        }
+        if out.is_empty() {
+            return None;
+        }
+        out.sort_unstable();
+        if let Some(&g) = groups.ids.get(&out) {
+            return Some(g);
+        }
+        let g = groups.members.len() as u32;
+        let mut b = ByteSet::EMPTY;
+        let mut allowed = ByteSet::EMPTY;
+        for &m in &out {
+            let l = leaf(m);
+            b.union_with(&bounds[m as usize]);
+            allowed.union_with(&l.allowed(l.start()));
+        }
+        b.insert(0);
+        groups.bounds.push(b);
+        groups.allowed.push(allowed);
+        groups.accepts.push(
+            out.iter()
+                .any(|&m| nullable[m as usize] && ends[m as usize]),
+        );
+        groups.ids.insert(out.clone(), g);
+        groups.members.push(out);
+        Some(g)
+    };
+    let after: Vec<Option<u32>> = (0..k).map(|c| group_of(&follow[c], &mut groups)).collect();
+    let start_group = group_of(&first, &mut groups);
+    let group_pos = |g: u32| pos(k as u32 + g, 0);
+
+    // What a leaf position becomes on byte `b`: itself in its next state, and the group
+    // entered when that state accepts.
+    let step_leaf = |c: u32, s: u32, b: u8, out: &mut Vec<u64>| {
+        let l = leaf(c);
+        let t = l.next(s, b);
+        if t != 0 {
+            out.push(pos(c, t));
+            if l.accepting(t) {
+                if let Some(g) = after[c as usize] {
+                    out.push(group_pos(g));
+                }
+            }
+        }
+    };
+    let mut group_steps: FxMap<(u32, u8), Vec<u64>> = FxMap::default();
+    let mut step_group = |g: u32, b: u8, out: &mut Vec<u64>| {
+        // Bytes of one class of the group's leaves behave alike: keyed by the class's
+        // first byte.
+        let key = (g, groups.bounds[g as usize].floor(b));
+        let steps = group_steps.entry(key).or_insert_with(|| {
+            let mut v = Vec::new();
+            for &m in &groups.members[g as usize] {
+                step_leaf(m, leaf(m).start(), b, &mut v);
+            }
+            v
+        });
+        out.extend_from_slice(steps);
+    };
+
+    let accepts = |set: &[u64]| {
+        set.iter().any(|&p| {
+            let c = (p >> 32) as usize;
+            if c >= k {
+                groups.accepts[c - k]
+            } else {
+                ends[c] && leaf(c as u32).accepting(p as u32)
+            }
+        })
+    };
+    let hash = |set: &[u64]| {
+        let mut h = Fx::default();
+        set.iter().for_each(|&x| h.write_u64(x));
+        h.finish()
+    };
+
+    let mut set_pool: Vec<u64> = Vec::new();
+    let mut set_off: Vec<usize> = vec![0, 0];
+    let mut heads: FxMap<u64, u32> = FxMap::default();
+    let mut chain: Vec<u32> = vec![0];
+    let mut trans: Vec<u32> = vec![0; stride];
+    let mut accepting = vec![false];
+    let start_set: Vec<u64> = start_group.map(group_pos).into_iter().collect();
+    let start = if start_set.is_empty() && !root.nullable {
+        0
+    } else {
+        set_pool.extend_from_slice(&start_set);
+        set_off.push(set_pool.len());
+        heads.insert(hash(&start_set), 1);
+        chain.push(0);
+        trans.resize(2 * stride, 0);
+        accepting.push(root.nullable || accepts(&start_set));
+        1
+    };
+
+    // Per DFA state: the byte classes its members tell apart (usually far fewer than the
+    // whole's), one bucket of successor positions per such class.
+    let mut buckets: Vec<Vec<u64>> = Vec::new();
+    let mut members: Vec<u64> = Vec::new();
+    let mut i = 1;
+    while i < accepting.len() {
+        members.clear();
+        members.extend_from_slice(&set_pool[set_off[i]..set_off[i + 1]]);
+        let mut local = ByteSet::EMPTY;
+        local.insert(0);
+        for &p in &members {
+            let (c, s) = ((p >> 32) as usize, p as u32);
+            if c >= k {
+                local.union_with(&groups.bounds[c - k]);
+            } else if let Leaf::Lit(l) = leaf(c as u32) {
+                if let Some(&b) = l.get(s as usize - 1) {
+                    local.insert(b);
+                    if b < 255 {
+                        local.insert(b + 1);
+                    }
+                }
+            } else {
+                local.union_with(&bounds[c]);
+            }
+        }
+        let reps: Vec<u8> = local.iter().collect();
+        if buckets.len() < reps.len() {
+            buckets.resize(reps.len(), Vec::new());
+        }
+        for b in buckets[..reps.len()].iter_mut() {
+            b.clear();
+        }
+        for &p in &members {
+            let (c, s) = ((p >> 32) as usize, p as u32);
+            if c >= k {
+                let g = (c - k) as u32;
+                let allowed = groups.allowed[g as usize];
+                for (li, &b) in reps.iter().enumerate() {
+                    if allowed.contains(b) {
+                        step_group(g, b, &mut buckets[li]);
+                    }
+                }
+            } else if let Leaf::Lit(l) = leaf(c as u32) {
+                if let Some(&b) = l.get(s as usize - 1) {
+                    let li = local.rank(b) as usize;
+                    step_leaf(c as u32, s, b, &mut buckets[li]);
+                }
+            } else {
+                let allowed = leaf(c as u32).allowed(s);
+                for (li, &b) in reps.iter().enumerate() {
+                    if allowed.contains(b) {
+                        step_leaf(c as u32, s, b, &mut buckets[li]);
+                    }
+                }
+            }
+        }
+        for li in 0..reps.len() {
+            let set = &mut buckets[li];
+            if set.is_empty() {
+                continue;
+            }
+            set.sort_unstable();
+            set.dedup();
+            let set = &buckets[li];
+            let h = hash(set);
+            let mut found = heads.get(&h).copied().unwrap_or(0);
+            while found != 0 {
+                let f = found as usize;
+                if set_pool[set_off[f]..set_off[f + 1]] == set[..] {
+                    break;
+                }
+                found = chain[f];
+            }
+            let id = if found != 0 {
+                found
+            } else {
+                let id = accepting.len();
+                if id > max_states
+                    || id.saturating_mul(row_bytes) > max_bytes
+                    || (set_pool.len() + set.len()).saturating_mul(8) > max_bytes
+                {
+                    return Err(too_big());
+                }
+                if id % DEADLINE_EVERY == 0
+                    && deadline.is_some_and(|d| std::time::Instant::now() > d)
+                {
+                    return Err(DfaError::Deadline);
+                }
+                set_pool.extend_from_slice(set);
+                set_off.push(set_pool.len());
+                chain.push(heads.insert(h, id as u32).unwrap_or(0));
+                trans.resize(trans.len() + stride, 0);
+                accepting.push(accepts(set));
+                id as u32
+            };
+            // The local class runs from its first byte to the byte before the next one.
+            let lo = reps[li];
+            let hi = reps.get(li + 1).map_or(255, |&n| n - 1);
+            let row = &mut trans[i * stride..(i + 1) * stride];
+            for t in &mut row[classes[lo as usize] as usize..=classes[hi as usize] as usize] {
+                *t = id;
+            }
+        }
+        i += 1;
+    }
+    Ok(Dfa::from_subset(Subset {
+        classes,
+        stride,
+        trans,
+        accepting,
+        start,
+    }))
+}
+
+/// The entry groups of a composition (see `determinize`).
+struct Groups {
+    members: Vec<Vec<u32>>,
+    ids: FxMap<Vec<u32>, u32>,
+    /// Bytes where a class of some member starts (and 0).
+    bounds: Vec<ByteSet>,
+    /// Bytes on which some member leaves its start alive.
+    allowed: Vec<ByteSet>,
+    /// Some member matches the empty string and may end the whole.
+    accepts: Vec<bool>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hir(re: &str) -> Hir {
+        regex_syntax::ParserBuilder::new()
+            .utf8(false)
+            .build()
+            .parse(re)
+            .unwrap()
+    }
+
+    /// The composed DFA of `re` (whatever its size).
+    fn composed(re: &str) -> Dfa {
+        compose_any(&hir(re), 100_000, 1 << 26, None)
+            .expect("structured")
+            .expect("within limits")
+    }
+
+    /// States reachable from the start (the dead state excluded).
+    fn reachable(d: &Dfa) -> usize {
+        let mut seen = std::collections::HashSet::new();
+        let mut stack = vec![d.start()];
+        while let Some(s) = stack.pop() {
+            if s == 0 || !seen.insert(s) {
+                continue;
+            }
+            for b in 0..=255u8 {
+                stack.push(d.next(s, b));
+            }
+        }
+        seen.len()
+    }
+
+    /// Checks that `a` and `b` accept the same language: a walk over the pairs of states
+    /// reachable on the same bytes finds the same verdicts (whole match, dead) in both.
+    /// Both keep only live states, so "dead on the same bytes" plus "accepting on the same
+    /// bytes" is language equality. Also checks that every state of `a` can still reach an
+    /// accepting one (state 0 is the only dead state).
+    fn same_language(re: &str, a: &Dfa, b: &Dfa) {
+        let mut seen = std::collections::HashSet::new();
+        let mut stack = vec![(a.start(), b.start(), Vec::<u8>::new())];
+        while let Some((x, y, path)) = stack.pop() {
+            assert_eq!(x == 0, y == 0, "{re}: dead after {path:?} in one DFA only");
+            if x == 0 || !seen.insert((x, y)) {
+                continue;
+            }
+            assert_eq!(
+                a.accepting(x),
+                b.accepting(y),
+                "{re}: whole match after {path:?} in one DFA only"
+            );
+            for byte in 0..=255u8 {
+                let (nx, ny) = (a.next(x, byte), b.next(y, byte));
+                assert_eq!(
+                    a.allowed(x).contains(byte),
+                    nx != 0,
+                    "{re}: allowed bytes disagree with the table"
+                );
+                let mut p = path.clone();
+                p.push(byte);
+                stack.push((nx, ny, p));
+            }
+        }
+        // Liveness of every state of `a`: some accepting state is reachable.
+        for s in 1..a.num_states() as u32 {
+            let mut seen = std::collections::HashSet::new();
+            let mut stack = vec![s];
+            let mut live = false;
+            while let Some(t) = stack.pop() {
+                if t == 0 || !seen.insert(t) {
+                    continue;
+                }
+                if a.accepting(t) {
+                    live = true;
+                    break;
+                }
+                stack.extend((0..=255u8).map(|b| a.next(t, b)));
+            }
+            assert!(live, "{re}: state {s} of the composed DFA cannot complete");
+        }
+    }
+
+    /// A random regex over a small alphabet with the structures this module takes apart
+    /// (concatenation, alternation, `?`, `*`, `+`) and leaves of every kind (literals,
+    /// classes, bounded repetitions, nullable leaves, an empty class).
+    fn random_regex(rnd: &mut impl FnMut(u64) -> u64, depth: u32) -> String {
+        let leaf = |rnd: &mut dyn FnMut(u64) -> u64| -> String {
+            match rnd(9) {
+                0 => "a".into(),
+                1 => "ab".into(),
+                2 => "\"".into(),
+                3 => "[a-c]".into(),
+                4 => "[ \\t]{0,2}".into(),
+                5 => "b{1,3}".into(),
+                6 => "[a&&b]".into(),
+                7 => "(?:a|bc)".into(),
+                _ => "c*".into(),
+            }
+        };
+        if depth == 0 {
+            return leaf(rnd);
+        }
+        match rnd(7) {
+            0 | 1 => {
+                let n = 2 + rnd(3);
+                (0..n).map(|_| random_regex(rnd, depth - 1)).collect()
+            }
+            2 | 3 => {
+                let n = 2 + rnd(3);
+                let parts: Vec<String> = (0..n).map(|_| random_regex(rnd, depth - 1)).collect();
+                format!("(?:{})", parts.join("|"))
+            }
+            4 => format!("(?:{})?", random_regex(rnd, depth - 1)),
+            5 => format!("(?:{})*", random_regex(rnd, depth - 1)),
+            _ => format!("(?:{})+", random_regex(rnd, depth - 1)),
+        }
+    }
+
+    /// Composed DFAs accept exactly the language of the NFA route's, on 600 random
+    /// regexes of nested concatenations, alternations, options and loops.
+    #[test]
+    fn composed_dfas_equal_the_nfa_route() {
+        let mut rnd = crate::compile::test_rng(0x5eed_c0de);
+        let mut checked = 0;
+        for i in 0..600 {
+            let re = random_regex(&mut rnd, 1 + (i % 4) as u32);
+            let Some(got) = compose_any(&hir(&re), 100_000, 1 << 26, None) else {
+                continue;
+            };
+            let ours = got.unwrap();
+            let theirs = Dfa::build_until(&hir(&re), 100_000, 1 << 26, None).unwrap();
+            same_language(&re, &ours, &theirs);
+            checked += 1;
+        }
+        assert!(checked > 400, "only {checked} regexes were composed");
+    }
+
+    /// JSON-shaped lexemes (an object's members in a loop, an array of enum values, keys
+    /// that share prefixes, a nullable whole) compose to the same language as the NFA
+    /// route's; and the members' values of one type share their states, so the composed
+    /// DFA is smaller.
+    #[test]
+    fn json_lexemes_compose_exactly_and_share_value_states() {
+        let s = r#""(?:[^"\\]|\\["\\/bfnrt]|\\u[0-9A-Fa-f]{4})*""#;
+        let w = r"[ \t\n\r]{0,3}";
+        let member = |k: &str| format!(r#"(?:"{k}"{w}:{w}{s})"#);
+        let members = ["id", "name", "names", "n", "url"].map(member).join("|");
+        let cases = [
+            format!("(?:(?:{members})(?:{w},{w}(?:{members}))*)?"),
+            format!(
+                r#"\[{w}(?:\]|(?:"red"|"green"|"gr"|"blue")(?:{w},{w}(?:"red"|"green"|"gr"|"blue"))*{w}\])"#
+            ),
+            format!(r"(?:{w},{w}(?:{members}))"),
+            format!(r#"(?:"a"|"ab"|"abc")?(?:{w}x)?"#),
+        ];
+        for re in &cases {
+            let ours = composed(re);
+            let theirs = Dfa::build_until(&hir(re), 100_000, 1 << 26, None).unwrap();
+            same_language(re, &ours, &theirs);
+        }
+        let ours = composed(&cases[0]);
+        let theirs = Dfa::build_until(&hir(&cases[0]), 100_000, 1 << 26, None).unwrap();
+        assert!(
+            reachable(&ours) * 2 < reachable(&theirs),
+            "composed {} states, NFA route {}",
+            reachable(&ours),
+            reachable(&theirs)
+        );
+    }
+
+    /// Small regexes and unstructured ones take the NFA route; an empty language composes
+    /// to the dead start.
+    #[test]
+    fn small_or_flat_regexes_are_declined_and_empty_languages_are_dead() {
+        assert!(compose(&hir("(?:a|b)c"), 1000, 1 << 20, None).is_none());
+        assert!(compose_any(&hir("[a-z]{0,9}"), 1000, 1 << 20, None).is_none());
+        let dead = composed("(?:[a&&b]x|y[a&&b])");
+        assert_eq!(dead.start(), 0);
+    }
+}
