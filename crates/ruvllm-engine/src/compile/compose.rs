@@ -535,7 +535,9 @@ fn determinize(g: Glushkov, root: Frag) -> Result<Dfa, DfaError> {
         }
         classes[b as usize] = (stride - 1) as u8;
     }
-    let row_bytes = (stride + 1).next_power_of_two() * 4;
+    // The table's real row (the NFA route counts regex-automata's padded row, which is
+    // up to twice as big: the composed DFA may have as many states as that allowed).
+    let row_bytes = stride * 4;
     let too_big = || DfaError::TooBig { cost: max_states };
 
     // Entry groups: the leaves whose starts are entered together (once a leaf accepts:
