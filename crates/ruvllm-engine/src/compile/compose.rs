@@ -410,16 +410,26 @@ fn determinize(g: Glushkov, root: Frag) -> Result<Dfa, DfaError> {
             class[i] = *ids.entry(key).or_insert(k);
         }
         // Each round: a leaf's signature is its class and its followers' classes (sorted,
-        // in one pool); leaves sorted by signature get the new classes.
+        // in one pool); leaves sorted by signature get the new classes. A leaf alone in
+        // its class stays alone (refinement only splits), so only leaves that share a class
+        // are signed and sorted; the others are renumbered in place.
         let mut count = ids.len();
         let mut pool: Vec<u32> = Vec::new();
-        let mut off: Vec<usize> = Vec::with_capacity(n + 1);
-        let mut order: Vec<u32> = (0..n as u32).collect();
+        let mut off: Vec<usize> = vec![0; n + 1];
+        let mut order: Vec<u32> = Vec::with_capacity(n);
+        let mut size = vec![0u32; n];
         loop {
+            size[..count].iter_mut().for_each(|x| *x = 0);
+            for &c in &class {
+                size[c as usize] += 1;
+            }
             pool.clear();
-            off.clear();
-            off.push(0);
+            order.clear();
             for i in 0..n {
+                if size[class[i] as usize] < 2 {
+                    continue;
+                }
+                off[i] = pool.len();
                 pool.push(class[i]);
                 let from = pool.len();
                 pool.extend(next[i].iter().map(|&m| class[m as usize]));
@@ -432,21 +442,35 @@ fn determinize(g: Glushkov, root: Frag) -> Result<Dfa, DfaError> {
                     }
                 }
                 pool.truncate(w);
-                off.push(pool.len());
+                off[i + 1] = pool.len();
+                order.push(i as u32);
+            }
+            if order.is_empty() {
+                break;
             }
             let sig = |i: u32| &pool[off[i as usize]..off[i as usize + 1]];
             order.sort_unstable_by(|&a, &b| sig(a).cmp(sig(b)));
+            // New ids: the shared classes' pieces first, then the lone leaves.
+            let mut refined = vec![0u32; n];
             let mut id = 0u32;
-            for j in 0..n {
+            for j in 0..order.len() {
                 if j > 0 && sig(order[j - 1]) != sig(order[j]) {
                     id += 1;
                 }
-                class[order[j] as usize] = id;
+                refined[order[j] as usize] = id;
             }
-            if id as usize + 1 == count {
+            let mut next_id = id + 1;
+            for i in 0..n {
+                if size[class[i] as usize] < 2 {
+                    refined[i] = next_id;
+                    next_id += 1;
+                }
+            }
+            class = refined;
+            if next_id as usize == count {
                 break;
             }
-            count = id as usize + 1;
+            count = next_id as usize;
         }
     }
     // One representative leaf per class, with its followers as classes.
@@ -665,6 +689,7 @@ fn determinize(g: Glushkov, root: Frag) -> Result<Dfa, DfaError> {
     // whole's), one bucket of successor positions per such class.
     let mut buckets: Vec<Vec<u64>> = Vec::new();
     let mut members: Vec<u64> = Vec::new();
+    let mut reps: Vec<u8> = Vec::with_capacity(256);
     let mut i = 1;
     while i < accepting.len() {
         members.clear();
@@ -686,7 +711,8 @@ fn determinize(g: Glushkov, root: Frag) -> Result<Dfa, DfaError> {
                 local.union_with(&bounds[c]);
             }
         }
-        let reps: Vec<u8> = local.iter().collect();
+        reps.clear();
+        reps.extend(local.iter());
         if buckets.len() < reps.len() {
             buckets.resize(reps.len(), Vec::new());
         }

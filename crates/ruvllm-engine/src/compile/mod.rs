@@ -1068,7 +1068,15 @@ impl<'a> Lowerer<'a> {
         };
         let keys = k.keys().to_vec();
         let (states, bytes) = (self.limits.max_lexeme_states, self.limits.max_dfa_bytes);
-        let key = format!("(?:a key other than {keys:?}){dev_hir}");
+        // The keys, each as its length in characters and its text: unambiguous, and much
+        // cheaper to write than their `Debug` form (every character quoted).
+        let mut key = String::from("(?:a key other than ");
+        for k in &keys {
+            use std::fmt::Write;
+            let _ = write!(key, "{}:", k.len());
+            key.extend(k.iter());
+        }
+        let _ = std::fmt::Write::write_fmt(&mut key, format_args!("){dev_hir}"));
         self.register(format!("{states}/{bytes}/{key}"), key, move || {
             keys::key_complement(&keys, crate::schema::json_encodings, &dev, states, bytes)
         })
