@@ -410,63 +410,73 @@ fn determinize(g: Glushkov, root: Frag) -> Result<Dfa, DfaError> {
             class[i] = *ids.entry(key).or_insert(k);
         }
         // Each round: a leaf's signature is its class and its followers' classes (sorted,
-        // in one pool); leaves sorted by signature get the new classes. A leaf alone in
-        // its class stays alone (refinement only splits), so only leaves that share a class
-        // are signed and sorted; the others are renumbered in place.
+        // in one pool); leaves with equal signatures get one new class (found by the
+        // signature's hash, then compared). A leaf alone in its class stays alone
+        // (refinement only splits), so only leaves that share a class are signed; the
+        // others get fresh ids after them.
         let mut count = ids.len();
         let mut pool: Vec<u32> = Vec::new();
-        let mut off: Vec<usize> = vec![0; n + 1];
-        let mut order: Vec<u32> = Vec::with_capacity(n);
+        // Where each representative's signature lies in the pool.
+        let mut sig_at: Vec<(usize, usize)> = vec![(0, 0); n];
         let mut size = vec![0u32; n];
+        let mut refined = vec![0u32; n];
+        let mut by_hash: FxMap<u64, Vec<(u32, u32)>> = FxMap::default();
         loop {
             size[..count].iter_mut().for_each(|x| *x = 0);
             for &c in &class {
                 size[c as usize] += 1;
             }
             pool.clear();
-            order.clear();
+            by_hash.clear();
+            let mut next_id = 0u32;
             for i in 0..n {
                 if size[class[i] as usize] < 2 {
                     continue;
                 }
-                off[i] = pool.len();
-                pool.push(class[i]);
                 let from = pool.len();
+                pool.push(class[i]);
                 pool.extend(next[i].iter().map(|&m| class[m as usize]));
-                pool[from..].sort_unstable();
-                let mut w = from;
-                for r in from..pool.len() {
-                    if w == from || pool[r] != pool[w - 1] {
+                pool[from + 1..].sort_unstable();
+                let mut w = from + 1;
+                for r in from + 1..pool.len() {
+                    if w == from + 1 || pool[r] != pool[w - 1] {
                         pool[w] = pool[r];
                         w += 1;
                     }
                 }
                 pool.truncate(w);
-                off[i + 1] = pool.len();
-                order.push(i as u32);
+                sig_at[i] = (from, w);
+                let sig = &pool[from..w];
+                let mut h = Fx::default();
+                sig.iter().for_each(|&x| h.write_u64(x as u64));
+                let list = by_hash.entry(h.finish()).or_default();
+                let same = list.iter().find(|&&(r, _)| {
+                    let (a, b) = sig_at[r as usize];
+                    pool[a..b] == pool[from..w]
+                });
+                refined[i] = match same {
+                    Some(&(_, id)) => {
+                        // Not a representative: its copy of the signature is not kept.
+                        pool.truncate(from);
+                        id
+                    }
+                    None => {
+                        list.push((i as u32, next_id));
+                        next_id += 1;
+                        next_id - 1
+                    }
+                };
             }
-            if order.is_empty() {
+            if next_id == 0 {
                 break;
             }
-            let sig = |i: u32| &pool[off[i as usize]..off[i as usize + 1]];
-            order.sort_unstable_by(|&a, &b| sig(a).cmp(sig(b)));
-            // New ids: the shared classes' pieces first, then the lone leaves.
-            let mut refined = vec![0u32; n];
-            let mut id = 0u32;
-            for j in 0..order.len() {
-                if j > 0 && sig(order[j - 1]) != sig(order[j]) {
-                    id += 1;
-                }
-                refined[order[j] as usize] = id;
-            }
-            let mut next_id = id + 1;
             for i in 0..n {
                 if size[class[i] as usize] < 2 {
                     refined[i] = next_id;
                     next_id += 1;
                 }
             }
-            class = refined;
+            std::mem::swap(&mut class, &mut refined);
             if next_id as usize == count {
                 break;
             }
