@@ -645,19 +645,26 @@ fn determinize(g: Glushkov, root: Frag) -> Result<Dfa, DfaError> {
             }
         }
     };
-    let mut group_steps: FxMap<(u32, u8), Vec<u64>> = FxMap::default();
+    // `group_steps[g][i]`: what group `g` becomes on the bytes of its class `i` (a class
+    // starts at each byte of its bounds), as a range of `step_pool`; `None` until asked.
+    let mut group_steps: Vec<Vec<Option<(u32, u32)>>> = groups
+        .bounds
+        .iter()
+        .map(|b| vec![None; b.len() as usize])
+        .collect();
+    let mut step_pool: Vec<u64> = Vec::new();
     let mut step_group = |g: u32, b: u8, out: &mut Vec<u64>| {
-        // Bytes of one class of the group's leaves behave alike: keyed by the class's
-        // first byte.
-        let key = (g, groups.bounds[g as usize].floor(b));
-        let steps = group_steps.entry(key).or_insert_with(|| {
-            let mut v = Vec::new();
+        // Bytes of one class of the group's leaves behave alike.
+        let bounds = &groups.bounds[g as usize];
+        let class = bounds.rank(bounds.floor(b)) as usize;
+        let (from, to) = *group_steps[g as usize][class].get_or_insert_with(|| {
+            let from = step_pool.len() as u32;
             for &m in &groups.members[g as usize] {
-                step_leaf(m, leaf(m).start(), b, &mut v);
+                step_leaf(m, leaf(m).start(), b, &mut step_pool);
             }
-            v
+            (from, step_pool.len() as u32)
         });
-        out.extend_from_slice(steps);
+        out.extend_from_slice(&step_pool[from as usize..to as usize]);
     };
 
     let accepts = |set: &[u64]| {
