@@ -210,23 +210,6 @@ impl Glushkov {
         Ok(())
     }
 
-    /// The concatenation of `acc` and then `f`.
-    fn concat(&mut self, mut acc: Frag, f: Frag) -> Result<Frag, Stop> {
-        self.link(&acc.last, &f.first)?;
-        if acc.nullable {
-            acc.first.extend_from_slice(&f.first);
-        }
-        acc.last = if f.nullable {
-            let mut l = f.last;
-            l.extend_from_slice(&acc.last);
-            l
-        } else {
-            f.last
-        };
-        acc.nullable &= f.nullable;
-        Ok(acc)
-    }
-
     fn frag(&mut self, h: &Hir) -> Result<Frag, Stop> {
         match h.kind() {
             HirKind::Empty => Ok(Frag::empty()),
@@ -237,7 +220,18 @@ impl Glushkov {
                 let mut acc = Frag::empty();
                 for p in parts {
                     let f = self.frag(p)?;
-                    acc = self.concat(acc, f)?;
+                    self.link(&acc.last, &f.first)?;
+                    if acc.nullable {
+                        acc.first.extend_from_slice(&f.first);
+                    }
+                    acc.last = if f.nullable {
+                        let mut l = f.last;
+                        l.extend_from_slice(&acc.last);
+                        l
+                    } else {
+                        f.last
+                    };
+                    acc.nullable &= f.nullable;
                 }
                 Ok(acc)
             }
@@ -264,24 +258,6 @@ impl Glushkov {
                     nullable: f.nullable || r.min == 0,
                     ..f
                 })
-            }
-            // A short count of structure is unrolled here (`x{2,4}` as `x x x? x?`), as the
-            // NFA route unrolls it: as a leaf it would be determinized there first, and its
-            // states walked again here (`maxItems` arrays of strings compiled 20-35% slower
-            // that way).
-            HirKind::Repetition(r)
-                if structured(&r.sub) && r.max.is_some_and(|m| m <= LONG_COUNT) =>
-            {
-                let max = r.max.unwrap_or(r.min);
-                let mut acc = Frag::empty();
-                for i in 0..max {
-                    let mut f = self.frag(&r.sub)?;
-                    if i >= r.min {
-                        f.nullable = true;
-                    }
-                    acc = self.concat(acc, f)?;
-                }
-                Ok(acc)
             }
             // A long count of a loop (a word count, `(?:\S+\s+){0,99}`) unrolls into most of
             // the lexeme's states: composing would walk again what that leaf's own
@@ -957,7 +933,7 @@ mod tests {
     }
 
     /// A random regex over a small alphabet with the structures this module takes apart
-    /// (concatenation, alternation, `?`, `*`, `+`, short counts) and leaves of every kind (literals,
+    /// (concatenation, alternation, `?`, `*`, `+`) and leaves of every kind (literals,
     /// classes, bounded repetitions, nullable leaves, an empty class).
     fn random_regex(rnd: &mut impl FnMut(u64) -> u64, depth: u32) -> String {
         let leaf = |rnd: &mut dyn FnMut(u64) -> u64| -> String {
@@ -976,11 +952,7 @@ mod tests {
         if depth == 0 {
             return leaf(rnd);
         }
-        match rnd(8) {
-            7 => {
-                let (lo, hi) = [(0, 2), (1, 3), (2, 2), (0, 1)][rnd(4) as usize];
-                format!("(?:{}){{{lo},{hi}}}", random_regex(rnd, depth - 1))
-            }
+        match rnd(7) {
             0 | 1 => {
                 let n = 2 + rnd(3);
                 (0..n).map(|_| random_regex(rnd, depth - 1)).collect()
