@@ -41,12 +41,16 @@
 //! a leaf that cannot be followed to an end is dropped before the construction.
 //!
 //! **When it is not used.** Regexes with few HIR nodes (the NFA route is as fast, and the
-//! leaves would only add cache entries), a leaf that exceeds the DFA limits, or a
-//! follower graph past [`MAX_EDGES`]: [`compose`] answers `None` and the caller takes the
-//! NFA route, so the choice never changes a language, only where compile time goes.
+//! leaves would only add cache entries), a leaf that exceeds the DFA limits, a long count
+//! of a loop, a follower graph past [`MAX_EDGES`], or leaf merging past
+//! [`MAX_REFINE_WORK`] (a long chain of alike leaves): [`compose`] answers `None` and the
+//! caller takes the NFA route, so the choice never changes a language, only where compile
+//! time goes. Every step is linear in the leaves and their follower sets, except the
+//! merging (bounded by its budget) and the subset construction (bounded by the DFA limits
+//! and the compile deadline, like the NFA route's). The recursion over the regex is as
+//! deep as the regex, as in the lowering that built it.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::Hasher;
 use std::sync::Arc;
 
 use regex_syntax::hir::{Hir, HirKind};
@@ -54,6 +58,7 @@ use regex_syntax::hir::{Hir, HirKind};
 use super::dfa::{self, Dfa, DfaError, Lexeme};
 use super::subset::Subset;
 use crate::byteset::ByteSet;
+use crate::earley::{FastMap, ItemHasher};
 
 /// HIR nodes below which a regex goes the NFA route whole.
 const MIN_NODES: usize = 16;
@@ -64,6 +69,9 @@ const MAX_EDGES: usize = 1 << 16;
 const MAX_LEAVES: usize = 1 << 14;
 /// Counts above which a repetition of a loop sends the whole regex to the NFA route.
 const LONG_COUNT: u32 = 16;
+/// Signature entries the merging of equal leaves may write over all its rounds before the
+/// composition gives up (a few rounds over a few thousand leaves in real lexemes).
+const MAX_REFINE_WORK: usize = 1 << 22;
 /// DFA states added between two looks at the clock.
 const DEADLINE_EVERY: usize = 64;
 
@@ -325,29 +333,6 @@ fn has_nodes(h: &Hir, n: &mut usize) -> bool {
     }
 }
 
-/// FxHash over `u64` words (see [`super::subset`]).
-#[derive(Default)]
-struct Fx(u64);
-
-impl Hasher for Fx {
-    #[inline]
-    fn finish(&self) -> u64 {
-        self.0.rotate_left(26)
-    }
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(b as u64);
-        }
-    }
-    #[inline]
-    fn write_u64(&mut self, x: u64) {
-        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-}
-
-type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<Fx>>;
-
 /// A position: leaf class in the high half, leaf-DFA state in the low half.
 #[inline]
 fn pos(leaf: u32, state: u32) -> u64 {
@@ -392,15 +377,19 @@ fn compose_any(
         deadline,
     };
     match g.frag(hir) {
-        Ok(root) => Some(determinize(g, root)),
+        Ok(root) => match determinize(g, root) {
+            Ok(d) => Some(Ok(d)),
+            Err(Stop::Decline) => None,
+            Err(Stop::Err(e)) => Some(Err(e)),
+        },
         Err(Stop::Decline) => None,
         Err(Stop::Err(e)) => Some(Err(e)),
     }
 }
 
 /// Merges equivalent leaves, drops dead ones, and runs the subset construction over
-/// positions.
-fn determinize(g: Glushkov, root: Frag) -> Result<Dfa, DfaError> {
+/// positions; declines when merging would take more than [`MAX_REFINE_WORK`].
+fn determinize(g: Glushkov, root: Frag) -> Result<Dfa, Stop> {
     let Glushkov {
         leaves,
         next,
@@ -419,7 +408,7 @@ fn determinize(g: Glushkov, root: Frag) -> Result<Dfa, DfaError> {
     // Start from (automaton, ending) and refine by the follower classes until stable.
     let mut class = vec![0u32; n];
     if n > 0 {
-        let mut ids: FxMap<(usize, &[u8], bool), u32> = FxMap::default();
+        let mut ids: FastMap<(usize, &[u8], bool), u32> = FastMap::default();
         for i in 0..n {
             let key = match &leaves[i] {
                 Leaf::Lit(l) => (0, &l[..], final_[i]),
@@ -439,8 +428,19 @@ fn determinize(g: Glushkov, root: Frag) -> Result<Dfa, DfaError> {
         let mut sig_at: Vec<(usize, usize)> = vec![(0, 0); n];
         let mut size = vec![0u32; n];
         let mut refined = vec![0u32; n];
-        let mut by_hash: FxMap<u64, Vec<(u32, u32)>> = FxMap::default();
+        let mut by_hash: FastMap<u64, Vec<(u32, u32)>> = FastMap::default();
+        let mut work = 0usize;
         loop {
+            // A class split travels one follower step per round, so a long chain of alike
+            // leaves takes as many rounds as it is long: quadratic (6,000 `[ab]c?` took
+            // 0.9 s). Past the budget the NFA route, linear there, builds it.
+            work += n + pool.len();
+            if work > MAX_REFINE_WORK {
+                return Err(Stop::Decline);
+            }
+            if deadline.is_some_and(|d| std::time::Instant::now() > d) {
+                return Err(Stop::Err(DfaError::Deadline));
+            }
             size[..count].iter_mut().for_each(|x| *x = 0);
             for &c in &class {
                 size[c as usize] += 1;
@@ -466,7 +466,7 @@ fn determinize(g: Glushkov, root: Frag) -> Result<Dfa, DfaError> {
                 pool.truncate(w);
                 sig_at[i] = (from, w);
                 let sig = &pool[from..w];
-                let mut h = Fx::default();
+                let mut h = ItemHasher::default();
                 sig.iter().for_each(|&x| h.write_u64(x as u64));
                 let list = by_hash.entry(h.finish()).or_default();
                 let same = list.iter().find(|&&(r, _)| {
@@ -527,21 +527,40 @@ fn determinize(g: Glushkov, root: Frag) -> Result<Dfa, DfaError> {
     first.sort_unstable();
     first.dedup();
 
+    // Each class's predecessors (the classes it follows), in compressed rows, for the two
+    // backward searches below (linear, where sweeps until nothing changes were quadratic
+    // on long chains).
+    let mut pred_off = vec![0usize; k + 1];
+    for f in &follow {
+        for &m in f {
+            pred_off[m as usize + 1] += 1;
+        }
+    }
+    for c in 0..k {
+        pred_off[c + 1] += pred_off[c];
+    }
+    let mut pred = vec![0u32; pred_off[k]];
+    let mut fill = pred_off.clone();
+    for (c, f) in follow.iter().enumerate() {
+        for &m in f {
+            pred[fill[m as usize]] = c as u32;
+            fill[m as usize] += 1;
+        }
+    }
+    let preds = |m: u32| &pred[pred_off[m as usize]..pred_off[m as usize + 1]];
+    let nonempty: Vec<bool> = (0..k).map(|c| leaf(c as u32).start() != 0).collect();
     // Live classes: a non-empty automaton after which the whole can end.
     let mut alive = vec![false; k];
-    loop {
-        let mut changed = false;
-        for c in 0..k {
-            if !alive[c]
-                && leaf(c as u32).start() != 0
-                && (is_final[c] || follow[c].iter().any(|&m| alive[m as usize]))
-            {
-                alive[c] = true;
-                changed = true;
+    let mut stack: Vec<u32> = (0..k as u32)
+        .filter(|&c| nonempty[c as usize] && is_final[c as usize])
+        .collect();
+    stack.iter().for_each(|&c| alive[c as usize] = true);
+    while let Some(m) = stack.pop() {
+        for &p in preds(m) {
+            if !alive[p as usize] && nonempty[p as usize] {
+                alive[p as usize] = true;
+                stack.push(p);
             }
-        }
-        if !changed {
-            break;
         }
     }
     for f in follow.iter_mut() {
@@ -552,22 +571,20 @@ fn determinize(g: Glushkov, root: Frag) -> Result<Dfa, DfaError> {
         .map(|c| leaf(c as u32).accepting(leaf(c as u32).start()))
         .collect();
     // `ends[c]`: the whole may end once leaf `c` accepts (itself final, or followed by
-    // leaves that match the empty string up to a final one).
+    // leaves that match the empty string up to a final one). Only live classes pass it on
+    // (a nullable leaf is live once it may end).
     let mut ends = is_final;
-    loop {
-        let mut changed = false;
-        for c in 0..k {
-            if !ends[c]
-                && follow[c]
-                    .iter()
-                    .any(|&m| nullable[m as usize] && ends[m as usize])
-            {
-                ends[c] = true;
-                changed = true;
+    let mut stack: Vec<u32> = (0..k as u32)
+        .filter(|&c| ends[c as usize] && nullable[c as usize])
+        .collect();
+    while let Some(m) = stack.pop() {
+        for &p in preds(m) {
+            if !ends[p as usize] {
+                ends[p as usize] = true;
+                if nullable[p as usize] {
+                    stack.push(p);
+                }
             }
-        }
-        if !changed {
-            break;
         }
     }
 
@@ -591,7 +608,7 @@ fn determinize(g: Glushkov, root: Frag) -> Result<Dfa, DfaError> {
     // The table's real row (the NFA route counts regex-automata's padded row, which is
     // up to twice as big: the composed DFA may have as many states as that allowed).
     let row_bytes = stride * 4;
-    let too_big = || DfaError::TooBig { cost: max_states };
+    let too_big = || Stop::Err(DfaError::TooBig { cost: max_states });
 
     // Entry groups: the leaves whose starts are entered together (once a leaf accepts:
     // its followers, and past those that match the empty string; at the start: the first
@@ -600,7 +617,7 @@ fn determinize(g: Glushkov, root: Frag) -> Result<Dfa, DfaError> {
     // hundreds of keys an object loop may start with are stepped once per byte class.
     let mut groups = Groups {
         members: Vec::new(),
-        ids: FxMap::default(),
+        ids: FastMap::default(),
         bounds: Vec::new(),
         allowed: Vec::new(),
         accepts: Vec::new(),
@@ -697,14 +714,14 @@ fn determinize(g: Glushkov, root: Frag) -> Result<Dfa, DfaError> {
         })
     };
     let hash = |set: &[u64]| {
-        let mut h = Fx::default();
+        let mut h = ItemHasher::default();
         set.iter().for_each(|&x| h.write_u64(x));
         h.finish()
     };
 
     let mut set_pool: Vec<u64> = Vec::new();
     let mut set_off: Vec<usize> = vec![0, 0];
-    let mut heads: FxMap<u64, u32> = FxMap::default();
+    let mut heads: FastMap<u64, u32> = FastMap::default();
     let mut chain: Vec<u32> = vec![0];
     let mut trans: Vec<u32> = vec![0; stride];
     let mut accepting = vec![false];
@@ -809,7 +826,7 @@ fn determinize(g: Glushkov, root: Frag) -> Result<Dfa, DfaError> {
                 if id % DEADLINE_EVERY == 0
                     && deadline.is_some_and(|d| std::time::Instant::now() > d)
                 {
-                    return Err(DfaError::Deadline);
+                    return Err(Stop::Err(DfaError::Deadline));
                 }
                 set_pool.extend_from_slice(set);
                 set_off.push(set_pool.len());
@@ -840,7 +857,7 @@ fn determinize(g: Glushkov, root: Frag) -> Result<Dfa, DfaError> {
 /// The entry groups of a composition (see `determinize`).
 struct Groups {
     members: Vec<Vec<u32>>,
-    ids: FxMap<Vec<u32>, u32>,
+    ids: FastMap<Vec<u32>, u32>,
     /// Bytes where a class of some member starts (and 0).
     bounds: Vec<ByteSet>,
     /// Bytes on which some member leaves its start alive.
@@ -853,13 +870,7 @@ struct Groups {
 mod tests {
     use super::*;
 
-    fn hir(re: &str) -> Hir {
-        regex_syntax::ParserBuilder::new()
-            .utf8(false)
-            .build()
-            .parse(re)
-            .unwrap()
-    }
+    use crate::compile::test_hir as hir;
 
     /// The composed DFA of `re` (whatever its size).
     fn composed(re: &str) -> Dfa {
@@ -1018,6 +1029,30 @@ mod tests {
             reachable(&ours),
             reachable(&theirs)
         );
+    }
+
+    /// A long chain of alike leaves, whose merging would take a round per leaf (quadratic:
+    /// 0.9 s for this one), is declined once the merging's budget is spent, and the NFA
+    /// route builds it; a chain a tenth as long still composes, to the same language.
+    #[test]
+    fn long_chains_of_alike_leaves_are_declined() {
+        let chain = |n: usize| (0..n).map(|_| "(?:[ab]c?)").collect::<String>();
+        let parse = |re: &str| {
+            regex_syntax::ParserBuilder::new()
+                .utf8(false)
+                .nest_limit(100_000)
+                .build()
+                .parse(re)
+                .unwrap()
+        };
+        let long = parse(&chain(6000));
+        assert!(compose_any(&long, 1 << 20, 1 << 30, None).is_none());
+        let short = chain(600);
+        let ours = compose_any(&parse(&short), 1 << 20, 1 << 30, None)
+            .expect("composed")
+            .unwrap();
+        let theirs = Dfa::build_until(&parse(&short), 1 << 20, 1 << 30, None).unwrap();
+        same_language("600 x (?:[ab]c?)", &ours, &theirs);
     }
 
     /// Small regexes, unstructured ones and long counts of loops take the NFA route; an

@@ -382,12 +382,7 @@ mod tests {
     }
 
     fn dfa(re: &str) -> Dfa {
-        let hir = regex_syntax::ParserBuilder::new()
-            .utf8(false)
-            .build()
-            .parse(re)
-            .unwrap();
-        Dfa::build(&hir, 200_000, 1 << 26).unwrap()
+        Dfa::build(&crate::compile::test_hir(re), 200_000, 1 << 26).unwrap()
     }
 
     /// Explores every pair of states of `a` and `b` reachable by the same bytes and

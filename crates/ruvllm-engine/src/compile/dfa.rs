@@ -376,7 +376,9 @@ impl Dfa {
 /// `"key": ` prefix), so determinizing each once per process and computing each state's
 /// token table once per vocabulary turns most of compile time and first-mask time into a
 /// lookup. The cache is keyed by the exact regex and the size limits it was built under,
-/// so a hit is the very DFA a fresh build would give; it is bounded (see `Cache`: at most
+/// so a hit recognizes exactly what a fresh build would (a composed build may differ in
+/// its number of states when its parts were evicted and rebuilt meanwhile, since equal
+/// parts are recognized by identity); it is bounded (see `Cache`: at most
 /// `MAX_CACHED` lexemes, with bounded DFA and token-table bytes; grammars keep their own
 /// `Arc`s).
 #[derive(Debug)]
@@ -616,13 +618,7 @@ mod tests {
         }
     }
 
-    fn hir(re: &str) -> Hir {
-        regex_syntax::ParserBuilder::new()
-            .utf8(false)
-            .build()
-            .parse(re)
-            .unwrap()
-    }
+    use crate::compile::test_hir as hir;
 
     /// Checks that `ours` recognizes the language of `re` state by state, against
     /// regex-automata's dense DFA (anchored, all matches): the same whole-lexeme verdicts,

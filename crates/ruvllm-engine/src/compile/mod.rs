@@ -300,6 +300,17 @@ fn measure_keys(k: &crate::grammar::KeyComplement, m: Measure) -> usize {
     }
 }
 
+/// The HIR of the test regex `re`, with byte classes allowed (`utf8(false)`, as lexemes
+/// are byte-level).
+#[cfg(test)]
+pub(crate) fn test_hir(re: &str) -> Hir {
+    regex_syntax::ParserBuilder::new()
+        .utf8(false)
+        .build()
+        .parse(re)
+        .unwrap()
+}
+
 /// A fixed-seed xorshift generator for the tests' random inputs (so failures repeat):
 /// `rnd(n)` is a number below `n`.
 #[cfg(test)]
