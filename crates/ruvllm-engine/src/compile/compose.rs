@@ -56,6 +56,7 @@ use std::sync::Arc;
 use regex_syntax::hir::{Hir, HirKind};
 
 use super::dfa::{self, Dfa, DfaError, Lexeme};
+use super::setpool::SetPool;
 use super::subset::Subset;
 use crate::byteset::ByteSet;
 use crate::earley::{FastMap, ItemHasher};
@@ -719,20 +720,14 @@ fn determinize(g: Glushkov, root: Frag) -> Result<Dfa, Stop> {
         h.finish()
     };
 
-    let mut set_pool: Vec<u64> = Vec::new();
-    let mut set_off: Vec<usize> = vec![0, 0];
-    let mut heads: FastMap<u64, u32> = FastMap::default();
-    let mut chain: Vec<u32> = vec![0];
+    let mut sets: SetPool<u64> = SetPool::new();
     let mut trans: Vec<u32> = vec![0; stride];
     let mut accepting = vec![false];
     let start_set: Vec<u64> = start_group.map(group_pos).into_iter().collect();
     let start = if start_set.is_empty() && !root.nullable {
         0
     } else {
-        set_pool.extend_from_slice(&start_set);
-        set_off.push(set_pool.len());
-        heads.insert(hash(&start_set), 1);
-        chain.push(0);
+        sets.push(&start_set, hash(&start_set));
         trans.resize(2 * stride, 0);
         accepting.push(root.nullable || accepts(&start_set));
         1
@@ -746,7 +741,7 @@ fn determinize(g: Glushkov, root: Frag) -> Result<Dfa, Stop> {
     let mut i = 1;
     while i < accepting.len() {
         members.clear();
-        members.extend_from_slice(&set_pool[set_off[i]..set_off[i + 1]]);
+        members.extend_from_slice(sets.get(i));
         let mut local = ByteSet::EMPTY;
         local.insert(0);
         for &p in &members {
@@ -805,21 +800,15 @@ fn determinize(g: Glushkov, root: Frag) -> Result<Dfa, Stop> {
             set.dedup();
             let set = &buckets[li];
             let h = hash(set);
-            let mut found = heads.get(&h).copied().unwrap_or(0);
-            while found != 0 {
-                let f = found as usize;
-                if set_pool[set_off[f]..set_off[f + 1]] == set[..] {
-                    break;
-                }
-                found = chain[f];
-            }
+            let found = sets.find(set, h);
             let id = if found != 0 {
                 found
             } else {
                 let id = accepting.len();
                 if id > max_states
                     || id.saturating_mul(row_bytes) > max_bytes
-                    || (set_pool.len() + set.len()).saturating_mul(8) > max_bytes
+                    || (sets.items() + set.len()).saturating_mul(8) > max_bytes
+                    || !sets.has_room(set.len())
                 {
                     return Err(too_big());
                 }
@@ -828,9 +817,7 @@ fn determinize(g: Glushkov, root: Frag) -> Result<Dfa, Stop> {
                 {
                     return Err(Stop::Err(DfaError::Deadline));
                 }
-                set_pool.extend_from_slice(set);
-                set_off.push(set_pool.len());
-                chain.push(heads.insert(h, id as u32).unwrap_or(0));
+                sets.push(set, h);
                 trans.resize(trans.len() + stride, 0);
                 accepting.push(accepts(set));
                 id as u32

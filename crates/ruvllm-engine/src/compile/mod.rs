@@ -24,6 +24,7 @@ mod compose;
 mod counted;
 pub(crate) mod dfa;
 pub(crate) mod keys;
+mod setpool;
 mod subset;
 
 use std::collections::HashMap;

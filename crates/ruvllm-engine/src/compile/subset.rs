@@ -17,7 +17,8 @@
 //!   covers a contiguous run of byte classes (classes are byte intervals in increasing
 //!   order), so its target is pushed to those classes' buckets. Neighbouring classes with
 //!   the same targets (common: a character class spanning many classes) share one lookup.
-//! * **Fx hashing** of the sorted `u32` sets.
+//! * **Interned sets** ([`super::setpool::SetPool`], shared with the composition), hashed
+//!   with the parser's one-multiply-per-word hasher.
 //!
 //! The result is the same language as the dense builder's (checked state by state in the
 //! tests of [`super::dfa`]), with at most as many states.
@@ -29,10 +30,12 @@
 //! state and memory budgets bound only indirectly. Hitting any of them stops the
 //! construction at once.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::Hasher;
 
 use regex_automata::nfa::thompson::{State, NFA};
+
+use super::setpool::SetPool;
+use crate::earley::ItemHasher;
 
 /// Why a construction stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,39 +62,6 @@ pub(crate) struct Subset {
     pub accepting: Vec<bool>,
     pub start: u32,
 }
-
-/// FxHash (rustc's): one multiply per word, ample for sorted state lists.
-#[derive(Default)]
-struct Fx(u64);
-
-impl Hasher for Fx {
-    /// Rotated so that the well-mixed high bits index the table (see the parser's
-    /// `ItemHasher`).
-    #[inline]
-    fn finish(&self) -> u64 {
-        self.0.rotate_left(26)
-    }
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(b as u64);
-        }
-    }
-    #[inline]
-    fn write_u32(&mut self, x: u32) {
-        self.write_u64(x as u64);
-    }
-    #[inline]
-    fn write_usize(&mut self, x: usize) {
-        self.write_u64(x as u64);
-    }
-    #[inline]
-    fn write_u64(&mut self, x: u64) {
-        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-}
-
-type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<Fx>>;
 
 /// The ε-closures of transition targets met so far, in one pool, with the scratch space
 /// of the search that computes them.
@@ -248,19 +218,14 @@ pub(crate) fn determinize(
         Ok(())
     };
 
-    // The DFA states' NFA-state sets, in id order in one pool: set `i` is
-    // `set_pool[set_off[i]..set_off[i + 1]]` (state 0, dead, is the empty set). `heads`
-    // maps a set's hash to the newest state with that hash, `chain` to the one before.
+    // The DFA states' NFA-state sets, in id order (state 0, dead, is the empty set).
     let start_nfa = nfa.start_anchored().as_usize();
     close(start_nfa, &mut cl, &mut used_bytes)?;
-    let mut set_pool: Vec<u32> = Vec::new();
-    let mut set_off: Vec<u32> = vec![0, 0];
-    let mut heads: FxMap<u64, u32> = FxMap::default();
-    let mut chain: Vec<u32> = vec![0];
+    let mut sets: SetPool<u32> = SetPool::new();
     let mut trans: Vec<u32> = vec![0; stride];
     let mut accepting = vec![false];
     let hash = |set: &[u32]| {
-        let mut h = Fx::default();
+        let mut h = ItemHasher::default();
         set.iter().for_each(|&x| h.write_u32(x));
         h.finish()
     };
@@ -269,11 +234,9 @@ pub(crate) fn determinize(
         0
     } else {
         let o = cl.off[start_nfa] as usize;
-        set_pool.extend_from_slice(&cl.pool[o..o + start_len]);
+        let start_set = &cl.pool[o..o + start_len];
         used_bytes += start_len * 4 + 8;
-        set_off.push(set_pool.len() as u32);
-        heads.insert(hash(&set_pool), 1);
-        chain.push(0);
+        sets.push(start_set, hash(start_set));
         trans.resize(2 * stride, 0);
         accepting.push(false);
         1
@@ -288,7 +251,7 @@ pub(crate) fn determinize(
     let mut i = 1;
     while i < accepting.len() {
         members.clear();
-        members.extend_from_slice(&set_pool[set_off[i] as usize..set_off[i + 1] as usize]);
+        members.extend_from_slice(sets.get(i));
         for b in buckets.iter_mut() {
             b.clear();
         }
@@ -354,14 +317,7 @@ pub(crate) fn determinize(
             } else {
                 set.sort_unstable();
                 let h = hash(&set);
-                let mut found = heads.get(&h).copied().unwrap_or(0);
-                while found != 0 {
-                    let f = found as usize;
-                    if set_pool[set_off[f] as usize..set_off[f + 1] as usize] == set[..] {
-                        break;
-                    }
-                    found = chain[f];
-                }
+                let found = sets.find(&set, h);
                 if found != 0 {
                     found
                 } else {
@@ -372,7 +328,7 @@ pub(crate) fn determinize(
                     used_bytes += set.len() * 4 + 8;
                     if used_bytes > set_bytes
                         || id * row_bytes > table_bytes
-                        || set_pool.len() + set.len() >= u32::MAX as usize
+                        || !sets.has_room(set.len())
                     {
                         return Err(Stop::Memory);
                     }
@@ -381,9 +337,7 @@ pub(crate) fn determinize(
                     {
                         return Err(Stop::Time);
                     }
-                    set_pool.extend_from_slice(&set);
-                    set_off.push(set_pool.len() as u32);
-                    chain.push(heads.insert(h, id as u32).unwrap_or(0));
+                    sets.push(&set, h);
                     trans.resize(trans.len() + stride, 0);
                     accepting.push(false);
                     id as u32
