@@ -385,7 +385,14 @@ impl Dfa {
 pub struct Lexeme {
     dfa: Dfa,
     tables: Mutex<Vec<(u64, Arc<Tables>)>>,
+    /// The start of its regex as printed (at most [`NAME_BYTES`] bytes), for diagnostics,
+    /// when it is cached under a structural key, which does not name it (see
+    /// `Lowerer::lexeme_of`).
+    name: OnceLock<String>,
 }
+
+/// Bytes of a lexeme's printed regex kept as its name (diagnostics show 60 at most).
+pub(crate) const NAME_BYTES: usize = 64;
 
 impl std::ops::Deref for Lexeme {
     type Target = Dfa;
@@ -415,9 +422,24 @@ impl Lexeme {
         Arc::new(Lexeme {
             dfa,
             tables: Mutex::new(Vec::new()),
+            name: OnceLock::new(),
         })
     }
 
+    /// The start of its regex as printed, when it was named (see [`Lexeme::set_name`]).
+    pub(crate) fn name(&self) -> Option<&str> {
+        self.name.get().map(String::as_str)
+    }
+
+    /// Names the lexeme after the start of `printed`, its regex (once; later calls are
+    /// ignored). Cost: a copy of at most [`NAME_BYTES`] bytes.
+    pub(crate) fn set_name(&self, printed: &str) {
+        let mut cut = printed.len().min(NAME_BYTES);
+        while !printed.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let _ = self.name.set(printed[..cut].to_string());
+    }
     /// The token tables of this lexeme's states for vocabulary `vocab_id`, whose tokens are
     /// at most `depth` bytes. Cost: a lock and a short scan.
     pub(crate) fn tables_for(&self, vocab_id: u64, depth: usize) -> Arc<Tables> {
@@ -442,7 +464,7 @@ impl Lexeme {
 }
 
 /// A cached build: the lexeme, or why it could not be built.
-type Entry = Result<Arc<Lexeme>, DfaError>;
+pub(crate) type Entry = Result<Arc<Lexeme>, DfaError>;
 
 /// The process-wide lexeme cache, in two generations (a "second chance" eviction).
 ///
@@ -461,8 +483,8 @@ type Entry = Result<Arc<Lexeme>, DfaError>;
 /// most half of `MAX_CACHED_TABLE_BYTES`; so both together stay within the full bounds.
 #[derive(Default)]
 struct Cache {
-    young: HashMap<String, Entry>,
-    old: HashMap<String, Entry>,
+    young: HashMap<Box<[u8]>, Entry>,
+    old: HashMap<Box<[u8]>, Entry>,
     /// DFA bytes of `young`'s lexemes.
     young_dfa_bytes: usize,
 }
@@ -486,7 +508,7 @@ impl Cache {
     }
 
     /// Adds `entry` to `young` (turning the generations first when it is full).
-    fn insert(&mut self, key: String, entry: Entry) {
+    fn insert(&mut self, key: Box<[u8]>, entry: Entry) {
         let lexeme = entry.as_ref().ok();
         let size = lexeme.map_or(0, |l| l.dfa.memory());
         if self.young_full(size) {
@@ -502,7 +524,7 @@ impl Cache {
     }
 
     /// The entry of `key`, moved to `young` when it was in `old`.
-    fn get(&mut self, key: &str) -> Option<Entry> {
+    fn get(&mut self, key: &[u8]) -> Option<Entry> {
         if let Some(hit) = self.young.get(key) {
             return Some(hit.clone());
         }
@@ -522,7 +544,7 @@ pub(crate) fn cached(
     max_bytes: usize,
     deadline: Option<std::time::Instant>,
 ) -> Result<Arc<Lexeme>, DfaError> {
-    cached_with(&format!("{max_states}/{max_bytes}/{key}"), || {
+    cached_with(format!("{max_states}/{max_bytes}/{key}").as_bytes(), || {
         Dfa::build_lexeme(hir, max_states, max_bytes, deadline)
     })
 }
@@ -531,27 +553,43 @@ pub(crate) fn cached(
 /// depends on), or builds it with `build` and caches the result. Cost: a lock and a hash
 /// lookup on a hit.
 pub(crate) fn cached_with(
-    full_key: &str,
+    full_key: &[u8],
     build: impl FnOnce() -> Result<Dfa, DfaError>,
 ) -> Result<Arc<Lexeme>, DfaError> {
+    if let Some(hit) = cache_get(full_key) {
+        return hit;
+    }
+    cache_put(full_key, build())
+}
+
+/// The process-wide cache.
+fn cache() -> &'static Mutex<Cache> {
     static CACHE: OnceLock<Mutex<Cache>> = OnceLock::new();
-    let cache = CACHE.get_or_init(|| Mutex::new(Cache::default()));
-    if let Some(hit) = cache
+    CACHE.get_or_init(|| Mutex::new(Cache::default()))
+}
+
+/// The entry cached under `full_key`, if any. Cost: a lock and a hash lookup.
+pub(crate) fn cache_get(full_key: &[u8]) -> Option<Entry> {
+    cache()
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .get(full_key)
-    {
-        return hit;
-    }
-    let built = build();
+}
+
+/// Caches the result of a build under `full_key` and returns it (a deadline error is
+/// returned and not cached). Cost: a lock and a hash insert.
+pub(crate) fn cache_put(
+    full_key: &[u8],
+    built: Result<Dfa, DfaError>,
+) -> Result<Arc<Lexeme>, DfaError> {
     if matches!(built, Err(DfaError::Deadline)) {
         return Err(DfaError::Deadline);
     }
     let built = built.map(Lexeme::new);
-    cache
+    cache()
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .insert(full_key.to_string(), built.clone());
+        .insert(full_key.into(), built.clone());
     built
 }
 
@@ -580,12 +618,12 @@ mod tests {
     fn unused_lexemes_leave_the_cache_and_held_ones_stay_usable() {
         let key = |i: usize| format!("cache-clear-test/{i}");
         let build = |i: usize| Dfa::build_until(&hir(&format!("q{i}z")), 64, 1 << 20, None);
-        let held = cached_with(&key(0), || build(0)).unwrap();
+        let held = cached_with(key(0).as_bytes(), || build(0)).unwrap();
         for i in 1..=MAX_CACHED {
-            cached_with(&key(i), || build(i)).unwrap();
+            cached_with(key(i).as_bytes(), || build(i)).unwrap();
         }
         let mut rebuilt = false;
-        let again = cached_with(&key(0), || {
+        let again = cached_with(key(0).as_bytes(), || {
             rebuilt = true;
             build(0)
         })
@@ -608,11 +646,13 @@ mod tests {
     fn lexemes_in_use_stay_in_the_cache() {
         let key = |i: usize| format!("cache-keep-test/{i}");
         let build = |i: usize| Dfa::build_until(&hir(&format!("k{i}y")), 64, 1 << 20, None);
-        let first = cached_with(&key(0), || build(0)).unwrap();
+        let first = cached_with(key(0).as_bytes(), || build(0)).unwrap();
         for i in 1..=3 * MAX_CACHED {
-            cached_with(&key(i), || build(i)).unwrap();
+            cached_with(key(i).as_bytes(), || build(i)).unwrap();
             if i % (MAX_CACHED / 4) == 0 {
-                let got = cached_with(&key(0), || panic!("key 0 was evicted after {i} keys"));
+                let got = cached_with(key(0).as_bytes(), || {
+                    panic!("key 0 was evicted after {i} keys")
+                });
                 assert!(Arc::ptr_eq(&first, &got.unwrap()));
             }
         }
