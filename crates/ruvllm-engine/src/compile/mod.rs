@@ -29,6 +29,7 @@ mod subset;
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
+use std::sync::Mutex;
 
 use regex_syntax::hir::{self, Hir};
 
@@ -291,13 +292,30 @@ impl crate::schema::KeySink for KeyMeasure {
     }
 }
 
+/// Key sets whose measures [`measure_keys`] keeps (cleared when full).
+const KEY_MEASURE_MEMO: usize = 4096;
+
 /// [`expr_depth`] or [`expr_weight`] of `k`'s expansion, without building it, so that a key
 /// complement is lowered exactly as its expansion would be. Cost: one walk of the key trie
 /// the first time `k` is measured (the compiler measures every rule once or more), O(1)
 /// after.
 fn measure_keys(k: &crate::grammar::KeyComplement, m: Measure) -> usize {
-    let [base, uses, d0, d1] =
-        k.measured(|keys| crate::schema::key_complement_body(keys, &mut KeyMeasure));
+    let [base, uses, d0, d1] = k.measured(|keys| {
+        // The same keys measured before, in any grammar (an object schema met again).
+        type Memo = crate::earley::FastMap<Vec<Vec<char>>, [usize; 4]>;
+        static MEMO: std::sync::OnceLock<Mutex<Memo>> = std::sync::OnceLock::new();
+        let memo = MEMO.get_or_init(Default::default);
+        if let Some(&x) = memo.lock().unwrap_or_else(|e| e.into_inner()).get(keys) {
+            return x;
+        }
+        let x = crate::schema::key_complement_body(keys, &mut KeyMeasure);
+        let mut m = memo.lock().unwrap_or_else(|e| e.into_inner());
+        if m.len() >= KEY_MEASURE_MEMO {
+            m.clear();
+        }
+        m.insert(keys.to_vec(), x);
+        x
+    });
     match m {
         Measure::Weight(w) => base.saturating_add(uses.saturating_mul(w)),
         Measure::Depth(d) if d1 > 0 => d0.max(d1.saturating_add(d)),
@@ -876,7 +894,9 @@ impl<'a> Lowerer<'a> {
             return Ok(());
         }
         let run_key = {
-            let mut h = std::collections::hash_map::DefaultHasher::new();
+            // The parser's hasher, eight bytes per multiply over literals (SipHash, the
+            // default, was 6% of compile time here).
+            let mut h = crate::earley::ItemHasher::default();
             run.hash(&mut h);
             h.finish()
         };
