@@ -360,6 +360,10 @@ enum Group {
 /// regex (UTF-8 text), so the two kinds of keys share the lexeme maps without meeting.
 const STRUCTURAL_KEY: u8 = 0xFF;
 
+/// A part of a counted lexeme or key complement: its structural key and its lexeme (see
+/// [`Lowerer::part`]).
+type Part = (Vec<u8>, std::sync::Arc<Lexeme>);
+
 /// The end tag of a group in a structural key.
 const END: u8 = 8;
 
@@ -774,8 +778,7 @@ impl<'a> Lowerer<'a> {
         if item_weight > NESTED_DENSE_WEIGHT && self.long_repeat_inside(item) {
             return Ok(None);
         }
-        let hir_x = self.hir(item)?;
-        let Some(x) = self.part(&hir_x)? else {
+        let Some(x) = self.part(&[&**item])? else {
             return Ok(None);
         };
         let part_of = |this: &mut Self, run: Option<&[&Expr]>| -> Result<_, GrammarError> {
@@ -783,8 +786,7 @@ impl<'a> Lowerer<'a> {
             if run.iter().all(|e| matches!(e, Expr::Empty)) {
                 return Ok(None);
             }
-            let h = Hir::concat(run.iter().map(|e| this.hir(e)).collect::<Result<_, _>>()?);
-            Ok(this.part(&h)?.map(|d| (h, d)))
+            this.part(run)
         };
         let p = part_of(self, prefix)?;
         let mut ss_all = Vec::with_capacity(suffixes.len());
@@ -804,24 +806,52 @@ impl<'a> Lowerer<'a> {
             if use_p && p.is_none() {
                 continue; // the same as the try without the prefix
             }
-            let pp = p.as_ref().filter(|_| use_p);
+            let pp: Option<&Part> = p.as_ref().filter(|_| use_p);
             let ss = si.map(|i| &ss_all[i].0);
             let used = si.map_or(0, |i| ss_all[i].1);
             let Some(dfa) = Dfa::counted(
                 pp.map(|(_, d)| d.clone()),
-                x.clone(),
+                x.1.clone(),
                 *min,
                 *max,
                 ss.map(|(_, d)| d.clone()),
             ) else {
                 continue;
             };
-            let show = |h: Option<&(Hir, std::sync::Arc<dfa::Lexeme>)>| {
-                h.map_or(String::new(), |(h, _)| h.to_string())
+            // Keyed by its parts' structural keys (written once per part, not printed);
+            // named after their printed regexes, as `p(?:x){min,max}s`.
+            let (states, bytes) = (self.limits.max_lexeme_states, self.limits.max_dfa_bytes);
+            let mut key = vec![STRUCTURAL_KEY, b'C'];
+            for part in [pp, Some(&x), ss] {
+                match part {
+                    Some((k, _)) => {
+                        key.push(1);
+                        key.extend_from_slice(k);
+                    }
+                    None => key.push(0),
+                }
+            }
+            key.extend_from_slice(&min.to_le_bytes());
+            key.extend_from_slice(&max.map_or([0xFF; 5], |m| {
+                let [a, b, c, d] = m.to_le_bytes();
+                [0, a, b, c, d]
+            }));
+            let mut cache_key = format!("{states}/{bytes}/").into_bytes();
+            cache_key.extend_from_slice(&key);
+            let name = || {
+                let show = |part: Option<&Part>| {
+                    part.map_or("", |(_, d)| d.name().unwrap_or_default())
+                        .to_string()
+                };
+                let bound = max.map_or(String::new(), |m| m.to_string());
+                format!(
+                    "{}(?:{}){{{min},{bound}}}{}",
+                    show(pp),
+                    show(Some(&x)),
+                    show(ss)
+                )
             };
-            let bound = max.map_or(String::new(), |m| m.to_string());
-            let key = format!("{}(?:{hir_x}){{{min},{bound}}}{}", show(pp), show(ss));
-            let Some(l) = self.register(format!("counted/{key}"), key, move || Ok(dfa))? else {
+            let Some(l) = self.register(&cache_key, key, name, move || Ok(dfa))? else {
                 return Ok(None);
             };
             if let (Some(run), false) = (prefix, use_p) {
@@ -837,7 +867,7 @@ impl<'a> Lowerer<'a> {
         // MaskBench's word-count `pattern`s (`(\S+\s+){0,99}\S+`) the worst masks went
         // from 3.5-4.2 ms to 0.9-2.7 ms (the 7 files of that family, alone).
         if let Some(m) = max {
-            let unrolled = x.num_states() as u64 * (u64::from(*m) + 1);
+            let unrolled = x.1.num_states() as u64 * (u64::from(*m) + 1);
             if unrolled <= DENSE_UNROLLED_STATES {
                 let (tail, used) = suffixes.first().map_or((&[][..], 0), |&(r, n)| (r, n));
                 let parts: Vec<&Expr> = prefix
@@ -856,19 +886,38 @@ impl<'a> Lowerer<'a> {
         Ok(None)
     }
 
-    /// The DFA of a part of a counted lexeme (`None` when it exceeds the DFA limits), shared
-    /// with the process-wide cache.
-    fn part(&mut self, hir: &Hir) -> Result<Option<std::sync::Arc<dfa::Lexeme>>, GrammarError> {
+    /// The DFA of a part of a counted lexeme or key complement (the expressions `items` in
+    /// sequence), with its structural key (see [`Lowerer::expr_key`]); `None` when it
+    /// exceeds the DFA limits. Shared with the process-wide cache, where a hit builds and
+    /// prints no regex; a part built is named after the start of its printed regex.
+    fn part(&mut self, items: &[&Expr]) -> Result<Option<Part>, GrammarError> {
         self.check_budgets()?;
-        match dfa::cached(
-            &hir.to_string(),
-            hir,
-            self.limits.max_lexeme_states,
-            self.limits.max_dfa_bytes,
-            Some(self.deadline()),
-        ) {
+        let (states, bytes) = (self.limits.max_lexeme_states, self.limits.max_dfa_bytes);
+        let mut key = vec![STRUCTURAL_KEY, b'P'];
+        self.group_key(Group::Seq, items.iter().copied(), &mut key);
+        let mut cache_key = format!("{states}/{bytes}/").into_bytes();
+        cache_key.extend_from_slice(&key);
+        let entry = match dfa::cache_get(&cache_key) {
+            Some(entry) => entry,
+            None => {
+                let parts = items
+                    .iter()
+                    .map(|e| self.hir(e))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let hir = Hir::concat(parts);
+                let name = printed_prefix(&hir, dfa::NAME_BYTES);
+                let deadline = Some(self.deadline());
+                let entry =
+                    dfa::cache_put(&cache_key, Dfa::build_lexeme(&hir, states, bytes, deadline));
+                if let Ok(l) = &entry {
+                    l.set_name(&name);
+                }
+                entry
+            }
+        };
+        match entry {
             // Charged once, as part of the counted lexeme's states (see `register`).
-            Ok(d) => Ok(Some(d)),
+            Ok(d) => Ok(Some((key, d))),
             Err(dfa::DfaError::TooBig { cost }) => {
                 self.dfa_spent += cost;
                 Ok(None)
@@ -1183,22 +1232,30 @@ impl<'a> Lowerer<'a> {
         &mut self,
         k: &crate::grammar::KeyComplement,
     ) -> Result<Option<u32>, GrammarError> {
-        let dev_hir = self.hir(&keys::dev_expr(k.ch()))?;
-        let Some(dev) = self.part(&dev_hir)? else {
+        let Some((dev_key, dev)) = self.part(&[&keys::dev_expr(k.ch())])? else {
             return Ok(None);
         };
         let keys = k.keys().to_vec();
         let (states, bytes) = (self.limits.max_lexeme_states, self.limits.max_dfa_bytes);
         // The keys, each as its length in characters and its text: unambiguous, and much
-        // cheaper to write than their `Debug` form (every character quoted).
-        let mut key = String::from("(?:a key other than ");
+        // cheaper to write than their `Debug` form (every character quoted); then the
+        // structural key of the string character's part.
+        let mut text = String::from("(?:a key other than ");
         for k in &keys {
             use std::fmt::Write;
-            let _ = write!(key, "{}:", k.len());
-            key.extend(k.iter());
+            let _ = write!(text, "{}:", k.len());
+            text.extend(k.iter());
         }
-        let _ = std::fmt::Write::write_fmt(&mut key, format_args!("){dev_hir}"));
-        self.register(format!("{states}/{bytes}/{key}"), key, move || {
+        text.push(')');
+        let mut key = text.clone().into_bytes();
+        key.extend_from_slice(&dev_key);
+        let mut cache_key = format!("{states}/{bytes}/").into_bytes();
+        cache_key.extend_from_slice(&key);
+        let name = {
+            let dev = dev.clone();
+            move || text + dev.name().unwrap_or_default()
+        };
+        self.register(&cache_key, key, name, move || {
             keys::key_complement(&keys, crate::schema::json_encodings, &dev, states, bytes)
         })
     }
@@ -1212,9 +1269,14 @@ impl<'a> Lowerer<'a> {
         let key = hir.to_string();
         let (states, bytes) = (self.limits.max_lexeme_states, self.limits.max_dfa_bytes);
         let deadline = Some(self.deadline());
-        self.register(format!("{states}/{bytes}/{key}"), key, move || {
-            build_hir_lexeme(&hir, states, bytes, deadline)
-        })
+        let cache_key = format!("{states}/{bytes}/{key}");
+        let name = key.clone();
+        self.register(
+            cache_key.as_bytes(),
+            key.into_bytes(),
+            || name,
+            move || build_hir_lexeme(&hir, states, bytes, deadline),
+        )
     }
 
     /// The lexeme of a sequence or an alternation of lexable expressions, as
@@ -1472,20 +1534,20 @@ impl<'a> Lowerer<'a> {
     /// exceeds the DFA limits.
     fn register(
         &mut self,
-        cache_key: String,
-        key: String,
+        cache_key: &[u8],
+        key: Vec<u8>,
+        name: impl FnOnce() -> String,
         build: impl FnOnce() -> Result<Dfa, dfa::DfaError>,
     ) -> Result<Option<u32>, GrammarError> {
-        if let Some(&l) = self.lex_map.get(key.as_bytes()) {
+        if let Some(&l) = self.lex_map.get(&key) {
             return Ok(Some(l));
         }
         self.room_for_lexeme()?;
-        let entry = match dfa::cache_get(cache_key.as_bytes()) {
+        let entry = match dfa::cache_get(cache_key) {
             Some(entry) => entry,
-            None => dfa::cache_put(cache_key.as_bytes(), build()),
+            None => dfa::cache_put(cache_key, build()),
         };
-        let name = key.clone();
-        self.add_lexeme(key.into_bytes(), &name, entry)
+        self.add_lexeme(key, &name(), entry)
     }
 
     /// Fails when one more lexeme would pass `max_lexemes`, or a compile budget is spent.
