@@ -505,7 +505,9 @@ mod tests {
             (3, Some(9)),
         ] {
             let d = Dfa::counted(Some(part("\"")), part(CH), min, max, Some(part("\""))).unwrap();
-            let Some(c) = &d.counted else { unreachable!() };
+            let Some(c) = d.counted_part() else {
+                unreachable!()
+            };
             let top = max.unwrap_or(min);
             let mut moved = 0;
             for r in [0usize, 1, 2, 5, 12, 40] {
@@ -547,7 +549,9 @@ mod tests {
             (0, Some(30)),
         ] {
             let d = Dfa::counted(Some(part("\"")), part(CH), min, max, Some(part("\""))).unwrap();
-            let Some(c) = &d.counted else { unreachable!() };
+            let Some(c) = d.counted_part() else {
+                unreachable!()
+            };
             // The state of each count between items, and one mid-item state per count.
             let mut reps: std::collections::HashMap<usize, u32> = Default::default();
             let top = max.unwrap_or(min);

@@ -52,16 +52,100 @@ pub struct Dfa {
     accepting: Vec<bool>,
     allowed: Vec<ByteSet>,
     start: u32,
-    /// Set for a counted lexeme (see [`super::counted`]): the tables above are then empty
-    /// and every query goes to it.
-    pub(super) counted: Option<Box<Counted>>,
+    /// A counted lexeme or a literal chain in front of a cached lexeme: the tables above
+    /// (but `classes`) are then empty and every query goes to it.
+    special: Special,
+}
+
+/// What a [`Dfa`] is when it is not one flat table.
+#[derive(Debug, Clone)]
+enum Special {
+    /// One table (`trans`, `accepting`, `allowed`).
+    Flat,
+    /// A counted lexeme (see [`super::counted`]).
+    Counted(Box<Counted>),
+    /// A literal in front of a cached lexeme (see [`Chain`]).
+    Chain(Box<Chain>),
+}
+
+/// The literal `lit` in front of the lexeme `rest`, without copying `rest`'s table (see
+/// [`Dfa::prepend_literal`]): state 0 is dead, state `1 + i` reads `lit[i]`, and `rest`'s
+/// live states follow, moved up by `lit.len()`. Cost of `next`: a compare in the chain,
+/// `rest`'s `next` after it.
+#[derive(Debug, Clone)]
+struct Chain {
+    lit: Box<[u8]>,
+    /// Per chain state, its one byte.
+    allowed: Box<[ByteSet]>,
+    rest: Arc<Lexeme>,
+}
+
+impl Chain {
+    #[inline]
+    fn moved(&self, s: u32) -> u32 {
+        if s == 0 {
+            0
+        } else {
+            s + self.lit.len() as u32
+        }
+    }
+
+    #[inline]
+    fn next(&self, s: u32, b: u8) -> u32 {
+        let l = self.lit.len() as u32;
+        if s == 0 {
+            0
+        } else if s <= l {
+            if self.lit[s as usize - 1] != b {
+                0
+            } else if s < l {
+                s + 1
+            } else {
+                self.moved(self.rest.start())
+            }
+        } else {
+            self.moved(self.rest.next(s - l, b))
+        }
+    }
+
+    #[inline]
+    fn accepting(&self, s: u32) -> bool {
+        let l = self.lit.len() as u32;
+        s > l && self.rest.accepting(s - l)
+    }
+
+    #[inline]
+    fn allowed(&self, s: u32) -> &ByteSet {
+        let l = self.lit.len() as u32;
+        if s == 0 {
+            &ByteSet::EMPTY
+        } else if s <= l {
+            &self.allowed[s as usize - 1]
+        } else {
+            self.rest.allowed(s - l)
+        }
+    }
 }
 
 impl Dfa {
     /// Whether the automaton counts repetitions (then its state ids encode counts and may
     /// stand for several counts; see [`Dfa::canonical`]). Cost: O(1).
     pub(crate) fn has_counts(&self) -> bool {
-        self.counted.is_some()
+        matches!(self.special, Special::Counted(_))
+    }
+
+    /// Whether the automaton is one table (neither counted nor a literal chain).
+    pub(crate) fn is_flat(&self) -> bool {
+        matches!(self.special, Special::Flat)
+    }
+
+    /// The counted lexeme this automaton is, if it is one.
+    #[cfg(test)]
+    pub(super) fn counted_part(&self) -> Option<&Counted> {
+        match &self.special {
+            Special::Counted(c) => Some(c),
+            _ => None,
+        }
     }
 
     /// The counted lexeme `p x{min,max} s` (see [`super::counted`]), or `None` when its
@@ -81,7 +165,7 @@ impl Dfa {
             accepting: Vec::new(),
             allowed: Vec::new(),
             start: c.start(),
-            counted: Some(Box::new(c)),
+            special: Special::Counted(Box::new(c)),
         })
     }
 
@@ -89,18 +173,18 @@ impl Dfa {
     /// (the number of states, except for counted lexemes, whose far-from-the-bounds counts
     /// share slots).
     pub(crate) fn table_slots(&self, depth: usize) -> usize {
-        match &self.counted {
-            None => self.num_states(),
-            Some(c) => c.table_slots(depth),
+        match &self.special {
+            Special::Counted(c) => c.table_slots(depth),
+            _ => self.num_states(),
         }
     }
 
     /// The token-table slot of state `s` (see [`Dfa::table_slots`]).
     #[inline]
     pub(crate) fn table_slot(&self, s: u32, depth: usize) -> usize {
-        match &self.counted {
-            None => s as usize,
-            Some(c) => c.table_slot(s, depth),
+        match &self.special {
+            Special::Counted(c) => c.table_slot(s, depth),
+            _ => s as usize,
         }
     }
 
@@ -194,80 +278,74 @@ impl Dfa {
     }
 
     /// The DFA of the literal `lit` followed by the language of `rest`: a chain of
-    /// `lit.len()` states in front of a copy of `rest`'s table, whose byte classes are split
-    /// at the literal's bytes (still intervals in increasing order). The language is
-    /// exactly the concatenation; the states are `rest`'s plus the chain (not minimized,
-    /// like every lexeme DFA). `None` for an empty literal, a counted `rest`, an empty
-    /// `rest` language, or a result past `max_states` states or `max_bytes` of table.
+    /// `lit.len()` states in front of `rest`, shared, not copied (see [`Chain`]); its byte
+    /// classes are `rest`'s split at the literal's bytes (still intervals in increasing
+    /// order). The language is exactly the concatenation; the states are `rest`'s plus the
+    /// chain (not minimized, like every lexeme DFA). `None` for an empty literal, a
+    /// `rest` that is not one table, an empty `rest` language, or a result past
+    /// `max_states` states or past `max_bytes` for the table a copy would take (so the same
+    /// lexemes are built as when it was copied).
     ///
-    /// Cost: O((`rest`'s states + `lit.len()`) x classes), with no NFA and no subset
-    /// construction. This is how a property's key lexeme (`"name"` then the colon and
-    /// whitespace that every key of a schema shares, one cached DFA) is built: through the
-    /// NFA it took about 46 µs per key, a fifth of all compile time on a 566-file MaskBench
-    /// sample (17 µs this way, the cache lookups included).
+    /// Cost: O(`lit.len()` + 256), with no NFA, no subset construction and no copy. This
+    /// is how a property's key lexeme (`"name"` then the colon and whitespace that every
+    /// key of a schema shares, one cached DFA) is built: through the NFA it took about 46
+    /// µs per key, a fifth of all compile time on a 566-file MaskBench sample (17 µs with a
+    /// copy of `rest`'s table, the cache lookups included; the copies, with their wider
+    /// byte classes, were 8% of compile time, half of it page faults).
     pub(crate) fn prepend_literal(
         lit: &[u8],
-        rest: &Dfa,
+        rest: &Arc<Lexeme>,
         max_states: usize,
         max_bytes: usize,
     ) -> Option<Dfa> {
-        if lit.is_empty() || rest.counted.is_some() || rest.start == 0 {
+        if lit.is_empty() || !matches!(rest.special, Special::Flat) || rest.start == 0 {
             return None;
         }
         let mut in_lit = [false; 256];
         for &b in lit {
             in_lit[b as usize] = true;
         }
-        // New classes: runs of bytes with the same class in `rest` and, for a byte of
-        // the literal, that very byte; `reps` holds one byte of each.
+        // Classes: runs of bytes with the same class in `rest` and, for a byte of the
+        // literal, that very byte (bytes of one class must behave alike in every state,
+        // the chain's included).
         let mut classes = [0u8; 256];
-        let mut reps: Vec<u8> = Vec::with_capacity(64);
         let mut last = None;
+        let mut n_classes = 0usize;
         for b in 0..=255u8 {
             let cell = (rest.classes[b as usize], in_lit[b as usize].then_some(b));
             if last != Some(cell) {
                 last = Some(cell);
-                reps.push(b);
+                n_classes += 1;
             }
-            classes[b as usize] = (reps.len() - 1) as u8;
+            classes[b as usize] = (n_classes - 1) as u8;
         }
-        let stride = reps.len();
         let l = lit.len();
         let n = l.checked_add(rest.num_states())?;
-        if n > max_states || n.saturating_mul(stride).saturating_mul(4) > max_bytes {
+        // The limits of the table a copy would have had, so that the same lexemes are
+        // built either way.
+        if n > max_states || n.saturating_mul(n_classes).saturating_mul(4) > max_bytes {
             return None;
         }
-        // State 0 dead, 1..=l the chain (state 1 + i reads `lit[i]`), then `rest`'s live
-        // states moved up by `l`.
-        let moved = |s: u32| if s == 0 { 0 } else { s + l as u32 };
-        let mut trans = vec![0u32; n * stride];
-        let mut allowed = vec![ByteSet::EMPTY; n];
-        for (i, &b) in lit.iter().enumerate() {
-            let next = if i + 1 < l {
-                i as u32 + 2
-            } else {
-                moved(rest.start)
-            };
-            trans[(i + 1) * stride + classes[b as usize] as usize] = next;
-            allowed[i + 1].insert(b);
-        }
-        for s in 1..rest.num_states() {
-            let row = &mut trans[(s + l) * stride..(s + l + 1) * stride];
-            for (t, &b) in row.iter_mut().zip(&reps) {
-                *t = moved(rest.next(s as u32, b));
-            }
-            allowed[s + l] = rest.allowed[s];
-        }
-        let mut accepting = vec![false; l + 1];
-        accepting.extend_from_slice(&rest.accepting[1..]);
+        let allowed = lit
+            .iter()
+            .map(|&b| {
+                let mut a = ByteSet::EMPTY;
+                a.insert(b);
+                a
+            })
+            .collect();
         Some(Dfa {
             classes,
-            stride,
-            trans,
-            accepting,
-            allowed,
+            stride: 0,
+            trans: Vec::new(),
+            accepting: Vec::new(),
+            allowed: Vec::new(),
             start: 1,
-            counted: None,
+            special: Special::Chain(Box::new(Chain {
+                lit: lit.into(),
+                allowed,
+                rest: rest.clone(),
+            })),
         })
     }
 
@@ -297,7 +375,7 @@ impl Dfa {
             accepting: d.accepting,
             allowed,
             start: d.start,
-            counted: None,
+            special: Special::Flat,
         }
     }
 
@@ -305,9 +383,9 @@ impl Dfa {
     /// [`Counted::canonical`]); `s` itself except for counted lexemes. Cost: O(1).
     #[inline]
     pub(crate) fn canonical(&self, s: u32, r: usize) -> u32 {
-        match &self.counted {
-            None => s,
-            Some(c) => c.canonical(s, r),
+        match &self.special {
+            Special::Counted(c) => c.canonical(s, r),
+            _ => s,
         }
     }
 
@@ -320,27 +398,32 @@ impl Dfa {
     /// The state after reading `b` in state `s` (0 = dead).
     #[inline(always)]
     pub fn next(&self, s: u32, b: u8) -> u32 {
-        match &self.counted {
-            None => self.trans[s as usize * self.stride + self.classes[b as usize] as usize],
-            Some(c) => c.next(s, b),
+        match &self.special {
+            Special::Flat => {
+                self.trans[s as usize * self.stride + self.classes[b as usize] as usize]
+            }
+            Special::Counted(c) => c.next(s, b),
+            Special::Chain(c) => c.next(s, b),
         }
     }
 
     /// Whether the bytes read so far form a whole lexeme.
     #[inline(always)]
     pub fn accepting(&self, s: u32) -> bool {
-        match &self.counted {
-            None => self.accepting[s as usize],
-            Some(c) => c.accepting(s),
+        match &self.special {
+            Special::Flat => self.accepting[s as usize],
+            Special::Counted(c) => c.accepting(s),
+            Special::Chain(c) => c.accepting(s),
         }
     }
 
     /// The bytes that keep state `s` alive.
     #[inline(always)]
     pub fn allowed(&self, s: u32) -> &ByteSet {
-        match &self.counted {
-            None => &self.allowed[s as usize],
-            Some(c) => c.allowed(s),
+        match &self.special {
+            Special::Flat => &self.allowed[s as usize],
+            Special::Counted(c) => c.allowed(s),
+            Special::Chain(c) => c.allowed(s),
         }
     }
 
@@ -353,9 +436,10 @@ impl Dfa {
     /// Number of states, the dead state included (for a counted lexeme: the states its
     /// parts store, not the counts it tells apart).
     pub fn num_states(&self) -> usize {
-        match &self.counted {
-            None => self.accepting.len(),
-            Some(c) => c.num_states(),
+        match &self.special {
+            Special::Flat => self.accepting.len(),
+            Special::Counted(c) => c.num_states(),
+            Special::Chain(c) => c.lit.len() + c.rest.num_states(),
         }
     }
 
@@ -365,7 +449,12 @@ impl Dfa {
             + self.accepting.len()
             + self.allowed.len() * 32
             + 256
-            + self.counted.as_ref().map_or(0, |c| c.memory())
+            + match &self.special {
+                Special::Flat => 0,
+                Special::Counted(c) => c.memory(),
+                // The chain only: `rest` is counted where it is cached.
+                Special::Chain(c) => c.lit.len() * 33,
+            }
     }
 }
 
@@ -777,7 +866,7 @@ mod tests {
             ("\"", r#"[^"\\]*""#),
         ];
         for (lit, rest) in cases {
-            let r = Dfa::build(&hir(rest), 10_000, 1 << 24).unwrap();
+            let r = Lexeme::new(Dfa::build(&hir(rest), 10_000, 1 << 24).unwrap());
             let joined = Dfa::prepend_literal(lit.as_bytes(), &r, 10_000, 1 << 24).unwrap();
             same_as_dense(&format!("{}(?:{rest})", regex_syntax::escape(lit)), &joined);
             // Classes stay intervals in increasing order (the subset construction and the
@@ -787,7 +876,7 @@ mod tests {
                 assert!(d == 0 || d == 1, "{lit:?} {rest:?} at byte {b}");
             }
         }
-        let r = Dfa::build(&hir("[a-z]{0,5}"), 10_000, 1 << 24).unwrap();
+        let r = Lexeme::new(Dfa::build(&hir("[a-z]{0,5}"), 10_000, 1 << 24).unwrap());
         assert!(Dfa::prepend_literal(b"", &r, 10_000, 1 << 24).is_none());
         // The chain adds one state per byte, within the state limit.
         let n = r.num_states();
@@ -798,7 +887,7 @@ mod tests {
                 .num_states(),
             n + 3
         );
-        let empty = Dfa::build(&hir("[a&&b]"), 10_000, 1 << 24).unwrap();
+        let empty = Lexeme::new(Dfa::build(&hir("[a&&b]"), 10_000, 1 << 24).unwrap());
         assert!(Dfa::prepend_literal(b"abc", &empty, 10_000, 1 << 24).is_none());
     }
 

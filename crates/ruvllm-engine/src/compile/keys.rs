@@ -63,7 +63,7 @@ pub(crate) fn key_complement(
     max_bytes: usize,
 ) -> Result<Dfa, DfaError> {
     let too_big = DfaError::TooBig { cost: max_states };
-    if dev.counted.is_some() {
+    if !dev.is_flat() {
         return Err(too_big);
     }
     // The character trie: node 0 is the root.
