@@ -101,6 +101,9 @@ pub(crate) struct Tables {
     /// against their own registered states, 1.2 ms each); a share missed this way only
     /// costs a table walk. `Weak`, so an address is never reused while it is listed.
     gave_up: Mutex<Vec<std::sync::Weak<Lexeme>>>,
+    /// For a literal chain: the lexeme after the literal, its tables, and the literal's
+    /// length (see [`Tables::new`]).
+    rest: Option<(Arc<Lexeme>, Arc<Tables>, u32)>,
 }
 
 /// Plain-reach answers kept per lexeme (about 2 MiB at most; their growth counts toward
@@ -234,13 +237,22 @@ fn registry() -> &'static Registry {
 }
 
 impl Tables {
-    pub fn new(n: usize, vocab_id: u64, depth: usize) -> Tables {
+    /// Tables of `n` slots; for a literal chain (see [`Dfa::prepend_literal`]), `rest` is
+    /// the lexeme after the literal, its tables, and the literal's length: the states past
+    /// the literal are `rest`'s, moved up by that length, and take `rest`'s tables.
+    pub fn new(
+        n: usize,
+        vocab_id: u64,
+        depth: usize,
+        rest: Option<(Arc<Lexeme>, Arc<Tables>, u32)>,
+    ) -> Tables {
         Tables {
             slots: (0..n).map(|_| OnceLock::new()).collect(),
             vocab_id,
             depth,
             reach_memo: Mutex::new(FastMap::default()),
             gave_up: Mutex::new(Vec::new()),
+            rest,
         }
     }
 
@@ -266,6 +278,11 @@ impl Tables {
     /// The table of `state` of `lexeme` if it was built already. Cost: a slot load.
     #[inline]
     pub fn known(&self, lexeme: &Arc<Lexeme>, state: u32) -> Option<&StateTokens> {
+        if let Some((rest, tables, l)) = &self.rest {
+            if state > *l {
+                return tables.known(rest, state - l);
+            }
+        }
         self.slots[lexeme.table_slot(state, self.depth)]
             .get()
             .map(|t| &**t)
@@ -282,6 +299,11 @@ impl Tables {
         vocab_len: usize,
     ) -> &StateTokens {
         debug_assert_eq!(trie.max_depth(), self.depth);
+        if let Some((rest, tables, l)) = &self.rest {
+            if state > *l {
+                return tables.get(rest, state - l, trie, vocab_len);
+            }
+        }
         let idx = lexeme.table_slot(state, self.depth);
         self.slots[idx].get_or_init(|| self.first_use(lexeme, state, trie, vocab_len))
     }
@@ -1707,7 +1729,7 @@ mod tests {
             r#""key"(?:, ?"more")?"#,
         ] {
             let lex = Lexeme::new(dfa(re));
-            let tables = Tables::new(lex.table_slots(depth), 0x7e57_f0ce, depth);
+            let tables = Tables::new(lex.table_slots(depth), 0x7e57_f0ce, depth, None);
             for s in 1..lex.num_states() as u32 {
                 forced_states += forced(&lex, s, FORCED_PLAIN_WALK) as usize;
                 let got = tables.get(&lex, s, trie, vocab.len());
@@ -1716,6 +1738,33 @@ mod tests {
             }
         }
         assert!(forced_states >= 20, "{forced_states} forced states");
+    }
+
+    /// A literal chain's tables (its own states, and those past the literal, which take
+    /// the tables of the lexeme after it) equal the plain walk of the chain, state by
+    /// state: a key and colon in front of a string and in front of a number.
+    #[test]
+    fn literal_chains_share_their_rest_tables_exactly() {
+        let vocab = test_vocab("llama3_1");
+        let trie = vocab.trie();
+        for (lit, rest) in [
+            (r#""key":"#, r#"[ ]?"(?:[ !#-\[\]-\x7f]|\\["\\nt]){0,12}""#),
+            (r#""n": "#, r#"-?(?:0|[1-9][0-9]{0,5})(?:\.[0-9]+)?"#),
+        ] {
+            let rest = Lexeme::new(dfa(rest));
+            let chain = Lexeme::new(
+                Dfa::prepend_literal(lit.as_bytes(), &rest, 10_000, 1 << 24).expect("chain"),
+            );
+            let tables = chain.tables_for(0xc4a1_7e57, trie.max_depth());
+            let mut delegated = 0;
+            for s in 1..chain.num_states() as u32 {
+                let got = tables.get(&chain, s, trie, vocab.len());
+                let want = plain_walk_table(&chain, s, trie, vocab.len());
+                assert_same_tables(got, &want, vocab.len(), &format!("{lit} state {s}"));
+                delegated += (s as usize > lit.len()) as usize;
+            }
+            assert!(delegated > 3, "{lit}: {delegated} states past the literal");
+        }
     }
 
     #[test]

@@ -175,7 +175,9 @@ impl Dfa {
     pub(crate) fn table_slots(&self, depth: usize) -> usize {
         match &self.special {
             Special::Counted(c) => c.table_slots(depth),
-            _ => self.num_states(),
+            // The chain's own states (past them, `rest`'s tables answer).
+            Special::Chain(c) => c.lit.len() + 1,
+            Special::Flat => self.num_states(),
         }
     }
 
@@ -539,7 +541,22 @@ impl Lexeme {
         if t.len() >= TABLES_PER_LEXEME {
             t.remove(0);
         }
-        let x = Arc::new(Tables::new(self.dfa.table_slots(depth), vocab_id, depth));
+        // A literal chain's states past the literal behave as `rest`'s: their tables are
+        // `rest`'s, shared (see `Tables::new`).
+        let rest = match &self.dfa.special {
+            Special::Chain(c) => Some((
+                c.rest.clone(),
+                c.rest.tables_for(vocab_id, depth),
+                c.lit.len() as u32,
+            )),
+            _ => None,
+        };
+        let x = Arc::new(Tables::new(
+            self.dfa.table_slots(depth),
+            vocab_id,
+            depth,
+            rest,
+        ));
         t.push((vocab_id, x.clone()));
         x
     }
