@@ -29,7 +29,6 @@ mod subset;
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::sync::Mutex;
 
 use regex_syntax::hir::{self, Hir};
 
@@ -292,30 +291,13 @@ impl crate::schema::KeySink for KeyMeasure {
     }
 }
 
-/// Key sets whose measures [`measure_keys`] keeps (cleared when full).
-const KEY_MEASURE_MEMO: usize = 4096;
-
 /// [`expr_depth`] or [`expr_weight`] of `k`'s expansion, without building it, so that a key
 /// complement is lowered exactly as its expansion would be. Cost: one walk of the key trie
 /// the first time `k` is measured (the compiler measures every rule once or more), O(1)
 /// after.
 fn measure_keys(k: &crate::grammar::KeyComplement, m: Measure) -> usize {
-    let [base, uses, d0, d1] = k.measured(|keys| {
-        // The same keys measured before, in any grammar (an object schema met again).
-        type Memo = crate::earley::FastMap<Vec<Vec<char>>, [usize; 4]>;
-        static MEMO: std::sync::OnceLock<Mutex<Memo>> = std::sync::OnceLock::new();
-        let memo = MEMO.get_or_init(Default::default);
-        if let Some(&x) = memo.lock().unwrap_or_else(|e| e.into_inner()).get(keys) {
-            return x;
-        }
-        let x = crate::schema::key_complement_body(keys, &mut KeyMeasure);
-        let mut m = memo.lock().unwrap_or_else(|e| e.into_inner());
-        if m.len() >= KEY_MEASURE_MEMO {
-            m.clear();
-        }
-        m.insert(keys.to_vec(), x);
-        x
-    });
+    let [base, uses, d0, d1] =
+        k.measured(|keys| crate::schema::key_complement_body(keys, &mut KeyMeasure));
     match m {
         Measure::Weight(w) => base.saturating_add(uses.saturating_mul(w)),
         Measure::Depth(d) if d1 > 0 => d0.max(d1.saturating_add(d)),
@@ -897,24 +879,10 @@ impl<'a> Lowerer<'a> {
         self.group_key(Group::Seq, items.iter().copied(), &mut key);
         let mut cache_key = format!("{states}/{bytes}/").into_bytes();
         cache_key.extend_from_slice(&key);
-        let entry = match dfa::cache_get(&cache_key) {
-            Some(entry) => entry,
-            None => {
-                let parts = items
-                    .iter()
-                    .map(|e| self.hir(e))
-                    .collect::<Result<Vec<_>, _>>()?;
-                let hir = Hir::concat(parts);
-                let name = printed_prefix(&hir, dfa::NAME_BYTES);
-                let deadline = Some(self.deadline());
-                let entry =
-                    dfa::cache_put(&cache_key, Dfa::build_lexeme(&hir, states, bytes, deadline));
-                if let Ok(l) = &entry {
-                    l.set_name(&name);
-                }
-                entry
-            }
-        };
+        let deadline = Some(self.deadline());
+        let entry = self.fetch_or_build(&cache_key, Group::Seq, items, |hir| {
+            Dfa::build_lexeme(hir, states, bytes, deadline)
+        })?;
         match entry {
             // Charged once, as part of the counted lexeme's states (see `register`).
             Ok(d) => Ok(Some((key, d))),
@@ -1301,34 +1269,44 @@ impl<'a> Lowerer<'a> {
         let (states, bytes) = (self.limits.max_lexeme_states, self.limits.max_dfa_bytes);
         let mut cache_key = format!("{states}/{bytes}/").into_bytes();
         cache_key.extend_from_slice(&key);
-        let (entry, name) = match dfa::cache_get(&cache_key) {
-            Some(entry) => {
-                let name = match &entry {
-                    Ok(l) => l.name().unwrap_or_default().to_string(),
-                    Err(_) => String::new(),
-                };
-                (entry, name)
-            }
-            None => {
-                let parts = items
-                    .iter()
-                    .map(|e| self.hir(e))
-                    .collect::<Result<Vec<_>, _>>()?;
-                let hir = match group {
-                    Group::Seq => Hir::concat(parts),
-                    Group::Alt => Hir::alternation(parts),
-                };
-                let deadline = Some(self.deadline());
-                let name = printed_prefix(&hir, dfa::NAME_BYTES);
-                let built = build_hir_lexeme(&hir, states, bytes, deadline);
-                let entry = dfa::cache_put(&cache_key, built);
-                if let Ok(l) = &entry {
-                    l.set_name(&name);
-                }
-                (entry, name)
-            }
+        let deadline = Some(self.deadline());
+        let entry = self.fetch_or_build(&cache_key, group, items, |hir| {
+            build_hir_lexeme(hir, states, bytes, deadline)
+        })?;
+        let name = match &entry {
+            Ok(l) => l.name().unwrap_or_default().to_string(),
+            Err(_) => String::new(),
         };
         self.add_lexeme(key, &name, entry)
+    }
+
+    /// The cache entry under `cache_key` (a structural key); on a miss, the regex of
+    /// `items` joined by `group` is built, given to `build`, and the result cached, its
+    /// lexeme named after the start of the printed regex. Cost: a lookup; on a miss, the
+    /// regex and the build.
+    fn fetch_or_build(
+        &mut self,
+        cache_key: &[u8],
+        group: Group,
+        items: &[&Expr],
+        build: impl FnOnce(&Hir) -> Result<Dfa, dfa::DfaError>,
+    ) -> Result<dfa::Entry, GrammarError> {
+        if let Some(entry) = dfa::cache_get(cache_key) {
+            return Ok(entry);
+        }
+        let parts = items
+            .iter()
+            .map(|e| self.hir(e))
+            .collect::<Result<Vec<_>, _>>()?;
+        let hir = match group {
+            Group::Seq => Hir::concat(parts),
+            Group::Alt => Hir::alternation(parts),
+        };
+        let entry = dfa::cache_put(cache_key, build(&hir));
+        if let Ok(l) = &entry {
+            l.set_name(&printed_prefix(&hir, dfa::NAME_BYTES));
+        }
+        Ok(entry)
     }
 
     /// Appends the key of `items` joined by `group` (as [`Expr::Seq`] or [`Expr::Alt`] of
