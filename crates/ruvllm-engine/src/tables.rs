@@ -533,6 +533,8 @@ fn equivalent_capped(
         if d + 1 > depth {
             continue;
         }
+        // Adjacent runs mostly lead to the same pair: one set look per run of them.
+        let mut last = None;
         for &byte in &reps {
             if !a.allowed(x).contains(byte) {
                 continue;
@@ -544,6 +546,10 @@ fn equivalent_capped(
                 a.canonical(a.next(x, byte), r),
                 b.canonical(b.next(y, byte), r),
             );
+            if last == Some((nx, ny)) {
+                continue;
+            }
+            last = Some((nx, ny));
             if seen.insert((nx, ny)) {
                 // Compared when met rather than when expanded: a difference one byte down
                 // is then found before the rest of this layer's pairs are generated.
@@ -1191,12 +1197,18 @@ impl<'a> PlainReach<'a> {
             while i < layer.len() {
                 let (x, q) = layer[i];
                 i += 1;
+                let mut last = None;
                 for &b in self.reps.iter().filter(|&&b| is_cont(b)) {
                     let q2 = plain::next(q, b);
                     if q2 == plain::BAD {
                         continue;
                     }
                     let x2 = dfa.next(x, b);
+                    // One look per run of cells that lead to the same pair.
+                    if last == Some((x2, q2)) {
+                        continue;
+                    }
+                    last = Some((x2, q2));
                     if x2 == 0 || dfa.accepting(x2) {
                         return None;
                     }
@@ -1214,12 +1226,17 @@ impl<'a> PlainReach<'a> {
             // Starting character `k + 1`: every start byte dies (the bound), or none does.
             let (mut died, mut next) = (false, Vec::new());
             for &(x, q) in &layer {
+                let mut last = None;
                 for &b in self.reps.iter().filter(|&&b| !is_cont(b)) {
                     let q2 = plain::next(q, b);
                     if q2 == plain::BAD {
                         continue;
                     }
                     let x2 = dfa.next(x, b);
+                    if last == Some((x2, q2)) {
+                        continue;
+                    }
+                    last = Some((x2, q2));
                     if x2 == 0 {
                         died = true;
                         continue;
@@ -1278,12 +1295,21 @@ impl<'a> PlainReach<'a> {
             }
             next.clear();
             for &(x, q) in &layer {
+                // Most cells lead one pair to the same next pair (every character of
+                // a `[^/]{1,32}` to the next count, with the plain state back at a
+                // character's start), and the cells of a run are adjacent: one look per
+                // run (the set's checks were a third of a search over a counted lexeme).
+                let mut last = None;
                 for &b in &self.reps {
                     let q2 = plain::next(q, b);
                     if q2 == plain::BAD {
                         continue;
                     }
                     let x2 = dfa.next(x, b);
+                    if last == Some((x2, q2)) {
+                        continue;
+                    }
+                    last = Some((x2, q2));
                     if x2 == 0 || (dfa.accepting(x2) && dfa.allowed(x2).is_empty()) {
                         return exact(d - 1);
                     }
