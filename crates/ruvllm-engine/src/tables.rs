@@ -1093,6 +1093,16 @@ struct PlainReach<'a> {
     /// The bytes left out of plain text (never read).
     x: ByteSet,
     memo: ReachMemo,
+    /// Per plain state, the cells of `reps` that keep plain text (`(byte, next plain
+    /// state)`): a search steps only through those. Made on the first search (a table of a
+    /// forced literal makes a `PlainReach` and never searches).
+    moves: std::cell::OnceCell<Moves>,
+}
+
+/// [`PlainReach::moves`]: `cells[at[q]..at[q + 1]]` for plain state `q`.
+struct Moves {
+    cells: Vec<(u8, u8)>,
+    at: [u16; plain::STATES as usize + 1],
 }
 
 impl<'a> PlainReach<'a> {
@@ -1125,7 +1135,29 @@ impl<'a> PlainReach<'a> {
             reps,
             x,
             memo: FastMap::default(),
+            moves: std::cell::OnceCell::new(),
         }
+    }
+
+    /// The cells that keep plain text from plain state `q`, with the plain state after
+    /// each. Cost: on the first call, one plain step per (plain state, cell).
+    #[inline]
+    fn moves(&self, q: u8) -> &[(u8, u8)] {
+        let m = self.moves.get_or_init(|| {
+            let mut cells = Vec::new();
+            let mut at = [0u16; plain::STATES as usize + 1];
+            for q in 0..plain::STATES {
+                for &b in &self.reps {
+                    let q2 = plain::next(q, b);
+                    if q2 != plain::BAD {
+                        cells.push((b, q2));
+                    }
+                }
+                at[q as usize + 1] = cells.len() as u16;
+            }
+            Moves { cells, at }
+        });
+        &m.cells[m.at[q as usize] as usize..m.at[q as usize + 1] as usize]
     }
 
     /// See the type's doc; a lower bound of it where the search reached
@@ -1198,11 +1230,7 @@ impl<'a> PlainReach<'a> {
                 let (x, q) = layer[i];
                 i += 1;
                 let mut last = None;
-                for &b in self.reps.iter().filter(|&&b| is_cont(b)) {
-                    let q2 = plain::next(q, b);
-                    if q2 == plain::BAD {
-                        continue;
-                    }
+                for &(b, q2) in self.moves(q).iter().filter(|&&(b, _)| is_cont(b)) {
                     let x2 = dfa.next(x, b);
                     // One look per run of cells that lead to the same pair.
                     if last == Some((x2, q2)) {
@@ -1227,11 +1255,7 @@ impl<'a> PlainReach<'a> {
             let (mut died, mut next) = (false, Vec::new());
             for &(x, q) in &layer {
                 let mut last = None;
-                for &b in self.reps.iter().filter(|&&b| !is_cont(b)) {
-                    let q2 = plain::next(q, b);
-                    if q2 == plain::BAD {
-                        continue;
-                    }
+                for &(b, q2) in self.moves(q).iter().filter(|&&(b, _)| !is_cont(b)) {
                     let x2 = dfa.next(x, b);
                     if last == Some((x2, q2)) {
                         continue;
@@ -1300,11 +1324,7 @@ impl<'a> PlainReach<'a> {
                 // character's start), and the cells of a run are adjacent: one look per
                 // run (the set's checks were a third of a search over a counted lexeme).
                 let mut last = None;
-                for &b in &self.reps {
-                    let q2 = plain::next(q, b);
-                    if q2 == plain::BAD {
-                        continue;
-                    }
+                for &(b, q2) in self.moves(q) {
                     let x2 = dfa.next(x, b);
                     if last == Some((x2, q2)) {
                         continue;
