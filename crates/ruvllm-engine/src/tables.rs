@@ -766,6 +766,9 @@ fn compute_with<'a>(
     let groups = without.as_ref().map_or(0, |r| {
         r.x.iter().fold(0, |g, b| g | crate::vocab::byte_group(b))
     });
+    // Bounds of states on clean ASCII text (see [`AsciiBound`]), made when first asked.
+    let mut ascii: Option<AsciiBound> = None;
+    let left_out = without.as_ref().map_or(ByteSet::EMPTY, |r| r.x);
     let mut uncertain: Vec<(u32, u32)> = Vec::new();
     let mut finals: Vec<u32> = Vec::new();
     // (node, state, exited): `exited` = the lexeme accepted at some proper prefix.
@@ -824,8 +827,35 @@ fn compute_with<'a>(
                                 _ => reach.reaches(s2, p, need),
                             }
                         };
+                        // Not whole: if every token below is clean ASCII (printable,
+                        // no `"`, `\\` or left-out byte) and `s2` takes exactly `k` more
+                        // bytes of it (a string `k` from its bound, of a restricted
+                        // class), the tokens below are decided by their length alone.
+                        let bound = if whole || exited || !skip_plain || ce - c < MIN_BOUND_NODES {
+                            None
+                        } else {
+                            let below = trie.below(c);
+                            if below >> ASCII_GROUPS == 0 && below & groups == 0 {
+                                ascii
+                                    .get_or_insert_with(|| AsciiBound::new(dfa, left_out, depth))
+                                    .bound(s2, need_below(deepest, depth) - trie.depth(c))
+                            } else {
+                                None
+                            }
+                        };
                         if whole {
                             accept.add(trie.tokens_in(c + 1, ce));
+                        } else if let Some(k) = bound {
+                            let last = trie.depth(c) + k;
+                            if last >= need_below(deepest, depth) {
+                                accept.add(trie.tokens_in(c + 1, ce));
+                            } else {
+                                for n in c + 1..ce {
+                                    if trie.depth(n) <= last {
+                                        accept.add(trie.tokens_at(n));
+                                    }
+                                }
+                            }
                         } else {
                             stack.push((c, s2, exited || dfa.accepting(s2)));
                         }
@@ -879,6 +909,153 @@ fn compute_with<'a>(
         finals,
     };
     (table, tried)
+}
+
+/// How deep a subtree reaches: its deepest token when all of it is plain (`deepest`, see
+/// [`TokenTrie::plain_depth`]), else the longest token.
+#[inline]
+fn need_below(deepest: usize, depth: usize) -> usize {
+    if deepest > 0 {
+        deepest
+    } else {
+        depth
+    }
+}
+
+/// The [`crate::vocab::byte_group`]s below this one are printable ASCII but `"` and `\\`,
+/// one byte each.
+const ASCII_GROUPS: u32 = 94;
+
+/// How many more bytes of clean ASCII text (printable, without `"`, `\\` and a set of
+/// left-out bytes) a DFA state takes when that number is the same for every such text:
+/// `Some(k)` when every clean text of at most `k` bytes keeps the lexeme alive at states
+/// that do not accept, and every one of `k + 1` bytes kills it at its last byte. Then a
+/// token that continues a node with clean ASCII bytes only is accepted when it has at
+/// most `k` more bytes and refused (never uncertain: the lexeme never accepted on the
+/// way) when it has more, so the walk reads the subtree's nodes in a row instead of
+/// stepping the DFA through them.
+///
+/// That is a string of a restricted class near its count's bound: `Github_easy---o46406`'s
+/// `[A-Za-z0-9 &'()*,./@£-]{1,32}` a few characters from 32, where every class character
+/// leads to the next count and the others die. Plain text alone is not safe there (most
+/// of it dies at once) and the tokens of the class that fit are too many to be whole
+/// subtrees; each of its last tables walked 28,000-52,000 trie nodes (2-3 ms).
+struct AsciiBound<'a> {
+    dfa: &'a Dfa,
+    /// The longest token: a bound past it is none.
+    max_depth: usize,
+    /// One byte per DFA class among the clean bytes.
+    reps: Vec<u8>,
+    memo: FastMap<u32, Bound>,
+}
+
+/// An [`AsciiBound`] answer.
+#[derive(Clone, Copy)]
+enum Bound {
+    /// The bound.
+    Is(usize),
+    /// None at any depth.
+    None,
+    /// Every clean text of this many bytes keeps the lexeme alive at states that do not
+    /// accept (a subtree no deeper needs no bound).
+    NotWithin(usize),
+}
+
+/// The fewest nodes of a subtree for which a walk asks for an [`AsciiBound`] (a smaller
+/// one is walked: on `Github_hard---o89194`, whose states have no bound, asking for every
+/// subtree cost more than the bounds saved).
+const MIN_BOUND_NODES: u32 = 32;
+
+/// The most states one layer of an [`AsciiBound`] search may hold (then: no bound).
+const MAX_ASCII_LAYER: usize = 16;
+
+impl<'a> AsciiBound<'a> {
+    fn new(dfa: &'a Dfa, left_out: ByteSet, max_depth: usize) -> Self {
+        let mut reps = Vec::new();
+        let mut last = None;
+        for b in 0x20..=0x7fu8 {
+            if b == b'"' || b == b'\\' || left_out.contains(b) {
+                continue;
+            }
+            let class = Some(dfa.class_of(b));
+            if class != last {
+                last = class;
+                reps.push(b);
+            }
+        }
+        AsciiBound {
+            dfa,
+            max_depth,
+            reps,
+            memo: FastMap::default(),
+        }
+    }
+
+    /// See the type's doc; `None` also past the longest token or [`MAX_ASCII_LAYER`]
+    /// states in a layer. Cost: memoized per state; else one step per (state, class) of
+    /// each layer, at most one layer per byte of the longest token.
+    fn bound(&mut self, s: u32, need: usize) -> Option<usize> {
+        // A subtree below a child is at most `max_depth - 1` bytes deep, so only texts of
+        // at most `max_depth` bytes matter: counts that cannot tell them apart are one
+        // state (a long string's counts far from its bound, met one per depth).
+        let s = self.dfa.canonical(s, self.max_depth);
+        match self.memo.get(&s) {
+            Some(&Bound::Is(k)) => return Some(k),
+            Some(&Bound::None) => return None,
+            Some(&Bound::NotWithin(l)) if l >= need => return Some(need),
+            _ => {}
+        }
+        let k = self.search(s, need);
+        self.memo.insert(s, k);
+        match k {
+            Bound::Is(k) => Some(k),
+            // Every clean text as long as the subtree keeps the lexeme alive: all of its
+            // tokens are accepted (a subtree the plain-text search could not take whole
+            // for the characters outside ASCII that it left out).
+            Bound::NotWithin(l) if l >= need => Some(need),
+            _ => None,
+        }
+    }
+
+    fn search(&self, s: u32, need: usize) -> Bound {
+        let dfa = self.dfa;
+        if self.reps.is_empty() || dfa.accepting(s) {
+            return Bound::None;
+        }
+        let mut seen: FastSet<u32> = FastSet::default();
+        seen.insert(s);
+        let mut layer = vec![s];
+        let limit = need.min(self.max_depth);
+        for k in 0..=limit {
+            let (mut died, mut next) = (false, Vec::new());
+            for &x in &layer {
+                for &b in &self.reps {
+                    match dfa.next(x, b) {
+                        0 => died = true,
+                        y if dfa.accepting(y) => return Bound::None,
+                        // Met again: a loop, which some text never leaves.
+                        y if !seen.insert(y) => {
+                            if !next.contains(&y) {
+                                return Bound::None;
+                            }
+                        }
+                        y => next.push(y),
+                    }
+                }
+            }
+            match (died, next.is_empty()) {
+                (true, true) => return Bound::Is(k),
+                (true, false) => return Bound::None,
+                _ if next.len() > MAX_ASCII_LAYER => return Bound::None,
+                _ => layer = next,
+            }
+        }
+        if limit >= self.max_depth {
+            Bound::None
+        } else {
+            Bound::NotWithin(limit)
+        }
+    }
 }
 
 /// The accept set while a table is built: ids while few, then a bitmap written in place
@@ -1714,6 +1891,52 @@ mod tests {
             }
         }
         assert!(bounded >= 20, "{bounded} states bounded by characters");
+    }
+
+    /// Strings of a restricted class near their count's bound take the clean-ASCII bound
+    /// ([`AsciiBound`]) for subtrees, and their tables are exactly the plain walk's: a
+    /// counted lexeme (a class with a two-byte character, as `o46406`'s) and the same
+    /// count unrolled in the DFA, from the start to the last count.
+    #[test]
+    fn restricted_classes_near_their_bound_are_exact() {
+        use crate::compile::Lexeme;
+        let vocab = test_vocab("llama3_1");
+        let trie = vocab.trie();
+        let depth = trie.max_depth();
+        let q = Lexeme::new(dfa("\""));
+        let class = r"(?:[A-Za-z0-9 &'()*,./@-]|\xc2\xa3)";
+        let counted = Dfa::counted(
+            Some(q.clone()),
+            Lexeme::new(dfa(class)),
+            1,
+            Some(12),
+            Some(q.clone()),
+        )
+        .expect("counted");
+        let unrolled = dfa(r#""[a-z0-9_-]{2,9}""#);
+        let mut bounded = 0;
+        for (c, max) in [(&counted, 12), (&unrolled, 9)] {
+            let mut reach = PlainReach::new(c, depth);
+            for i in 0..=max {
+                for unit in ["a", "1", "-"] {
+                    let text = format!("\"{}", unit.repeat(i));
+                    let s = walk(c, text.as_bytes());
+                    if s == 0 {
+                        continue;
+                    }
+                    let a = fast_table(c, s, trie, vocab.len(), &mut reach);
+                    let b = plain_walk_table(c, s, trie, vocab.len());
+                    assert_same_tables(&a, &b, vocab.len(), &format!("after {text}"));
+                    let x = excluded_plain(c, s).0.unwrap_or(ByteSet::EMPTY);
+                    let k = AsciiBound::new(c, x, depth).bound(s, depth);
+                    if let Some(k) = k {
+                        assert_eq!(k, max - i, "bound after {text}");
+                        bounded += 1;
+                    }
+                }
+            }
+        }
+        assert!(bounded >= 10, "{bounded} states with a clean-ASCII bound");
     }
 
     /// A plain-reach answer does not depend on what was asked before: a search stopped at
