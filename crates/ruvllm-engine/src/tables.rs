@@ -947,7 +947,14 @@ struct AsciiBound<'a> {
     /// One byte per DFA class among the clean bytes.
     reps: Vec<u8>,
     memo: FastMap<u32, Bound>,
+    /// DFA steps taken by this table's searches: past [`MAX_ASCII_WORK`], every further
+    /// state answers no bound (the walk then decides its subtrees as before), so that a
+    /// DFA with many states met along a walk cannot make the searches the slow part.
+    work: usize,
 }
+
+/// See [`AsciiBound::work`] (a few hundred microseconds of steps).
+const MAX_ASCII_WORK: usize = 1 << 17;
 
 /// An [`AsciiBound`] answer.
 #[derive(Clone, Copy)]
@@ -988,12 +995,14 @@ impl<'a> AsciiBound<'a> {
             max_depth,
             reps,
             memo: FastMap::default(),
+            work: 0,
         }
     }
 
-    /// See the type's doc; `None` also past the longest token or [`MAX_ASCII_LAYER`]
-    /// states in a layer. Cost: memoized per state; else one step per (state, class) of
-    /// each layer, at most one layer per byte of the longest token.
+    /// See the type's doc; `None` also past the longest token, [`MAX_ASCII_LAYER`] states
+    /// in a layer, or [`MAX_ASCII_WORK`] steps in this table. Cost: memoized per state;
+    /// else one step per (state, class) of each layer, at most one layer per byte of the
+    /// subtree's depth.
     fn bound(&mut self, s: u32, need: usize) -> Option<usize> {
         // A subtree below a child is at most `max_depth - 1` bytes deep, so only texts of
         // at most `max_depth` bytes matter: counts that cannot tell them apart are one
@@ -1017,9 +1026,9 @@ impl<'a> AsciiBound<'a> {
         }
     }
 
-    fn search(&self, s: u32, need: usize) -> Bound {
+    fn search(&mut self, s: u32, need: usize) -> Bound {
         let dfa = self.dfa;
-        if self.reps.is_empty() || dfa.accepting(s) {
+        if self.reps.is_empty() || dfa.accepting(s) || self.work > MAX_ASCII_WORK {
             return Bound::None;
         }
         let mut seen: FastSet<u32> = FastSet::default();
@@ -1027,6 +1036,7 @@ impl<'a> AsciiBound<'a> {
         let mut layer = vec![s];
         let limit = need.min(self.max_depth);
         for k in 0..=limit {
+            self.work += layer.len() * self.reps.len();
             let (mut died, mut next) = (false, Vec::new());
             for &x in &layer {
                 for &b in &self.reps {
