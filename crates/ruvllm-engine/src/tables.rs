@@ -575,13 +575,7 @@ fn equivalent_capped(
 /// [`MAX_SIGNATURE_STATES`] of them, so that a DFA whose states fan out widely within a
 /// few bytes cannot make it slow.
 pub(crate) fn signature(dfa: &Dfa, s: u32, rounds: usize) -> Option<u64> {
-    // Each byte class is an interval: one byte per run of equal classes stands for it.
-    let mut runs: Vec<u8> = Vec::with_capacity(64);
-    for b in 0..=255u8 {
-        if b == 0 || dfa.class_of(b) != dfa.class_of(b - 1) {
-            runs.push(b);
-        }
-    }
+    let runs = class_runs(dfa, 0..=255u8);
     fn go(
         dfa: &Dfa,
         runs: &[u8],
@@ -619,6 +613,23 @@ pub(crate) fn signature(dfa: &Dfa, s: u32, rounds: usize) -> Option<u64> {
         Some(h)
     }
     go(dfa, &runs, s, rounds, &mut FastMap::default())
+}
+
+/// One byte per run of `bytes` (in ascending order) whose DFA classes are equal: bytes of
+/// one class behave alike in every state, so each run stands for its bytes (a class that
+/// recurs after another gets a second, redundant representative). Cost: one class
+/// lookup per byte.
+fn class_runs(dfa: &Dfa, bytes: impl Iterator<Item = u8>) -> Vec<u8> {
+    let mut runs = Vec::with_capacity(64);
+    let mut last = None;
+    for b in bytes {
+        let class = Some(dfa.class_of(b));
+        if class != last {
+            last = class;
+            runs.push(b);
+        }
+    }
+    runs
 }
 
 #[inline]
@@ -841,7 +852,10 @@ fn compute_with<'a>(
                             if below >> ASCII_GROUPS == 0 && below & groups == 0 {
                                 ascii
                                     .get_or_insert_with(|| AsciiBound::new(dfa, left_out, depth))
-                                    .bound(s2, need_below(deepest, depth) - trie.depth(c))
+                                    .bound(
+                                        s2,
+                                        need_below(deepest, depth).saturating_sub(trie.depth(c)),
+                                    )
                             } else {
                                 None
                             }
@@ -981,18 +995,8 @@ const MAX_ASCII_LAYER: usize = 16;
 
 impl<'a> AsciiBound<'a> {
     fn new(dfa: &'a Dfa, left_out: ByteSet, max_depth: usize) -> Self {
-        let mut reps = Vec::new();
-        let mut last = None;
-        for b in 0x20..=0x7fu8 {
-            if b == b'"' || b == b'\\' || left_out.contains(b) {
-                continue;
-            }
-            let class = Some(dfa.class_of(b));
-            if class != last {
-                last = class;
-                reps.push(b);
-            }
-        }
+        let clean = (0x20..=0x7fu8).filter(|&b| b != b'"' && b != b'\\' && !left_out.contains(b));
+        let reps = class_runs(dfa, clean);
         AsciiBound {
             dfa,
             max_depth,
