@@ -41,6 +41,7 @@
 mod check;
 mod num;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -733,6 +734,15 @@ impl<'a> Compiler<'a> {
                     return Ok(Expr::Alt(alts));
                 }
             }
+        }
+        // Nothing to resolve: `flatten` would only copy `m` less its annotations, which no
+        // lowering reads. The copy is deep (a `properties` subtree at every level of the
+        // schema), so it is skipped.
+        if !m
+            .keys()
+            .any(|k| matches!(k.as_str(), "allOf" | "anyOf" | "oneOf" | "$ref" | "not"))
+        {
+            return self.simple(m, ptr, depth);
         }
         let branches = self.flatten(m, ptr, 0)?;
         let mut alts = Vec::new();
@@ -1740,8 +1750,11 @@ impl<'a> Compiler<'a> {
         ptr: &str,
         depth: usize,
     ) -> Result<Expr, SchemaError> {
-        let props: Vec<(String, Value)> = match m.get("properties") {
-            Some(Value::Object(p)) => p.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        let props: Vec<(String, Cow<Value>)> = match m.get("properties") {
+            Some(Value::Object(p)) => p
+                .iter()
+                .map(|(k, v)| (k.clone(), Cow::Borrowed(v)))
+                .collect(),
             Some(_) => return Err(invalid(ptr, "properties must be an object")),
             None => vec![],
         };
@@ -1766,7 +1779,7 @@ impl<'a> Compiler<'a> {
         let mut props = props;
         for r in &required {
             if !props.iter().any(|(k, _)| k == r) {
-                props.push((r.clone(), additional.clone()));
+                props.push((r.clone(), Cow::Owned(additional.clone())));
             }
         }
         let min_p = get_uint(m, "minProperties", ptr)?;
@@ -1877,7 +1890,7 @@ impl<'a> Compiler<'a> {
     /// count within bounds.
     fn object_any_order(
         &mut self,
-        props: &[(String, Value)],
+        props: &[(String, Cow<Value>)],
         required: &[String],
         additional: &Value,
         (min_p, max_p): (Option<usize>, Option<usize>),
@@ -2513,7 +2526,9 @@ fn small_value_set(m: &Map<String, Value>) -> Option<Vec<Value>> {
         "default",
         "examples",
     ];
-    if m.keys().any(|k| !allowed_here.contains(&k.as_str())) {
+    if m.keys()
+        .any(|k| !allowed_here.contains(&k.as_str()) && !ANNOTATIONS.contains(&k.as_str()))
+    {
         return None;
     }
     let Some(Value::Object(items)) = m.get("items") else {
