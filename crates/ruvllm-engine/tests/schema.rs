@@ -400,6 +400,48 @@ fn semantic_checks_refuse_the_completing_byte() {
     }
 }
 
+/// The checks of one schema share one validator (each is a property of a wrapper schema):
+/// every check applies its own sub-schema, and only to its own value, with `$ref`s
+/// resolved against the document.
+#[test]
+fn checks_of_one_schema_keep_to_their_own_values() {
+    let s = json!({
+        "type": "object",
+        "$defs": {"n": {"type": "integer", "minimum": 0}},
+        "properties": {
+            "a": {"type": "array", "items": {"$ref": "#/$defs/n"}, "uniqueItems": true},
+            "b": {"type": "object", "patternProperties": {"^x": {"$ref": "#/$defs/n"}}},
+            "c": {"type": "array", "uniqueItems": true},
+            "d": {"type": "string", "pattern": "^[a-z]+$", "minLength": 2}
+        }
+    });
+    let g = schema_to_grammar(&s, &SchemaOptions::default()).unwrap();
+    assert!(g.checks.len() >= 4, "{} checks", g.checks.len());
+    let c = Constraint::new(&g, dummy_vocab(), &Limits::default()).unwrap();
+    let v = oracle(&s);
+    let texts = [
+        r#"{"a": [1, 2], "b": {"x1": 3, "y": -1}, "c": [[1], [2]], "d": "ab"}"#,
+        r#"{"a": [1], "c": [1]}"#,
+        r#"{"a": [1, 1]}"#,
+        r#"{"a": [-1]}"#,
+        r#"{"b": {"x1": -1}}"#,
+        r#"{"b": {"x1": "s"}}"#,
+        r#"{"b": {"y": "s"}}"#,
+        r#"{"c": [1, 1]}"#,
+        r#"{"c": [[1], [1]]}"#,
+        r#"{"d": "a"}"#,
+        r#"{"d": "aB"}"#,
+        r#"{"a": [2], "b": {"x": 2}, "c": [2], "d": "zz"}"#,
+    ];
+    let mut refused = 0;
+    for t in texts {
+        let want = v.is_valid(&serde_json::from_str(t).unwrap());
+        assert_eq!(accepts(&c, t), want, "{t}");
+        refused += usize::from(!want);
+    }
+    assert_eq!(refused, 8);
+}
+
 /// `any_order`: properties in any order; required keys, duplicates and counts checked.
 #[test]
 fn any_order_properties() {

@@ -284,6 +284,9 @@ pub fn schema_to_grammar_limited(
     let body = c.compile(schema, "", 0)?;
     c.set(root, body);
     c.drain()?;
+    if let Some(b) = c.check_builder.take() {
+        b.finish()?;
+    }
     let mut g = Grammar {
         rules: c.rules,
         root,
@@ -577,7 +580,7 @@ impl<'a> Compiler<'a> {
         let c = match self.check_memo.get(&key) {
             Some(c) => c.clone(),
             None => {
-                let c = self.check_builder.as_ref().unwrap().build(s, ptr)?;
+                let c = self.check_builder.as_mut().unwrap().build(s, ptr);
                 self.check_memo.insert(key, c.clone());
                 c
             }
