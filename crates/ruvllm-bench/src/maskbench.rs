@@ -325,6 +325,7 @@ pub fn run_ruvllm(vocab: &Arc<Vocabulary>, case: &FileCase, st: &mut EngineStats
             // Thread CPU time too, when tracing: a mask whose wall time is far above it
             // waited for the CPU (the machine's other tenants), and did no work then.
             let c1 = if trace { thread_cpu_us() } else { 0.0 };
+            let u1 = trace.then(ThreadUsage::now);
             let t1 = Instant::now();
             let r = m.compute_mask(&mut mask);
             let allowed = r.is_ok() && mask[(tok >> 5) as usize] >> (tok & 31) & 1 == 1;
@@ -333,8 +334,18 @@ pub fn run_ruvllm(vocab: &Arc<Vocabulary>, case: &FileCase, st: &mut EngineStats
             let cus = if trace { thread_cpu_us() - c1 } else { 0.0 };
             if let Some((n0, t0)) = tables0.filter(|_| us > SLOW_MASK_US) {
                 let (n1, t1) = ruvllm_engine::table_build_totals();
+                let u = u1
+                    .map(|u1| ThreadUsage::now().since(&u1))
+                    .unwrap_or_default();
                 eprintln!(
-                    "slow mask {us:.0} µs ({cus:.0} µs on this thread's CPU) in {} (token {} of the run), {} first-use tables in {:.0} µs",
+                    "slow mask {us:.0} µs ({cus:.0} µs on this thread's CPU: {} user, {} system; \
+                     {} page faults, {} context switches; {} ms stolen from the machine) in {} \
+                     (token {} of the run), {} first-use tables in {:.0} µs",
+                    u.user_us,
+                    u.system_us,
+                    u.faults,
+                    u.switches,
+                    u.steal_ms,
                     case.name,
                     st.tokens,
                     n1 - n0,
@@ -359,6 +370,61 @@ pub fn run_ruvllm(vocab: &Arc<Vocabulary>, case: &FileCase, st: &mut EngineStats
         .push((c.table_usage().1 + c.state_cache_bytes()) as f64);
     judge(st, case, &verdicts);
     Ok(())
+}
+
+/// What the kernel counted for the calling thread (`getrusage(RUSAGE_THREAD)`) and the
+/// machine's stolen time (`/proc/stat`, in its 10 ms ticks), to tell a slow mask's own work
+/// (user time) from page faults (system time), preemption (context switches) and the
+/// hypervisor running someone else (steal). Cost: a system call and a small file read, so
+/// only when tracing.
+#[derive(Default)]
+struct ThreadUsage {
+    user_us: i64,
+    system_us: i64,
+    faults: i64,
+    switches: i64,
+    steal_ms: i64,
+}
+
+impl ThreadUsage {
+    fn now() -> ThreadUsage {
+        // SAFETY: `ru` is a plain C struct, valid when zeroed, written by the call.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: `ru` is valid and writable for the call's duration.
+        if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) } != 0 {
+            return ThreadUsage::default();
+        }
+        let us = |t: libc::timeval| t.tv_sec * 1_000_000 + t.tv_usec;
+        // `cpu  user nice system idle iowait irq softirq steal ...`, in 10 ms ticks.
+        let steal_ms = std::fs::read_to_string("/proc/stat")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .next()?
+                    .split_whitespace()
+                    .nth(8)?
+                    .parse::<i64>()
+                    .ok()
+            })
+            .map_or(0, |t| t * 10);
+        ThreadUsage {
+            user_us: us(ru.ru_utime),
+            system_us: us(ru.ru_stime),
+            faults: ru.ru_minflt + ru.ru_majflt,
+            switches: ru.ru_nvcsw + ru.ru_nivcsw,
+            steal_ms,
+        }
+    }
+
+    fn since(&self, before: &ThreadUsage) -> ThreadUsage {
+        ThreadUsage {
+            user_us: self.user_us - before.user_us,
+            system_us: self.system_us - before.system_us,
+            faults: self.faults - before.faults,
+            switches: self.switches - before.switches,
+            steal_ms: self.steal_ms - before.steal_ms,
+        }
+    }
 }
 
 /// CPU time of the calling thread in microseconds (`CLOCK_THREAD_CPUTIME_ID`; 0 if the
