@@ -442,6 +442,61 @@ fn checks_of_one_schema_keep_to_their_own_values() {
     assert_eq!(refused, 8);
 }
 
+/// `uniqueItems` and string lengths next to a `pattern` are checked without a validator:
+/// the verdicts are the oracle's on values that are equal in JSON but spelled apart
+/// (`1`/`1.0`/`1e0`, members in another order, escapes) and on lengths counted in
+/// characters (multi-byte ones).
+#[test]
+fn native_checks_agree_with_the_validator() {
+    let cases: Vec<(Value, Vec<&str>)> = vec![
+        (
+            json!({"type": "array", "uniqueItems": true}),
+            vec![
+                "[1, 1.0]",
+                "[1, 1e0]",
+                "[100, 1e2]",
+                "[1, 2, 1.5, 15e-1]",
+                "[{\"a\": 1, \"b\": 2}, {\"b\": 2, \"a\": 1}]",
+                "[{\"a\": 1}, {\"a\": 1, \"b\": 2}]",
+                "[\"A\", \"\\u0041\"]",
+                "[\"a\", \"b\", \"ab\"]",
+                "[[1, 2], [2, 1]]",
+                "[[1, [2]], [1.0, [2.0]]]",
+                "[null, false, 0, \"\", [], {}]",
+                "[true, true]",
+                "[10000000000000000000, 1e19]",
+                "[-0, 0]",
+                "[]",
+            ],
+        ),
+        (
+            json!({"type": "string", "pattern": "^[a-zé\\u00e0]+$", "minLength": 2, "maxLength": 3}),
+            vec![
+                "\"a\"",
+                "\"ab\"",
+                "\"abc\"",
+                "\"abcd\"",
+                "\"éé\"",
+                "\"éàé\"",
+                "\"é\"",
+                "\"éàéà\"",
+            ],
+        ),
+    ];
+    for (schema, texts) in cases {
+        let g = schema_to_grammar(&schema, &SchemaOptions::default()).unwrap();
+        assert_eq!(g.checks.len(), 1, "{schema}");
+        let what = g.checks[0].1 .0.describe();
+        assert!(!what.contains("validator"), "{schema}: {what}");
+        let c = Constraint::new(&g, dummy_vocab(), &Limits::default()).unwrap();
+        let v = oracle(&schema);
+        for t in texts {
+            let want = v.is_valid(&serde_json::from_str(t).unwrap());
+            assert_eq!(accepts(&c, t), want, "{schema}: {t}");
+        }
+    }
+}
+
 /// `any_order`: properties in any order; required keys, duplicates and counts checked.
 #[test]
 fn any_order_properties() {

@@ -206,6 +206,144 @@ fn rebase_refs(v: &mut Value, depth: usize) {
     }
 }
 
+/// The keywords a relaxed grammar left out, when this module checks them itself (see
+/// [`native`]).
+#[derive(Debug, Default)]
+pub(crate) struct Native {
+    /// `uniqueItems: true`: an array's items are pairwise different (JSON equality).
+    unique: bool,
+    /// `minLength` / `maxLength` of a string, in characters (left out next to a `pattern`
+    /// the grammar cannot cut to a length).
+    length: Option<(usize, usize)>,
+}
+
+/// A check of what the relaxed copy of `m` lost, when that is only `uniqueItems: true`
+/// and/or string lengths: `removed` are the keywords of `m` the relaxation stripped (`m`
+/// has no `$ref` or combinator, so nothing else was). `None` when any other keyword went,
+/// and the sub-schema's validator then checks the value. Cost: O(removed).
+///
+/// These checks need no `jsonschema` validator: a schema whose only checks are these
+/// compiles without one (its build was most of such a compile), and a check costs a parse
+/// of the value rather than a validation of all of it.
+pub(crate) fn native(m: &Map<String, Value>, removed: &[&str]) -> Option<Check> {
+    let mut n = Native::default();
+    let uint = |k: &str| -> Option<Option<usize>> {
+        match m.get(k) {
+            None => Some(None),
+            Some(v) => v
+                .as_u64()
+                .or_else(|| {
+                    v.as_f64()
+                        .filter(|f| f.fract() == 0.0 && *f >= 0.0)
+                        .map(|f| f as u64)
+                })
+                .map(|x| Some(usize::try_from(x).unwrap_or(usize::MAX))),
+        }
+    };
+    for &k in removed {
+        match k {
+            "uniqueItems" => match m.get(k) {
+                Some(Value::Bool(true)) => n.unique = true,
+                Some(Value::Bool(false)) => {}
+                _ => return None,
+            },
+            "minLength" | "maxLength" => {
+                let lo = uint("minLength")?.unwrap_or(0);
+                let hi = uint("maxLength")?.unwrap_or(usize::MAX);
+                n.length = Some((lo, hi));
+            }
+            _ => return None,
+        }
+    }
+    (n.unique || n.length.is_some()).then(|| Check(Arc::new(n)))
+}
+
+impl ValueCheck for Native {
+    fn accepts(&self, text: &[u8]) -> bool {
+        let Ok(v) = serde_json::from_slice::<Value>(text) else {
+            return false;
+        };
+        match &v {
+            Value::Array(items) if self.unique => {
+                let mut seen = std::collections::HashSet::with_capacity(items.len());
+                items.iter().all(|x| {
+                    let mut key = String::new();
+                    canonical(x, &mut key);
+                    seen.insert(key)
+                })
+            }
+            Value::String(s) => self
+                .length
+                .is_none_or(|(lo, hi)| (lo..=hi).contains(&s.chars().count())),
+            _ => true,
+        }
+    }
+
+    fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if self.unique {
+            parts.push("unique array items".to_string());
+        }
+        if let Some((lo, hi)) = self.length {
+            let hi = if hi == usize::MAX {
+                "any".to_string()
+            } else {
+                hi.to_string()
+            };
+            parts.push(format!("string length {lo}..{hi} characters"));
+        }
+        parts.join(", ")
+    }
+}
+
+/// Writes a text of `v` that two values share exactly when they are equal as JSON Schema
+/// compares them: numbers by value (`1`, `1.0` and `1e0` alike), object members in any
+/// order. Cost: O(size of `v`), plus a sort of each object's keys.
+fn canonical(v: &Value, out: &mut String) {
+    use std::fmt::Write;
+    match v {
+        Value::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                let _ = write!(out, "{i}");
+            } else if let Some(u) = n.as_u64().filter(|&u| (u as f64) as u64 != u) {
+                // Not a float's value: no float equals it.
+                let _ = write!(out, "{u}");
+            } else {
+                // A float, or a large integer that is one (written as the float is).
+                let f = n.as_f64().unwrap_or(f64::NAN);
+                if f.fract() == 0.0 && f.abs() < 9.2e18 {
+                    let _ = write!(out, "{}", f as i64);
+                } else {
+                    let _ = write!(out, "{f:?}");
+                }
+            }
+        }
+        Value::Array(a) => {
+            out.push('[');
+            for x in a {
+                canonical(x, out);
+                out.push(',');
+            }
+            out.push(']');
+        }
+        Value::Object(o) => {
+            let mut keys: Vec<&String> = o.keys().collect();
+            keys.sort_unstable();
+            out.push('{');
+            for k in keys {
+                canonical(&Value::String(k.clone()), out);
+                out.push(':');
+                canonical(&o[k], out);
+                out.push(',');
+            }
+            out.push('}');
+        }
+        other => {
+            let _ = write!(out, "{other}");
+        }
+    }
+}
+
 /// Object key rules for properties in any order: unique keys, required ones present, count
 /// within `[min, max]`.
 #[derive(Debug)]

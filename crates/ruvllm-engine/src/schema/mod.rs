@@ -559,6 +559,7 @@ impl<'a> Compiler<'a> {
                 Err(e) => return Err(e),
             }
         }
+        let relaxed_ok = body.is_some();
         let body = match body {
             Some(b) => b,
             // Last resort: any value of the declared types, everything else checked.
@@ -570,6 +571,26 @@ impl<'a> Compiler<'a> {
                 self.compile_exact(&loose, ptr, depth)?
             }
         };
+        // What the relaxation left out, when this module checks it without a validator.
+        if let Some(m) = s.as_object().filter(|m| {
+            relaxed_ok
+                && !m
+                    .keys()
+                    .any(|k| matches!(k.as_str(), "$ref" | "allOf" | "anyOf" | "oneOf" | "not"))
+        }) {
+            let removed: Vec<&str> = m
+                .keys()
+                .map(|k| k.as_str())
+                .filter(|k| strip.contains(k))
+                .collect();
+            if let Some(c) = check::native(m, &removed) {
+                return Ok(self.checked_rule(
+                    &format!("checked{}", ptr.replace('/', "-")),
+                    body,
+                    c,
+                ));
+            }
+        }
         if self.check_builder.is_none() {
             self.check_builder = Some(
                 check::CheckBuilder::new(self.root, self.draft)
