@@ -442,10 +442,11 @@ fn checks_of_one_schema_keep_to_their_own_values() {
     assert_eq!(refused, 8);
 }
 
-/// `uniqueItems` and string lengths next to a `pattern` are checked without a validator:
+/// `uniqueItems`, string lengths next to a `pattern` and name-list dependencies are checked
+/// without a validator:
 /// the verdicts are the oracle's on values that are equal in JSON but spelled apart
-/// (`1`/`1.0`/`1e0`, members in another order, escapes) and on lengths counted in
-/// characters (multi-byte ones).
+/// (`1`/`1.0`/`1e0`, members in another order, escapes), on lengths counted in
+/// characters (multi-byte ones), and on name-list dependencies as each draft reads them.
 #[test]
 fn native_checks_agree_with_the_validator() {
     let cases: Vec<(Value, Vec<&str>)> = vec![
@@ -483,6 +484,26 @@ fn native_checks_agree_with_the_validator() {
             ],
         ),
     ];
+    let objects = vec![
+        "{}",
+        "{\"a\": 1}",
+        "{\"a\": 1, \"b\": 2}",
+        "{\"b\": 2}",
+        "{\"a\": 1, \"c\": 3}",
+        "{\"a\": 1, \"b\": 2, \"c\": 3}",
+    ];
+    let d7 = "http://json-schema.org/draft-07/schema#";
+    let mut cases = cases;
+    for deps in [
+        json!({"type": "object", "dependencies": {"a": ["b", "c"]}}),
+        json!({"$schema": d7, "type": "object", "dependencies": {"a": ["b", "c"], "b": []}}),
+        json!({"type": "object", "dependentRequired": {"a": ["b"], "c": ["a"]}}),
+        // Not a keyword before 2019-09: no constraint.
+        json!({"$schema": d7, "type": "object", "dependentRequired": {"a": ["b"]}}),
+        json!({"type": "object", "dependencies": {"a": ["b"]}, "dependentRequired": {"c": ["b"]}}),
+    ] {
+        cases.push((deps, objects.clone()));
+    }
     for (schema, texts) in cases {
         let g = schema_to_grammar(&schema, &SchemaOptions::default()).unwrap();
         assert_eq!(g.checks.len(), 1, "{schema}");

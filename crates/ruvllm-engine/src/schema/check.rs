@@ -215,17 +215,21 @@ pub(crate) struct Native {
     /// `minLength` / `maxLength` of a string, in characters (left out next to a `pattern`
     /// the grammar cannot cut to a length).
     length: Option<(usize, usize)>,
+    /// `dependencies` (all drafts, as the validator reads them) or `dependentRequired`
+    /// (2019-09 on) listing names: when an object has the key, it has all the names.
+    deps: Vec<(String, Vec<String>)>,
 }
 
-/// A check of what the relaxed copy of `m` lost, when that is only `uniqueItems: true`
-/// and/or string lengths: `removed` are the keywords of `m` the relaxation stripped (`m`
+/// A check of what the relaxed copy of `m` lost, when that is only `uniqueItems`, string
+/// lengths and name-list dependencies (`draft` says which of those are keywords):
+/// `removed` are the keywords of `m` the relaxation stripped (`m`
 /// has no `$ref` or combinator, so nothing else was). `None` when any other keyword went,
 /// and the sub-schema's validator then checks the value. Cost: O(removed).
 ///
 /// These checks need no `jsonschema` validator: a schema whose only checks are these
 /// compiles without one (its build was most of such a compile), and a check costs a parse
 /// of the value rather than a validation of all of it.
-pub(crate) fn native(m: &Map<String, Value>, removed: &[&str]) -> Option<Check> {
+pub(crate) fn native(m: &Map<String, Value>, removed: &[&str], draft: u32) -> Option<Check> {
     let mut n = Native::default();
     let uint = |k: &str| -> Option<Option<usize>> {
         match m.get(k) {
@@ -252,10 +256,26 @@ pub(crate) fn native(m: &Map<String, Value>, removed: &[&str]) -> Option<Check> 
                 let hi = uint("maxLength")?.unwrap_or(usize::MAX);
                 n.length = Some((lo, hi));
             }
+            // Before 2019-09 `dependentRequired` is not a keyword (the validator ignores
+            // it too).
+            "dependentRequired" if draft < 2019 => {}
+            "dependencies" | "dependentRequired" => {
+                let Some(Value::Object(d)) = m.get(k) else {
+                    return None;
+                };
+                for (key, names) in d {
+                    let names = names
+                        .as_array()?
+                        .iter()
+                        .map(|x| x.as_str().map(String::from))
+                        .collect::<Option<Vec<String>>>()?;
+                    n.deps.push((key.clone(), names));
+                }
+            }
             _ => return None,
         }
     }
-    (n.unique || n.length.is_some()).then(|| Check(Arc::new(n)))
+    Some(Check(Arc::new(n)))
 }
 
 impl ValueCheck for Native {
@@ -275,6 +295,10 @@ impl ValueCheck for Native {
             Value::String(s) => self
                 .length
                 .is_none_or(|(lo, hi)| (lo..=hi).contains(&s.chars().count())),
+            Value::Object(o) => self
+                .deps
+                .iter()
+                .all(|(k, names)| !o.contains_key(k) || names.iter().all(|x| o.contains_key(x))),
             _ => true,
         }
     }
@@ -291,6 +315,9 @@ impl ValueCheck for Native {
                 hi.to_string()
             };
             parts.push(format!("string length {lo}..{hi} characters"));
+        }
+        for (k, names) in &self.deps {
+            parts.push(format!("{names:?} present with {k:?}"));
         }
         parts.join(", ")
     }

@@ -583,7 +583,7 @@ impl<'a> Compiler<'a> {
                 .map(|k| k.as_str())
                 .filter(|k| strip.contains(k))
                 .collect();
-            if let Some(c) = check::native(m, &removed) {
+            if let Some(c) = check::native(m, &removed, self.draft) {
                 return Ok(self.checked_rule(
                     &format!("checked{}", ptr.replace('/', "-")),
                     body,
