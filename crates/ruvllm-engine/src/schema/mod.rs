@@ -157,7 +157,15 @@ fn pointer_or_root(p: &str) -> String {
 }
 
 fn join(ptr: &str, key: &str) -> String {
-    format!("{ptr}/{}", key.replace('~', "~0").replace('/', "~1"))
+    let mut out = String::with_capacity(ptr.len() + 1 + key.len());
+    out.push_str(ptr);
+    out.push('/');
+    if key.contains(['~', '/']) {
+        out.push_str(&key.replace('~', "~0").replace('/', "~1"));
+    } else {
+        out.push_str(key);
+    }
+    out
 }
 
 /// Keywords with no effect on validation.
@@ -322,6 +330,10 @@ struct Compiler<'a> {
     check_memo: HashMap<String, Check>,
     /// The rule of each long enum (see [`SHARED_ENUM`]), by its alternatives.
     enums: crate::earley::FastMap<Expr, RuleId>,
+    /// The rule of each key complement made so far, by its sorted key set: objects with
+    /// the same declared keys (a definition inlined in many places) share it, so the
+    /// compiler measures and lowers it once.
+    key_sets: HashMap<Vec<String>, RuleId>,
     limits: &'a Limits,
     started: std::time::Instant,
 }
@@ -411,6 +423,7 @@ impl<'a> Compiler<'a> {
             check_builder: None,
             check_memo: HashMap::new(),
             enums: Default::default(),
+            key_sets: HashMap::new(),
             limits,
             started: std::time::Instant::now(),
         })
@@ -2134,8 +2147,15 @@ impl<'a> Compiler<'a> {
             return Ok(Expr::Seq(vec![q(), rep(ch, 0, None), q()]));
         }
         // One rule per key set, which the compiler lowers to one lexeme built from the
-        // keys (see `compile::keys`).
+        // keys (see `compile::keys`). (`ch` is the same rule for the whole schema.)
+        let mut set: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+        set.sort_unstable();
+        set.dedup();
+        if let Some(&r) = self.key_sets.get(&set) {
+            return Ok(Expr::Ref(r));
+        }
         let r = self.reserve("other-key");
+        self.key_sets.insert(set, r);
         self.set(
             r,
             Expr::KeyComplement(Arc::new(KeyComplement::new(keys, ch))),
