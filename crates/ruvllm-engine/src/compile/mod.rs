@@ -296,13 +296,36 @@ impl crate::schema::KeySink for KeyMeasure {
 /// the first time `k` is measured (the compiler measures every rule once or more), O(1)
 /// after.
 fn measure_keys(k: &crate::grammar::KeyComplement, m: Measure) -> usize {
-    let [base, uses, d0, d1] =
-        k.measured(|keys| crate::schema::key_complement_body(keys, &mut KeyMeasure));
+    let [base, uses, d0, d1] = k.measured(measure_key_set);
     match m {
         Measure::Weight(w) => base.saturating_add(uses.saturating_mul(w)),
         Measure::Depth(d) if d1 > 0 => d0.max(d1.saturating_add(d)),
         Measure::Depth(_) => d0,
     }
+}
+
+/// Key sets measured in this process, at most [`MAX_MEASURED`] (then cleared whole).
+type MeasureMemo = std::sync::Mutex<HashMap<Vec<Vec<char>>, [usize; 4]>>;
+const MAX_MEASURED: usize = 1 << 14;
+
+/// The measure of the key complement of `keys` (see [`KeyMeasure`]), remembered per
+/// process by the key set: schemas repeat their key sets (`name`/`type`/`value` objects),
+/// within a schema and across schemas, and the walk of a set's trie was 5% of compile
+/// time on the MaskBench files that take 7-16 ms to compile. Memory: the keys of at most
+/// `MAX_MEASURED` sets. Cost: a hash of the keys and a lock; the walk on a miss.
+fn measure_key_set(keys: &[Vec<char>]) -> [usize; 4] {
+    static MEMO: std::sync::OnceLock<MeasureMemo> = std::sync::OnceLock::new();
+    let memo = MEMO.get_or_init(Default::default);
+    if let Some(m) = memo.lock().unwrap_or_else(|e| e.into_inner()).get(keys) {
+        return *m;
+    }
+    let m = crate::schema::key_complement_body(keys, &mut KeyMeasure);
+    let mut memo = memo.lock().unwrap_or_else(|e| e.into_inner());
+    if memo.len() >= MAX_MEASURED {
+        memo.clear();
+    }
+    memo.insert(keys.to_vec(), m);
+    m
 }
 
 /// The HIR of the test regex `re`, with byte classes allowed (`utf8(false)`, as lexemes
