@@ -304,27 +304,39 @@ fn measure_keys(k: &crate::grammar::KeyComplement, m: Measure) -> usize {
     }
 }
 
-/// Key sets measured in this process, at most [`MAX_MEASURED`] (then cleared whole).
-type MeasureMemo = std::sync::Mutex<HashMap<Vec<Vec<char>>, [usize; 4]>>;
+/// Key sets measured in this process with their total characters, at most
+/// [`MAX_MEASURED`] sets and [`MAX_MEASURED_CHARS`] characters (then cleared whole).
+type MeasureMemo = std::sync::Mutex<(HashMap<Vec<Vec<char>>, [usize; 4]>, usize)>;
 const MAX_MEASURED: usize = 1 << 14;
+/// Key characters the memo may hold (4 bytes each: 16 MiB), so that a few schemas with
+/// huge key sets cannot make it large.
+const MAX_MEASURED_CHARS: usize = 1 << 22;
 
 /// The measure of the key complement of `keys` (see [`KeyMeasure`]), remembered per
 /// process by the key set: schemas repeat their key sets (`name`/`type`/`value` objects),
 /// within a schema and across schemas, and the walk of a set's trie was 5% of compile
-/// time on the MaskBench files that take 7-16 ms to compile. Memory: the keys of at most
-/// `MAX_MEASURED` sets. Cost: a hash of the keys and a lock; the walk on a miss.
+/// time on the MaskBench files that take 7-16 ms to compile. Memory: at most
+/// `MAX_MEASURED` sets and `MAX_MEASURED_CHARS` key characters. Cost: a hash of the keys and a lock; the walk on a miss.
 fn measure_key_set(keys: &[Vec<char>]) -> [usize; 4] {
     static MEMO: std::sync::OnceLock<MeasureMemo> = std::sync::OnceLock::new();
     let memo = MEMO.get_or_init(Default::default);
-    if let Some(m) = memo.lock().unwrap_or_else(|e| e.into_inner()).get(keys) {
+    if let Some(m) = memo.lock().unwrap_or_else(|e| e.into_inner()).0.get(keys) {
         return *m;
     }
     let m = crate::schema::key_complement_body(keys, &mut KeyMeasure);
-    let mut memo = memo.lock().unwrap_or_else(|e| e.into_inner());
-    if memo.len() >= MAX_MEASURED {
-        memo.clear();
+    let chars: usize = keys.iter().map(|k| k.len()).sum();
+    if chars > MAX_MEASURED_CHARS / 16 {
+        return m; // too big to keep: measured again when met again
     }
-    memo.insert(keys.to_vec(), m);
+    let mut memo = memo.lock().unwrap_or_else(|e| e.into_inner());
+    let (sets, held) = &mut *memo;
+    if sets.len() >= MAX_MEASURED || *held + chars > MAX_MEASURED_CHARS {
+        sets.clear();
+        *held = 0;
+    }
+    if sets.insert(keys.to_vec(), m).is_none() {
+        *held += chars;
+    }
     m
 }
 

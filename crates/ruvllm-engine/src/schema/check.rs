@@ -231,19 +231,8 @@ pub(crate) struct Native {
 /// of the value rather than a validation of all of it.
 pub(crate) fn native(m: &Map<String, Value>, removed: &[&str], draft: u32) -> Option<Check> {
     let mut n = Native::default();
-    let uint = |k: &str| -> Option<Option<usize>> {
-        match m.get(k) {
-            None => Some(None),
-            Some(v) => v
-                .as_u64()
-                .or_else(|| {
-                    v.as_f64()
-                        .filter(|f| f.fract() == 0.0 && *f >= 0.0)
-                        .map(|f| f as u64)
-                })
-                .map(|x| Some(usize::try_from(x).unwrap_or(usize::MAX))),
-        }
-    };
+    // A malformed bound (not a non-negative integer) goes to the validator, which names it.
+    let uint = |k: &str| super::get_uint(m, k, "").ok();
     for &k in removed {
         match k {
             "uniqueItems" => match m.get(k) {

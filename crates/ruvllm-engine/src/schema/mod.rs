@@ -156,6 +156,13 @@ fn pointer_or_root(p: &str) -> String {
     }
 }
 
+/// Whether `m` has a keyword that combines or refers to other schemas (`$ref`, `allOf`,
+/// `anyOf`, `oneOf`, `not`): without one, `m` is all of its own constraints.
+fn has_combinator(m: &Map<String, Value>) -> bool {
+    m.keys()
+        .any(|k| matches!(k.as_str(), "$ref" | "allOf" | "anyOf" | "oneOf" | "not"))
+}
+
 fn join(ptr: &str, key: &str) -> String {
     let mut out = String::with_capacity(ptr.len() + 1 + key.len());
     out.push_str(ptr);
@@ -585,12 +592,7 @@ impl<'a> Compiler<'a> {
             }
         };
         // What the relaxation left out, when this module checks it without a validator.
-        if let Some(m) = s.as_object().filter(|m| {
-            relaxed_ok
-                && !m
-                    .keys()
-                    .any(|k| matches!(k.as_str(), "$ref" | "allOf" | "anyOf" | "oneOf" | "not"))
-        }) {
+        if let Some(m) = s.as_object().filter(|m| relaxed_ok && !has_combinator(m)) {
             let removed: Vec<&str> = m
                 .keys()
                 .map(|k| k.as_str())
@@ -775,10 +777,7 @@ impl<'a> Compiler<'a> {
         // Nothing to resolve: `flatten` would only copy `m` less its annotations, which no
         // lowering reads. The copy is deep (a `properties` subtree at every level of the
         // schema), so it is skipped.
-        if !m
-            .keys()
-            .any(|k| matches!(k.as_str(), "allOf" | "anyOf" | "oneOf" | "$ref" | "not"))
-        {
+        if !has_combinator(m) {
             return self.simple(m, ptr, depth);
         }
         let branches = self.flatten(m, ptr, 0)?;
