@@ -9,4 +9,5 @@ pub mod llg;
 pub mod load;
 pub mod maskbench;
 pub mod pyjson;
+pub mod stall;
 pub mod test_suite;

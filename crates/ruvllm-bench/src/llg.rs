@@ -104,7 +104,8 @@ pub fn run(factory: &ParserFactory, case: &FileCase, st: &mut EngineStats) -> Re
                 Ok(mask) => mask.is_allowed(tok) && m.consume_token(tok).is_ok(),
                 Err(_) => false,
             };
-            st.push_tbm(t1.elapsed().as_secs_f64() * 1e6, &case.name);
+            let us = t1.elapsed().as_secs_f64() * 1e6;
+            st.push_tbm(us, crate::maskbench::stalled_us(us), &case.name);
             st.tokens += 1;
             if !allowed {
                 ok = false;
