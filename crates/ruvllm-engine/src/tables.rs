@@ -1839,10 +1839,11 @@ mod tests {
         );
     }
 
-    /// The byte groups of [`TokenTrie::below`]: each byte of plain ASCII text alone, and
-    /// a subtree's groups are those of the bytes below it.
+    /// The byte groups of [`TokenTrie::below`]: each byte of plain ASCII text alone, the
+    /// lead bytes of the big scripts alone, and a subtree's groups are those of the bytes
+    /// below it. Fails if two such bytes share a group.
     #[test]
-    fn byte_groups_keep_ascii_apart() {
+    fn byte_groups_keep_ascii_and_big_scripts_apart() {
         use crate::vocab::byte_group;
         let ascii: Vec<u8> = (0x20..=0x7fu8)
             .filter(|b| *b != b'"' && *b != b'\\')
@@ -1857,6 +1858,21 @@ mod tests {
         for b in 0..=255u8 {
             if !ascii.contains(&b) {
                 assert_eq!(seen & byte_group(b), 0, "{b:#x} in an ASCII group");
+            }
+        }
+        // The lead bytes of the big scripts of Llama 3.1 (Latin-1 and Latin Extended-A,
+        // Greek, Cyrillic, Arabic, Indic, CJK, Hangul) each have a group of their own, so a
+        // pattern that leaves out a few characters of one does not make the walk visit the
+        // tokens of the others.
+        let own: Vec<u8> = [0xc2u8, 0xc3, 0xc4, 0xc5, 0xce, 0xcf, 0xd0, 0xd1, 0xd8, 0xd9]
+            .into_iter()
+            .chain(0xe0..=0xed)
+            .collect();
+        for &b in &own {
+            for c in 0x80..=0xffu8 {
+                if c != b {
+                    assert_ne!(byte_group(b), byte_group(c), "{b:#x} shares with {c:#x}");
+                }
             }
         }
         let vocab = test_vocab("llama3_1");
