@@ -787,6 +787,13 @@ fn compute_with<'a>(
     let mut finals: Vec<u32> = Vec::new();
     // (node, state, exited): `exited` = the lexeme accepted at some proper prefix.
     let mut stack: Vec<(u32, u32, bool)> = vec![(0, s0, false)];
+    // The bytes of a path, for [`along_path`].
+    let mut path: Vec<u8> = Vec::new();
+    // Whether subtrees that are not all clean ASCII ask for an exact bound too: only
+    // where `s0` has one within [`MIXED_BOUND`] bytes (a restricted class near its
+    // count's bound). Elsewhere, as in a long count far from its bound, the searches
+    // would find none and cost their budget.
+    let mut mixed_ok: Option<bool> = None;
     while let Some((n, s, exited)) = stack.pop() {
         let allowed = dfa.allowed(s);
         let end = trie.end(n);
@@ -845,23 +852,87 @@ fn compute_with<'a>(
                         // no `"`, `\\` or left-out byte) and `s2` takes exactly `k` more
                         // bytes of it (a string `k` from its bound, of a restricted
                         // class), the tokens below are decided by their length alone.
-                        let bound = if whole || exited || !skip_plain || ce - c < MIN_BOUND_NODES {
-                            None
-                        } else {
-                            let below = trie.below(c);
-                            if below >> ASCII_GROUPS == 0 && below & groups == 0 {
-                                ascii
-                                    .get_or_insert_with(|| AsciiBound::new(dfa, left_out, depth))
-                                    .bound(
-                                        s2,
-                                        need_below(deepest, depth).saturating_sub(trie.depth(c)),
-                                    )
+                        // When some are not (`mixed`), an exact bound `k` still decides
+                        // every token whose bytes are clean, and only the subtrees
+                        // under a byte that is not clean are stepped (see below).
+                        let (bound, mixed) =
+                            if whole || exited || !skip_plain || ce - c < MIN_BOUND_NODES {
+                                (None, false)
                             } else {
-                                None
-                            }
-                        };
+                                let below = trie.below(c);
+                                let need = need_below(deepest, depth).saturating_sub(trie.depth(c));
+                                let ab = ascii
+                                    .get_or_insert_with(|| AsciiBound::new(dfa, left_out, depth));
+                                if below >> ASCII_GROUPS == 0 && below & groups == 0 {
+                                    (ab.bound(s2, need), false)
+                                } else if *mixed_ok.get_or_insert_with(|| {
+                                    ab.bound_is(s0, MIXED_BOUND.min(depth)).is_some()
+                                }) {
+                                    (ab.bound_is(s2, need), true)
+                                } else {
+                                    (None, false)
+                                }
+                            };
                         if whole {
                             accept.add(trie.tokens_in(c + 1, ce));
+                        } else if let (Some(k), true) = (bound, mixed) {
+                            // Node by node in trie order: a clean byte within `k` bytes
+                            // of `c` keeps the lexeme alive at a state that does not
+                            // accept (its tokens accepted, never final or uncertain),
+                            // past `k` kills it (its subtree refused: the lexeme never
+                            // accepted on the way); a byte that is not clean is stepped
+                            // from the state its clean path leads to, and its subtree,
+                            // if alive, walked as any child's. On `o46406`'s last counts
+                            // most subtrees hold a `"`, a `£` or a left-out character
+                            // somewhere, and were walked node by node (14,000-16,000
+                            // nodes a table, 1.7-2.3 ms).
+                            let last = trie.depth(c) + k;
+                            let mut n = c + 1;
+                            // The state at the last parent stepped to (siblings that
+                            // are not clean share it).
+                            let mut at = (c, s2);
+                            while n < ce {
+                                let (nb, ne) = (trie.byte(n), trie.end(n));
+                                if clean_ascii(nb, left_out) {
+                                    if trie.depth(n) > last {
+                                        n = ne;
+                                        continue;
+                                    }
+                                    // A clean subtree no deeper than the bound: all of
+                                    // its tokens at once (`plain_depth` is its deepest
+                                    // token when its paths are plain text; 0 when not,
+                                    // such as after an escape on the way from the root).
+                                    let below = trie.below(n);
+                                    let deepest = trie.plain_depth(lang, n);
+                                    if below >> ASCII_GROUPS == 0
+                                        && below & groups == 0
+                                        && deepest > 0
+                                        && deepest <= last
+                                    {
+                                        accept.add(trie.tokens_in(n, ne));
+                                        n = ne;
+                                    } else {
+                                        accept.add(trie.tokens_at(n));
+                                        n += 1;
+                                    }
+                                    continue;
+                                }
+                                let p = trie.parent(n);
+                                if at.0 != p {
+                                    at = (p, along_path(dfa, trie, s2, c, p, &mut path));
+                                }
+                                let t = dfa.next(at.1, nb);
+                                if t != 0 {
+                                    accept.add(trie.tokens_at(n));
+                                    if dfa.accepting(t) && dfa.allowed(t).is_empty() {
+                                        finals.extend_from_slice(trie.tokens_at(n));
+                                    }
+                                    if ne > n + 1 {
+                                        stack.push((n, t, dfa.accepting(t)));
+                                    }
+                                }
+                                n = ne;
+                            }
                         } else if let Some(k) = bound {
                             let last = trie.depth(c) + k;
                             if last >= need_below(deepest, depth) {
@@ -928,6 +999,26 @@ fn compute_with<'a>(
     (table, tried)
 }
 
+/// Whether `b` is clean ASCII for an [`AsciiBound`] made without `left_out`: printable
+/// (the space to DEL), not `"` or `\\`, not left out. Cost: O(1).
+#[inline]
+fn clean_ascii(b: u8, left_out: ByteSet) -> bool {
+    (0x20..=0x7f).contains(&b) && b != b'"' && b != b'\\' && !left_out.contains(b)
+}
+
+/// The DFA state after the bytes of the trie path from node `from` (exclusive) down to
+/// node `to` (inclusive), starting at `s` (`to == from`: `s`). `path` is scratch space.
+/// Cost: one parent link and one DFA step per byte of the path.
+fn along_path(dfa: &Dfa, trie: &TokenTrie, s: u32, from: u32, to: u32, path: &mut Vec<u8>) -> u32 {
+    path.clear();
+    let mut x = to;
+    while x != from {
+        path.push(trie.byte(x));
+        x = trie.parent(x);
+    }
+    path.iter().rev().fold(s, |s, &b| dfa.next(s, b))
+}
+
 /// How deep a subtree reaches: its deepest token when all of it is plain (`deepest`, see
 /// [`TokenTrie::plain_depth`]), else the longest token.
 #[inline]
@@ -990,6 +1081,12 @@ enum Bound {
 /// subtree cost more than the bounds saved).
 const MIN_BOUND_NODES: u32 = 32;
 
+/// How far an exact bound of a table's own state is looked for before subtrees that are
+/// not all clean ASCII are scanned by it (see [`compute_with`]): a search costs a layer
+/// per byte, and on `o79409`'s count of 200 (no bound within a token's length) asking as
+/// deep as the longest token added about 3% to its tables.
+const MIXED_BOUND: usize = 32;
+
 /// The most states one layer of an [`AsciiBound`] search may hold (then: no bound).
 const MAX_ASCII_LAYER: usize = 16;
 
@@ -1029,6 +1126,17 @@ impl<'a> AsciiBound<'a> {
             // tokens are accepted (a subtree the plain-text search could not take whole
             // for the characters outside ASCII that it left out).
             Bound::NotWithin(l) if l >= need => Some(need),
+            _ => None,
+        }
+    }
+
+    /// [`AsciiBound::bound`] when it is an exact bound (`Bound::Is`): `None` where every
+    /// clean text as long as `need` merely keeps the lexeme alive, which decides only the
+    /// clean tokens of a subtree that also holds others. Cost: as `bound`, sharing its memo.
+    fn bound_is(&mut self, s: u32, need: usize) -> Option<usize> {
+        self.bound(s, need)?;
+        match self.memo.get(&self.dfa.canonical(s, self.max_depth)) {
+            Some(&Bound::Is(k)) => Some(k),
             _ => None,
         }
     }
