@@ -697,6 +697,10 @@ fn forced(dfa: &Dfa, mut s: u32, n: usize) -> bool {
 /// argument above holds for it unchanged; a subtree with a byte of `X` falls back to the
 /// plain reach. `left_out` makes the reach without a candidate set (with the memo of
 /// earlier tables); the reaches made are returned with the table, `X`'s first.
+/// A subtree of clean ASCII tokens below a state with an exact bound `k` of clean bytes
+/// ([`AsciiBound`]) is decided by token length; where the table's own state has such a
+/// bound (within [`MIXED_BOUND`] bytes), a subtree that also holds other bytes is scanned
+/// by the same bound, stepping the DFA only at the bytes that are not clean.
 /// `skip_plain` off gives the plain walk, which the tests compare against; `reach` may
 /// hold the searches of earlier tables of the DFA.
 fn compute_with<'a>(
