@@ -650,6 +650,21 @@ fn main() -> Result<()> {
                         String::new()
                     }
                 );
+                if watched {
+                    let mut by_running: Vec<_> = slow
+                        .iter()
+                        .filter(|m| m.us - m.stalled_us > ruvllm_bench::maskbench::SLOW_MASK_US)
+                        .collect();
+                    by_running
+                        .sort_by(|a, b| (b.us - b.stalled_us).total_cmp(&(a.us - a.stalled_us)));
+                    for m in by_running.iter().take(show) {
+                        println!(
+                            "{name}: slow mask {:.1} ms running in {}",
+                            (m.us - m.stalled_us) / 1000.0,
+                            m.file
+                        );
+                    }
+                }
                 for m in slow.iter().take(show) {
                     let not_running = if watched {
                         format!(" ({:.1} ms of it not running)", m.stalled_us / 1000.0)

@@ -233,6 +233,17 @@ impl EngineStats {
             .take(5)
             .map(|m| json!({"ms": m.us / 1000.0, "stalled_ms": m.stalled_us / 1000.0, "file": m.file}))
             .collect();
+        // The masks over the bound by their running time (wall time less the holds).
+        let mut running: Vec<&SlowMask> = slow
+            .iter()
+            .filter(|m| m.us - m.stalled_us > SLOW_MASK_US)
+            .collect();
+        running.sort_by(|a, b| (b.us - b.stalled_us).total_cmp(&(a.us - a.stalled_us)));
+        let slowest_running: Vec<Value> = running
+            .iter()
+            .take(5)
+            .map(|m| json!({"ms": (m.us - m.stalled_us) / 1000.0, "file": m.file}))
+            .collect();
         json!({
             "schemas": self.schemas, "passing": self.passing, "compile_errors": self.compile_errors,
             "valid_rejected": self.valid_rejected, "invalid_accepted": self.invalid_accepted, "tokens": self.tokens,
@@ -242,6 +253,7 @@ impl EngineStats {
             "masks_over_2ms_running": self.slow_running(),
             "tbm_max_running_us": self.max_running_us,
             "slowest_masks": slowest,
+            "slowest_running": slowest_running,
         })
     }
 }
@@ -639,7 +651,7 @@ pub fn markdown(info: &RunInfo, engines: &[ReportRow], common: Option<&CommonTtf
                  their mask and compile times at 1,000 µs). \"Running\" is a mask's time less \
                  the part of it during which the thread did not run (known to {p} µs); the \
                  slowest masks show that part in brackets.\n\n\
-                 | engine | masks over 2 ms | of them over 2 ms running | TBM max running (ms) | slowest (ms [not running], file) |\n|---|---|---|---|---|\n"
+                 | engine | masks over 2 ms | of them over 2 ms running | TBM max running (ms) | slowest (ms [not running], file) | slowest running (ms, file) |\n|---|---|---|---|---|---|\n"
             ));
         } else {
             s.push_str("| engine | masks over 2 ms | slowest (ms, file) |\n|---|---|---|\n");
@@ -663,12 +675,27 @@ pub fn markdown(info: &RunInfo, engines: &[ReportRow], common: Option<&CommonTtf
                 })
                 .unwrap_or_default();
             if info.stall_watch_us.is_some() {
+                let running: Vec<String> = v["slowest_running"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .map(|m| {
+                                format!(
+                                    "{:.1} `{}`",
+                                    m["ms"].as_f64().unwrap_or(0.0),
+                                    m["file"].as_str().unwrap_or("")
+                                )
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
                 s.push_str(&format!(
-                    "| {name} | {} | {} | {:.1} | {} |\n",
+                    "| {name} | {} | {} | {:.1} | {} | {} |\n",
                     v["masks_over_2ms"],
                     v["masks_over_2ms_running"],
                     v["tbm_max_running_us"].as_f64().unwrap_or(0.0) / 1000.0,
-                    slowest.join(", ")
+                    slowest.join(", "),
+                    running.join(", ")
                 ));
             } else {
                 s.push_str(&format!(
@@ -800,7 +827,9 @@ mod tests {
         ];
         let md = markdown(&info, &rows, None);
         assert!(
-            md.contains("| ruvllm | 2 | 1 | 3.0 | 9.0 [8.0] `held.json`, 3.0 [0.0] `work.json` |"),
+            md.contains(
+                "| ruvllm | 2 | 1 | 3.0 | 9.0 [8.0] `held.json`, 3.0 [0.0] `work.json` | 3.0 `work.json` |"
+            ),
             "{md}"
         );
         info.stall_watch_us = None;
