@@ -194,8 +194,9 @@ enum Cmd {
         /// Tick the measuring thread every this many µs to find when it did not run (the
         /// host holding the virtual CPU), and report each slow mask's time less that part.
         /// Off by default: the signals slow both engines down (on MaskBench's every 20th
-        /// file, mask and compile times 14-17% at 250 µs, 1-4% at 1,000 µs).
-        #[arg(long)]
+        /// file, mask and compile times 14-17% at 250 µs, 1-4% at 1,000 µs). 100 to
+        /// 1,000,000.
+        #[arg(long, value_parser = clap::value_parser!(u64).range(100..=1_000_000))]
         stall_watch_us: Option<u64>,
         /// MaskBench files or folders.
         paths: Vec<PathBuf>,
@@ -636,10 +637,8 @@ fn main() -> Result<()> {
             }
             for (name, slow) in &slows {
                 let watched = watch.is_some();
-                let running = slow
-                    .iter()
-                    .filter(|m| m.us - m.stalled_us > ruvllm_bench::maskbench::SLOW_MASK_US)
-                    .count();
+                let by_running = ruvllm_bench::maskbench::by_running(slow);
+                let running = by_running.len();
                 println!(
                     "{name}: {} masks over {} ms{}",
                     slow.len(),
@@ -651,16 +650,10 @@ fn main() -> Result<()> {
                     }
                 );
                 if watched {
-                    let mut by_running: Vec<_> = slow
-                        .iter()
-                        .filter(|m| m.us - m.stalled_us > ruvllm_bench::maskbench::SLOW_MASK_US)
-                        .collect();
-                    by_running
-                        .sort_by(|a, b| (b.us - b.stalled_us).total_cmp(&(a.us - a.stalled_us)));
                     for m in by_running.iter().take(show) {
                         println!(
                             "{name}: slow mask {:.1} ms running in {}",
-                            (m.us - m.stalled_us) / 1000.0,
+                            m.running_us() / 1000.0,
                             m.file
                         );
                     }

@@ -198,11 +198,26 @@ pub fn stalled_us(us: f64) -> f64 {
 impl EngineStats {
     /// Slow masks over the bound even without the time the thread did not run.
     pub fn slow_running(&self) -> usize {
-        self.slow_masks
-            .iter()
-            .filter(|m| m.us - m.stalled_us > SLOW_MASK_US)
-            .count()
+        by_running(&self.slow_masks).len()
     }
+}
+
+impl SlowMask {
+    /// Wall-clock time less the time the thread did not run, µs.
+    pub fn running_us(&self) -> f64 {
+        self.us - self.stalled_us
+    }
+}
+
+/// The masks of `slow` still over [`SLOW_MASK_US`] by their running time, slowest first.
+/// Cost: a filter and a sort of the (few) slow masks.
+pub fn by_running(slow: &[SlowMask]) -> Vec<&SlowMask> {
+    let mut v: Vec<&SlowMask> = slow
+        .iter()
+        .filter(|m| m.running_us() > SLOW_MASK_US)
+        .collect();
+    v.sort_by(|a, b| b.running_us().total_cmp(&a.running_us()));
+    v
 }
 
 fn pct(v: &[f64], p: f64) -> f64 {
@@ -234,15 +249,10 @@ impl EngineStats {
             .map(|m| json!({"ms": m.us / 1000.0, "stalled_ms": m.stalled_us / 1000.0, "file": m.file}))
             .collect();
         // The masks over the bound by their running time (wall time less the holds).
-        let mut running: Vec<&SlowMask> = slow
-            .iter()
-            .filter(|m| m.us - m.stalled_us > SLOW_MASK_US)
-            .collect();
-        running.sort_by(|a, b| (b.us - b.stalled_us).total_cmp(&(a.us - a.stalled_us)));
-        let slowest_running: Vec<Value> = running
+        let slowest_running: Vec<Value> = by_running(&slow)
             .iter()
             .take(5)
-            .map(|m| json!({"ms": (m.us - m.stalled_us) / 1000.0, "file": m.file}))
+            .map(|m| json!({"ms": m.running_us() / 1000.0, "file": m.file}))
             .collect();
         json!({
             "schemas": self.schemas, "passing": self.passing, "compile_errors": self.compile_errors,
@@ -409,7 +419,7 @@ pub fn run_ruvllm(vocab: &Arc<Vocabulary>, case: &FileCase, st: &mut EngineStats
                     u.steal_ms,
                     case.name,
                     st.tokens,
-                    monotonic_s(),
+                    crate::stall::now_ns() as f64 / 1e9,
                     n1 - n0,
                     (t1 - t0).as_secs_f64() * 1e6
                 );
@@ -490,32 +500,9 @@ impl ThreadUsage {
 }
 
 /// CPU time of the calling thread in microseconds (`CLOCK_THREAD_CPUTIME_ID`; 0 if the
-/// clock fails). Cost: one system call (a vDSO call on Linux).
+/// clock fails). Cost: one system call.
 fn thread_cpu_us() -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec for the call's duration.
-    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
-        return 0.0;
-    }
-    ts.tv_sec as f64 * 1e6 + ts.tv_nsec as f64 / 1e3
-}
-
-/// Seconds of `CLOCK_MONOTONIC` (0 if the clock fails): the clock `perf record -k
-/// CLOCK_MONOTONIC` stamps its samples with, so that a traced slow mask can be cut out of
-/// a profile of the whole run. Cost: a vDSO call.
-fn monotonic_s() -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec for the call's duration.
-    if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) } != 0 {
-        return 0.0;
-    }
-    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+    crate::stall::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID) as f64 / 1e3
 }
 
 /// Peak resident set size of this process in KiB (Linux `VmHWM`), if known.

@@ -4,7 +4,7 @@
 //! by the host for milliseconds. The guest cannot see it: its clocks go on, the time is
 //! charged to the running thread as CPU time (so `CLOCK_THREAD_CPUTIME_ID` and
 //! `getrusage` count it as work), and the kernel's steal counter did not move (5 ticks of
-//! 10 ms over an hour of full runs that held about 600 ms of such gaps each). A sampling
+//! 10 ms over an hour of full runs; the profiled one held 643 ms of such gaps). A sampling
 //! profiler shows them as holes: `perf record -F 4000 -k CLOCK_MONOTONIC` over a full run
 //! took a sample every 0.250 ms (± 0.015) except in 33 gaps over 1 ms, two over 5 ms, and
 //! an 8.5 ms mask of `Github_hard---o39444` held an 8.47 ms gap with no sample in it,
@@ -48,18 +48,24 @@ static COUNT: AtomicUsize = AtomicUsize::new(0);
 static STALLS: [(AtomicU64, AtomicU64); RING] =
     [const { (AtomicU64::new(0), AtomicU64::new(0)) }; RING];
 
-/// `CLOCK_MONOTONIC` in nanoseconds (0 if the clock fails). Cost: a vDSO call.
-/// Async-signal-safe.
-pub fn now_ns() -> u64 {
+/// Clock `id` in nanoseconds (0 if the clock fails). Cost: a vDSO call for the
+/// monotonic clock, a system call for a thread's CPU time. Async-signal-safe.
+pub fn clock_ns(id: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: `ts` is a valid, writable timespec for the call's duration.
-    if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) } != 0 {
+    if unsafe { libc::clock_gettime(id, &mut ts) } != 0 {
         return 0;
     }
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds (0 if the clock fails), the clock of the stalls.
+/// Cost: a vDSO call. Async-signal-safe.
+pub fn now_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
 }
 
 /// The signal handler: only a clock read and atomic stores (async-signal-safe).

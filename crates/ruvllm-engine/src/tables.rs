@@ -1096,7 +1096,7 @@ const MAX_ASCII_LAYER: usize = 16;
 
 impl<'a> AsciiBound<'a> {
     fn new(dfa: &'a Dfa, left_out: ByteSet, max_depth: usize) -> Self {
-        let clean = (0x20..=0x7fu8).filter(|&b| b != b'"' && b != b'\\' && !left_out.contains(b));
+        let clean = (0x20..=0x7fu8).filter(|&b| clean_ascii(b, left_out));
         let reps = class_runs(dfa, clean);
         AsciiBound {
             dfa,
