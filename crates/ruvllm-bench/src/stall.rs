@@ -24,8 +24,9 @@
 //! ms alone, had none seen at 1,000 µs) and not taken, for that reason.
 //!
 //! A slow mask's stalled time is the overlap of its interval with the recorded stalls,
-//! so the report can give, beside the wall-clock figures, how long each slow mask ran. Only masks over the report's bound look at the ring, so the watch costs nothing
-//! per mask; but a signal is dear on these machines: at one every 250 µs both engines'
+//! so the report can give, beside the wall-clock figures, how long each slow mask ran.
+//! Only masks over the report's bound look at the ring, so the watch costs nothing per
+//! mask; but a signal is dear on these machines: at one every 250 µs both engines'
 //! mask and compile times rose by 14-17% (MaskBench's every 20th file, two pairs), as
 //! under `perf record -F 4000`; at one every 1,000 µs by 1-4%, and stalls shorter than
 //! about 2 ms go unseen. So the watch is off unless asked for
