@@ -104,7 +104,16 @@ pub(crate) struct Tables {
     /// For a literal chain: the lexeme after the literal, its tables, and the literal's
     /// length (see [`Tables::new`]).
     rest: Option<(Arc<Lexeme>, Arc<Tables>, u32)>,
+    /// The last [`MAX_RECENT`] tables this lexeme computed or shared, most recent first,
+    /// with the state each was made for: the references a table may be derived from (see
+    /// [`PlainReach::bound_from`]).
+    recent: Mutex<Vec<(u32, Arc<StateTokens>)>>,
 }
+
+/// Tables kept in [`Tables::recent`]. The next count of a string near its bound finds the
+/// one before it there; the table after the opening quote, which derives every count of
+/// a restricted class, is usually one of the last few.
+const MAX_RECENT: usize = 4;
 
 /// Plain-reach answers kept per lexeme (about 2 MiB at most; their growth counts toward
 /// the table bytes that bound the lexeme cache, see [`table_bytes`]).
@@ -228,7 +237,25 @@ pub(crate) fn add_table_bytes(n: usize) {
 /// `Arc`s and are freed with them.
 pub(crate) fn clear_shared() {
     registry().lock().unwrap_or_else(|e| e.into_inner()).clear();
+    classes().lock().unwrap_or_else(|e| e.into_inner()).clear();
     TABLE_BYTES.store(0, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Per vocabulary and item lexeme (by address, kept alive here): the table of a state
+/// between the items of a counted lexeme that reads plain text one character per item
+/// ([`Dfa::plain_item_room`]), the one with the most items left met so far, and that
+/// number. Every such state with the same item and no more left derives its table from it
+/// ([`PlainReach::bound_from`]), in any lexeme: the `maxLength`s of one `pattern` class
+/// in a schema (`o79409` has five over `[\p{L}\p{Z}\p{N}…]`, 4-6 ms for each first
+/// table) cost one walk. Cleared with the registry of expensive tables.
+type Classes = Mutex<HashMap<(u64, usize), (usize, Arc<Lexeme>, Arc<StateTokens>)>>;
+
+/// Entries of [`Classes`] at most (then it starts again empty).
+const MAX_CLASSES: usize = 256;
+
+fn classes() -> &'static Classes {
+    static C: OnceLock<Classes> = OnceLock::new();
+    C.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
 fn registry() -> &'static Registry {
@@ -253,6 +280,7 @@ impl Tables {
             reach_memo: Mutex::new(FastMap::default()),
             gave_up: Mutex::new(Vec::new()),
             rest,
+            recent: Mutex::new(Vec::new()),
         }
     }
 
@@ -339,9 +367,16 @@ impl Tables {
             // than that walk: a mask after `{"name": "` in `cryproj.52`'s array of 644
             // commands built 644 such tables at 2.6 µs each.
             let mut reach = PlainReach::new(lexeme, depth);
-            let (t, _) = compute_with(lexeme, state, trie, vocab_len, false, &mut reach, |x| {
-                PlainReach::excluding(lexeme, depth, x)
-            });
+            let (t, _) = compute_with(
+                lexeme,
+                state,
+                trie,
+                vocab_len,
+                false,
+                &mut reach,
+                |x| PlainReach::excluding(lexeme, depth, x),
+                |_| None,
+            );
             TABLE_BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             TABLE_BYTES.fetch_add(t.memory(), std::sync::atomic::Ordering::Relaxed);
             return Arc::new(t);
@@ -419,16 +454,27 @@ impl Tables {
             let grown = reach.memo.len().saturating_sub(known);
             TABLE_BYTES.fetch_add(grown * 40, std::sync::atomic::Ordering::Relaxed);
             self.keep_reach(std::iter::once(reach));
+            self.remember(lexeme, state, &t);
             return t;
         }
-        let (t, tried) = compute_with(lexeme, state, trie, vocab_len, true, &mut reach, |x| {
-            let mut r = PlainReach::excluding(lexeme, trie.max_depth(), x);
-            let mut all = self.reach_memo.lock().unwrap_or_else(|e| e.into_inner());
-            r.memo = all.remove(&x).unwrap_or_default();
-            known += r.memo.len();
-            r
-        });
+        let (t, tried) = compute_with(
+            lexeme,
+            state,
+            trie,
+            vocab_len,
+            true,
+            &mut reach,
+            |x| {
+                let mut r = PlainReach::excluding(lexeme, trie.max_depth(), x);
+                let mut all = self.reach_memo.lock().unwrap_or_else(|e| e.into_inner());
+                r.memo = all.remove(&x).unwrap_or_default();
+                known += r.memo.len();
+                r
+            },
+            |reach| self.reference(lexeme, state, reach),
+        );
         let t = Arc::new(t);
+        self.remember(lexeme, state, &t);
         // About 40 bytes per answer, hash table slack included.
         let now = reach.memo.len() + tried.iter().map(|r| r.memo.len()).sum::<usize>();
         TABLE_BYTES.fetch_add(
@@ -455,6 +501,58 @@ impl Tables {
             list.truncate(MAX_HOT);
         }
         t
+    }
+
+    /// A table the table of `state` derives from, and the bound in characters that
+    /// cuts its plain tokens (see [`PlainReach::bound_from`]): for a counted lexeme's
+    /// state between items, the table registered for its item in [`Classes`]; for others,
+    /// the most recent table of this lexeme that bounds it, if any. Cost: a lock, then
+    /// O(1) (counted) or one [`PlainReach::bound_from`] search per recent table.
+    fn reference(
+        &self,
+        lexeme: &Lexeme,
+        state: u32,
+        reach: &mut PlainReach,
+    ) -> Option<(usize, Arc<StateTokens>)> {
+        if lexeme.has_counts() {
+            let (x, room) = lexeme.plain_item_room(state, self.depth)?;
+            let key = (self.vocab_id, Arc::as_ptr(x) as usize);
+            let reg = classes().lock().unwrap_or_else(|e| e.into_inner());
+            let (k, _, t) = reg.get(&key)?;
+            return (*k >= room).then(|| (room, t.clone()));
+        }
+        let recent = self
+            .recent
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        recent.into_iter().find_map(|(r, t)| {
+            let k = (r != state).then(|| reach.bound_from(state, r))??;
+            Some((k, t))
+        })
+    }
+
+    /// Keeps `t`, the table of `state`, as a reference for later tables: in [`Classes`]
+    /// for a counted lexeme's state between items with more items left than the one
+    /// registered for its item, else first in [`Tables::recent`]. Cost: a lock, and a
+    /// shift of [`MAX_RECENT`] entries.
+    fn remember(&self, lexeme: &Lexeme, state: u32, t: &Arc<StateTokens>) {
+        if lexeme.has_counts() {
+            if let Some((x, room)) = lexeme.plain_item_room(state, self.depth) {
+                let key = (self.vocab_id, Arc::as_ptr(x) as usize);
+                let mut reg = classes().lock().unwrap_or_else(|e| e.into_inner());
+                if reg.get(&key).is_none_or(|e| e.0 < room) {
+                    if reg.len() >= MAX_CLASSES {
+                        reg.clear();
+                    }
+                    reg.insert(key, (room, x.clone(), t.clone()));
+                }
+            }
+            return;
+        }
+        let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        recent.insert(0, (state, t.clone()));
+        recent.truncate(MAX_RECENT);
     }
 
     /// Puts plain-reach memos back for this lexeme's next tables, within
@@ -650,6 +748,18 @@ const MIN_SEED: usize = 4;
 /// children (a fold over the bytes and one load; more bytes than this rarely all miss).
 const MAX_ALLOWED_PROBE: u32 = 8;
 
+/// The most (state, state, plain state) triples one layer of
+/// [`PlainReach::bound_from`] may hold (a class of many scripts has a few dozen: the
+/// states inside a multi-byte character).
+const MAX_DERIVE_LAYER: usize = 32;
+
+/// The most triples one [`PlainReach::bound_from`] search may expand in all (each one
+/// step of both states per cell: a few hundred microseconds at most). An unrolled
+/// lexeme of many states, equivalent to an earlier state on plain text, filled every
+/// layer to the cap as deep as the longest token: 6 ms, for a table its walk made in
+/// 0.5 ms.
+const MAX_DERIVE_WORK: usize = 2048;
+
 /// Forced bytes from which a table is the plain walk (see [`Tables::get`]'s first use).
 const FORCED_PLAIN_WALK: usize = 2;
 
@@ -706,8 +816,17 @@ fn forced(dfa: &Dfa, mut s: u32, n: usize) -> bool {
 /// ([`AsciiBound`]) is decided by token length; where the table's own state has such a
 /// bound (within [`MIXED_BOUND`] bytes), a subtree that also holds other bytes is scanned
 /// by the same bound, stepping the DFA only at the bytes that are not clean.
+/// Where none of the above gives a seed or a bound by characters, `derive` may give an
+/// earlier table and a bound `k` relative to it ([`PlainReach::bound_from`]): the accept
+/// set then starts as that table's plain tokens of at most `k` characters, and the walk
+/// visits only the subtrees that hold a token that is not plain, as under a bound by
+/// characters (on 104 tables of the 61 MaskBench files with masks over 2 ms on an AMD
+/// EPYC, medians of ten alternated rebuilds summed to 10.3 ms against 26.5 ms walked).
 /// `skip_plain` off gives the plain walk, which the tests compare against; `reach` may
 /// hold the searches of earlier tables of the DFA.
+// The two closures are the ways a table reuses earlier work (reaches, references); a
+// struct for them would only rename the arguments.
+#[allow(clippy::too_many_arguments)]
 fn compute_with<'a>(
     dfa: &'a Dfa,
     s0: u32,
@@ -716,6 +835,7 @@ fn compute_with<'a>(
     skip_plain: bool,
     reach: &mut PlainReach<'a>,
     mut left_out: impl FnMut(ByteSet) -> PlainReach<'a>,
+    derive: impl FnOnce(&mut PlainReach<'a>) -> Option<(usize, Arc<StateTokens>)>,
 ) -> (StateTokens, Vec<PlainReach<'a>>) {
     let depth = trie.max_depth();
     // The plain language of the shortcut, and how deep `s0` is safe on it: every plain
@@ -748,8 +868,45 @@ fn compute_with<'a>(
     } else {
         None
     };
+    // Short of that, a bound by characters relative to an earlier table (a restricted
+    // class near its bound): see [`PlainReach::bound_from`]. Its plain language is 0.
+    let from = if skip_plain && seed < depth && chars.is_none() {
+        derive(reach)
+    } else {
+        None
+    };
+    let (lang, chars) = match &from {
+        Some((k, _)) => (0, Some(*k)),
+        None => (lang, chars),
+    };
     let seed = if chars.is_some() { 0 } else { seed };
-    let mut accept = if let Some(k) = chars {
+    let mut accept = if let Some((k, r)) = &from {
+        // The earlier table's tokens among the plain ones of at most `k` characters.
+        let mut bits = trie.plain_char_seed(0, *k, vocab_len.div_ceil(32));
+        match &r.accept {
+            TokenSet::Dense(words) => {
+                for (b, w) in bits.iter_mut().zip(words) {
+                    *b &= *w;
+                }
+                let n: u32 = bits.iter().map(|w| w.count_ones()).sum();
+                if n as usize * 32 <= vocab_len {
+                    Accept::Ids(ones(&bits), vocab_len)
+                } else {
+                    Accept::Bits(bits)
+                }
+            }
+            TokenSet::Sparse(ids) => {
+                let kept: Vec<u32> = ids
+                    .iter()
+                    .copied()
+                    .filter(|&t| bits[(t >> 5) as usize] >> (t & 31) & 1 == 1)
+                    .collect();
+                let mut a = Accept::new(vocab_len);
+                a.add(&kept);
+                a
+            }
+        }
+    } else if let Some(k) = chars {
         // Few (a string near its bound): ids, a sparse set unless the walk adds more.
         let ids = trie.plain_char_ids(lang, k);
         if ids.len() * 32 <= vocab_len {
@@ -1020,6 +1177,19 @@ fn compute_with<'a>(
         finals,
     };
     (table, tried)
+}
+
+/// The ids whose bits are set in `bits`, in order. Cost: O(words + ids).
+fn ones(bits: &[u32]) -> Vec<u32> {
+    let mut out = Vec::new();
+    for (i, &w) in bits.iter().enumerate() {
+        let mut w = w;
+        while w != 0 {
+            out.push(i as u32 * 32 + w.trailing_zeros());
+            w &= w - 1;
+        }
+    }
+    out
 }
 
 /// Whether `b` is clean ASCII for an [`AsciiBound`] made without `left_out`: printable
@@ -1612,6 +1782,105 @@ impl<'a> PlainReach<'a> {
         None
     }
 
+    /// `Some(k)` when, from DFA state `s`, every plain text (language 0) that starts at
+    /// most `k` characters keeps the lexeme alive exactly when it keeps it alive from
+    /// state `r`, never at a state that accepts, and every plain text that starts one
+    /// more dies at the byte that starts it (when no text dies from `s` alone, `k` is the
+    /// longest token). Then a plain token is accepted from `s` when it starts at most `k`
+    /// characters and is in `r`'s accept set, and refused otherwise, never final or
+    /// uncertain: the plain part of `s`'s table is `r`'s cut by the character count, and
+    /// only the subtrees that hold a token that is not plain need a walk.
+    ///
+    /// That is the next count of a string of a restricted class near its bound
+    /// (`[a-zA-Z0-9_-]{162}`, `[\p{L}\p{Z}\p{N}…]{1,200}`, a `pattern` class under a
+    /// `maxLength`), whose plain tokens are those of the class that fit in the count
+    /// left: each count's walk visited every token of the class (2-4.6 ms on the slow
+    /// MaskBench files), where `r` is the table of an earlier count or of the state after
+    /// the opening quote. [`PlainReach::char_bound`] is the case where `r` accepts every
+    /// plain token. `None` otherwise, or past [`MAX_DERIVE_LAYER`] state pairs in a layer.
+    /// Cost: one breadth-first search by characters over (state from `s`, state from `r`,
+    /// plain state) triples, one byte per cell of the joint byte partition, at most the
+    /// longest token's characters deep; it fails at the first byte two unrelated states
+    /// disagree on.
+    fn bound_from(&self, s: u32, r: u32) -> Option<usize> {
+        debug_assert!(self.x.is_empty(), "a bound over all plain text");
+        let dfa = self.dfa;
+        // A counted lexeme proves it from its structure (a class of many scripts has too
+        // many states inside a character for the search), or not at all: where the
+        // structure does not decide, the search over its states (a division per step)
+        // ran into its cap, 30 µs each time, on the slow MaskBench files.
+        if dfa.has_counts() {
+            let (xs, ks) = dfa.plain_item_room(s, self.max_depth)?;
+            let (xr, kr) = dfa.plain_item_room(r, self.max_depth)?;
+            return (Arc::ptr_eq(xs, xr) && kr >= ks).then_some(ks);
+        }
+        self.bound_search(s, r)
+    }
+
+    /// [`PlainReach::bound_from`] by its search alone.
+    fn bound_search(&self, s: u32, r: u32) -> Option<usize> {
+        let dfa = self.dfa;
+        let is_cont = |b: u8| (0x80..=0xbf).contains(&b);
+        let mut layer: Vec<(u32, u32, u8)> = vec![(s, r, plain::STARTS[0])];
+        let mut work = 0;
+        for k in 0..=self.max_depth {
+            // The triples that start `k` characters: close the layer under continuation
+            // bytes, where both states die together or live on, never accepting.
+            let mut i = 0;
+            while i < layer.len() {
+                work += 1;
+                if work > MAX_DERIVE_WORK {
+                    return None;
+                }
+                let (a, b, q) = layer[i];
+                i += 1;
+                for &(c, q2) in self.moves(q).iter().filter(|&&(c, _)| is_cont(c)) {
+                    let (a2, b2) = (dfa.next(a, c), dfa.next(b, c));
+                    if (a2 == 0) != (b2 == 0) {
+                        return None;
+                    }
+                    if a2 == 0 || layer.contains(&(a2, b2, q2)) {
+                        continue;
+                    }
+                    if dfa.accepting(a2) || layer.len() >= MAX_DERIVE_LAYER {
+                        return None;
+                    }
+                    layer.push((a2, b2, q2));
+                }
+            }
+            // Starting character `k + 1`: both die, both live on, or only `s`'s dies
+            // (the bound), which must then be so at every start byte.
+            let (mut bound, mut next) = (false, Vec::new());
+            for &(a, b, q) in &layer {
+                for &(c, q2) in self.moves(q).iter().filter(|&&(c, _)| !is_cont(c)) {
+                    let (a2, b2) = (dfa.next(a, c), dfa.next(b, c));
+                    match (a2 == 0, b2 == 0) {
+                        (true, true) => {}
+                        (false, true) => return None,
+                        (true, false) => bound = true,
+                        (false, false) => {
+                            if next.contains(&(a2, b2, q2)) {
+                                continue;
+                            }
+                            if dfa.accepting(a2) || next.len() >= MAX_DERIVE_LAYER {
+                                return None;
+                            }
+                            next.push((a2, b2, q2));
+                        }
+                    }
+                }
+            }
+            if bound {
+                return next.is_empty().then_some(k);
+            }
+            if next.is_empty() {
+                break;
+            }
+            layer = next;
+        }
+        Some(self.max_depth)
+    }
+
     /// The safe depth of `(s, p)`, exact when under `limit` or `limit` is the longest
     /// token (then every token is within it), else the lower bound `limit` (also where
     /// counts merged by `limit` closed the search); past [`MAX_REACH_PAIRS`], the depth
@@ -1760,18 +2029,63 @@ mod tests {
         reach: &mut PlainReach<'a>,
     ) -> StateTokens {
         let depth = trie.max_depth();
-        compute_with(d, s, trie, vocab_len, true, reach, |x| {
-            PlainReach::excluding(d, depth, x)
-        })
+        compute_with(
+            d,
+            s,
+            trie,
+            vocab_len,
+            true,
+            reach,
+            |x| PlainReach::excluding(d, depth, x),
+            |_| None,
+        )
         .0
+    }
+
+    /// The table of `s` derived from `r`'s table `from` where [`PlainReach::bound_from`]
+    /// finds a bound (then `Some`), as a first use computes it.
+    fn derived_table<'a>(
+        d: &'a Dfa,
+        s: u32,
+        r: u32,
+        from: &Arc<StateTokens>,
+        trie: &TokenTrie,
+        vocab_len: usize,
+        reach: &mut PlainReach<'a>,
+    ) -> Option<StateTokens> {
+        let depth = trie.max_depth();
+        let mut used = false;
+        let t = compute_with(
+            d,
+            s,
+            trie,
+            vocab_len,
+            true,
+            reach,
+            |x| PlainReach::excluding(d, depth, x),
+            |reach| {
+                let k = reach.bound_from(s, r)?;
+                used = true;
+                Some((k, from.clone()))
+            },
+        )
+        .0;
+        used.then_some(t)
     }
 
     /// The table of `s` by the plain walk (every node visited), the reference.
     fn plain_walk_table(d: &Dfa, s: u32, trie: &TokenTrie, vocab_len: usize) -> StateTokens {
         let mut reach = PlainReach::new(d, trie.max_depth());
-        compute_with(d, s, trie, vocab_len, false, &mut reach, |_| {
-            unreachable!("the plain walk leaves nothing out")
-        })
+        compute_with(
+            d,
+            s,
+            trie,
+            vocab_len,
+            false,
+            &mut reach,
+            |_| unreachable!("the plain walk leaves nothing out"),
+            |_| None,
+        )
         .0
     }
 
@@ -2101,6 +2415,202 @@ mod tests {
             }
         }
         assert!(bounded >= 10, "{bounded} states with a clean-ASCII bound");
+    }
+
+    /// Tables derived from an earlier table by a bound in characters
+    /// ([`PlainReach::bound_from`]) are exactly the plain walk's: strings of restricted
+    /// classes (ASCII, with two-byte characters, with escapes) counted up to their bound,
+    /// and one unrolled in the DFA, each count derived from the table after the opening
+    /// quote and from the count before it; a state of another lexeme is no reference.
+    #[test]
+    fn tables_derived_from_earlier_counts_are_exact() {
+        use crate::compile::Lexeme;
+        let vocab = test_vocab("llama3_1");
+        let trie = vocab.trie();
+        let depth = trie.max_depth();
+        let q = Lexeme::new(dfa("\""));
+        let counted = |class: &str, min, max| {
+            Dfa::counted(
+                Some(q.clone()),
+                Lexeme::new(dfa(class)),
+                min,
+                Some(max),
+                Some(q.clone()),
+            )
+            .expect("counted")
+        };
+        let cases = [
+            (counted("[a-zA-Z0-9_-]", 162, 162), 162, vec!["a", "Z9"]),
+            (
+                // Latin-1 letters but `×` and `÷`, and two Arabic lead bytes.
+                counted(
+                    r"(?:[A-Za-z0-9 .]|\xc3[\x80-\x96\x98-\xb6\xb8-\xbf]|[\xd8\xd9][\x80-\xbf])",
+                    1,
+                    60,
+                ),
+                60,
+                vec!["a", "\u{e9}", " "],
+            ),
+            (
+                counted(r#"(?:[ !#-\[\]-~]|\\"|\\\\)"#, 30, 30),
+                30,
+                vec!["x", "\\\""],
+            ),
+            (dfa(r#""[a-z0-9_-]{2,40}""#), 40, vec!["a", "-"]),
+            // A suffix that starts with plain text: its count's bound is no bound in
+            // characters (`-5` is alive past the minimum, dead before it).
+            (
+                Dfa::counted(
+                    Some(q.clone()),
+                    Lexeme::new(dfa("[a-z]")),
+                    2,
+                    Some(20),
+                    Some(Lexeme::new(dfa(r#"-[0-9]+""#))),
+                )
+                .expect("counted"),
+                20,
+                vec!["a"],
+            ),
+            // Complete after every letter: the bound is not exact (a longer token is
+            // uncertain, not refused), and nothing may be derived.
+            (dfa(r#""[a-z]{0,30}"#), 30, vec!["a"]),
+            // The same counted, without a closing quote (a nullable suffix).
+            (
+                Dfa::counted(
+                    Some(q.clone()),
+                    Lexeme::new(dfa("[a-z]")),
+                    0,
+                    Some(30),
+                    None,
+                )
+                .expect("counted"),
+                30,
+                vec!["a"],
+            ),
+        ];
+        let (mut derived, mut structural) = (0, 0);
+        for (c, max, units) in &cases {
+            let mut reach = PlainReach::new(c, depth);
+            let s0 = walk(c, b"\"");
+            let t0 = Arc::new(fast_table(c, s0, trie, vocab.len(), &mut reach));
+            for unit in units {
+                let mut prev = (s0, t0.clone());
+                let mut text = String::from("\"");
+                while text.len() <= *max * unit.len() {
+                    text.push_str(unit);
+                    let s = walk(c, text.as_bytes());
+                    if s == 0 {
+                        break;
+                    }
+                    let want = plain_walk_table(c, s, trie, vocab.len());
+                    for (r, from) in [(s0, &t0), (prev.0, &prev.1)] {
+                        if r == s {
+                            continue;
+                        }
+                        // The structure of a counted lexeme and the search agree.
+                        let by_structure = c.has_counts().then(|| reach.bound_from(s, r));
+                        if let Some(Some(k)) = by_structure {
+                            let found = reach.bound_search(s, r);
+                            assert!(found.is_none_or(|f| f == k), "after {text}: {k} {found:?}");
+                            structural += 1;
+                        }
+                        let got = derived_table(c, s, r, from, trie, vocab.len(), &mut reach);
+                        if let Some(got) = got {
+                            assert_same_tables(&got, &want, vocab.len(), &format!("after {text}"));
+                            derived += 1;
+                        }
+                    }
+                    // A later count is no reference for an earlier one (it keeps fewer
+                    // tokens alive).
+                    let want = Arc::new(want);
+                    if prev.0 != s {
+                        let back =
+                            derived_table(c, prev.0, s, &want, trie, vocab.len(), &mut reach);
+                        if let Some(back) = back {
+                            assert_same_tables(
+                                &back,
+                                &prev.1,
+                                vocab.len(),
+                                &format!("before {text}"),
+                            );
+                        }
+                    }
+                    prev = (s, want);
+                }
+            }
+        }
+        assert!(derived >= 300, "{derived} tables derived");
+        assert!(structural >= 100, "{structural} bounds from the structure");
+        // Nothing derives the last two lexemes' tables.
+        for (c, _, _) in &cases[5..] {
+            let reach = PlainReach::new(c, depth);
+            let (s0, s1) = (walk(c, b"\""), walk(c, b"\"ab"));
+            assert_eq!(reach.bound_from(s1, s0), None);
+        }
+        // A reference that is no earlier count of the same string: no bound.
+        let (c, _, _) = &cases[0];
+        let reach = PlainReach::new(c, depth);
+        let s = walk(c, b"\"abc");
+        assert_eq!(reach.bound_from(s, walk(c, b"\"abc\"")), None);
+    }
+
+    /// Counted lexemes of one item (the `maxLength`s of one `pattern` class) derive their
+    /// tables from the table registered for the item by another lexeme ([`Classes`]),
+    /// through [`Tables::get`], and get exactly the plain walk's; a lexeme with another
+    /// item (an equal class, built apart) finds none.
+    #[test]
+    fn counted_lexemes_of_one_class_share_a_reference_exactly() {
+        use crate::compile::Lexeme;
+        let vocab = test_vocab("llama3_1");
+        let trie = vocab.trie();
+        let depth = trie.max_depth();
+        let q = Lexeme::new(dfa("\""));
+        let class = r"(?:[A-Za-z0-9 .-]|\xc3[\x80-\x96\x98-\xb6\xb8-\xbf])";
+        let x = Lexeme::new(dfa(class));
+        let counted = |x: &Arc<Lexeme>, min, max| {
+            Lexeme::new(
+                Dfa::counted(Some(q.clone()), x.clone(), min, Some(max), Some(q.clone()))
+                    .expect("counted"),
+            )
+        };
+        let (a, b) = (counted(&x, 1, 200), counted(&x, 0, 40));
+        let other = counted(&Lexeme::new(dfa(class)), 0, 40);
+        let (ta, tb, to) = (
+            a.tables_for(vocab.id(), depth),
+            b.tables_for(vocab.id(), depth),
+            other.tables_for(vocab.id(), depth),
+        );
+        ta.get(&a, walk(&a, b"\""), trie, vocab.len());
+        let mut derived = 0;
+        for unit in ["a", "\u{e9}", "-"] {
+            for i in 0..=40 {
+                let text = format!("\"{}", unit.repeat(i));
+                let s = walk(&b, text.as_bytes());
+                let mut reach = PlainReach::new(&b, depth);
+                derived += tb.reference(&b, s, &mut reach).is_some() as usize;
+                let got = tb.get(&b, s, trie, vocab.len());
+                let want = plain_walk_table(&b, s, trie, vocab.len());
+                assert_same_tables(got, &want, vocab.len(), &format!("after {text}"));
+                let s = walk(&other, text.as_bytes());
+                let mut reach = PlainReach::new(&other, depth);
+                assert!(
+                    to.reference(&other, s, &mut reach).is_none(),
+                    "after {text}"
+                );
+            }
+        }
+        assert!(derived >= 100, "{derived} tables derived");
+        // A registered table with fewer items left is no reference: a later count first,
+        // then an earlier one.
+        let c = counted(&Lexeme::new(dfa(class)), 0, 40);
+        let tc = c.tables_for(vocab.id(), depth);
+        for i in [35, 10, 38] {
+            let text = format!("\"{}", "a".repeat(i));
+            let s = walk(&c, text.as_bytes());
+            let got = tc.get(&c, s, trie, vocab.len());
+            let want = plain_walk_table(&c, s, trie, vocab.len());
+            assert_same_tables(got, &want, vocab.len(), &format!("after {text}"));
+        }
     }
 
     /// A plain-reach answer does not depend on what was asked before: a search stopped at

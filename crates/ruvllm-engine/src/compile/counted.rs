@@ -33,6 +33,11 @@
 //! with Llama 3.1's 128-byte tokens built a table for each of the first 69 counts, 2-3.5
 //! ms apiece for a `pattern` class of letters (`Github_hard---o79409`).
 //!
+//! The tables of the counts near a bound of an item that reads plain text one character
+//! at a time (a `pattern` class under a `maxLength`) are not walked one by one: the plain
+//! tokens of each are those of an earlier table with at most as many characters as the
+//! count has left ([`Counted::plain_item_room`], and the token tables' derivation).
+//!
 //! **Cost.** A step is a division and a few table loads (the plain DFA's is one load), paid
 //! only by counted lexemes.
 
@@ -66,7 +71,13 @@ pub(crate) struct Counted {
     s_nullable: bool,
     /// Allowed bytes between items, by `(may add an item) | (may end) << 1`.
     between: [ByteSet; 4],
+    /// See [`Counted::plain_items`] (computed on first use).
+    plain_items: std::sync::OnceLock<bool>,
 }
+
+/// The most (item state, plain state) pairs [`Counted::plain_items`] looks at (a class
+/// of every script has a few hundred).
+const MAX_PLAIN_ITEM_PAIRS: usize = 4096;
 
 /// Ids stay below this (the parser keeps states in `u32`, and slot arithmetic must not
 /// overflow).
@@ -138,6 +149,7 @@ impl Counted {
             nx,
             s_nullable,
             between,
+            plain_items: std::sync::OnceLock::new(),
         })
     }
 
@@ -270,6 +282,84 @@ impl Counted {
             out[b as usize] = i as u8;
         }
         out
+    }
+
+    /// Whether plain JSON string text ([`crate::vocab::plain`]) is read one character per
+    /// item: `x` reads a plain character to an accepting state at its last byte or dies
+    /// on it, never accepts inside one, and `S` starts with no byte that starts plain text
+    /// (a closing quote). Then from between items, a plain text that starts `j`
+    /// characters has started `j` items and never accepted (when `S` is not nullable).
+    /// Cost: on first use, 256 steps per (item state, plain state) pair inside a
+    /// character, at most [`MAX_PLAIN_ITEM_PAIRS`]; then a load.
+    fn plain_items(&self) -> bool {
+        use crate::vocab::plain;
+        *self.plain_items.get_or_init(|| {
+            if let Some(d) = &self.s {
+                let first = d.allowed(d.start());
+                if first
+                    .iter()
+                    .any(|b| plain::next(plain::START, b) != plain::BAD)
+                {
+                    return false;
+                }
+            }
+            let mut seen = vec![(self.x.start(), plain::START)];
+            let mut i = 0;
+            while i < seen.len() {
+                let (q, p) = seen[i];
+                i += 1;
+                for b in 0..=255u8 {
+                    let p2 = plain::next(p, b);
+                    let q2 = if p2 == plain::BAD {
+                        0
+                    } else {
+                        self.x.next(q, b)
+                    };
+                    if q2 == 0 {
+                        continue;
+                    }
+                    if (p2 == plain::START) != self.x.accepting(q2) {
+                        return false;
+                    }
+                    if p2 != plain::START && !seen.contains(&(q2, p2)) {
+                        if seen.len() >= MAX_PLAIN_ITEM_PAIRS {
+                            return false;
+                        }
+                        seen.push((q2, p2));
+                    }
+                }
+            }
+            true
+        })
+    }
+
+    /// For a state `s` between items, where plain text is read one character per item
+    /// ([`Counted::plain_items`]) and `S` is not nullable: the item lexeme `x` and the
+    /// items left to `s` (`max_depth` when unbounded or more). Then a plain text is alive
+    /// from `s` exactly when each character it starts is an item of `x` and it starts at
+    /// most that many, and never accepts: two such states with the same `x` agree on
+    /// every plain text that starts no more characters than either has left, whatever
+    /// their lexemes (the `maxLength`s of one `pattern` class), and the one with fewer
+    /// left dies at the byte that starts one more (see `PlainReach::bound_from` in the
+    /// token tables). `None` otherwise. Cost: O(1) after the first
+    /// [`Counted::plain_items`].
+    pub(crate) fn plain_item_room(
+        &self,
+        s: u32,
+        max_depth: usize,
+    ) -> Option<(&Arc<Lexeme>, usize)> {
+        let Part::C(c, 0) = self.decode(s) else {
+            return None;
+        };
+        if self.s_nullable || !self.plain_items() {
+            return None;
+        }
+        let room = if self.bounded {
+            ((self.top - c) as usize).min(max_depth)
+        } else {
+            max_depth
+        };
+        Some((&self.x, room))
     }
 
     /// States actually stored (the parts' tables), for budgets and statistics.

@@ -391,6 +391,20 @@ impl Dfa {
         }
     }
 
+    /// For a counted lexeme whose items are plain characters, the item lexeme and the
+    /// items left to state `s` (see [`Counted::plain_item_room`]); `None` for other
+    /// automata. Cost: O(1) after a first check per lexeme.
+    pub(crate) fn plain_item_room(
+        &self,
+        s: u32,
+        max_depth: usize,
+    ) -> Option<(&Arc<Lexeme>, usize)> {
+        match &self.special {
+            Special::Counted(c) => c.plain_item_room(s, max_depth),
+            _ => None,
+        }
+    }
+
     /// The byte class of `b` (bytes of one class behave alike in every state).
     #[inline(always)]
     pub(crate) fn class_of(&self, b: u8) -> u8 {
