@@ -526,8 +526,9 @@ impl Tables {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
+        let mut work = MAX_DERIVE_WORK;
         recent.into_iter().find_map(|(r, t)| {
-            let k = (r != state).then(|| reach.bound_from(state, r))??;
+            let k = (r != state).then(|| reach.bound_from(state, r, &mut work))??;
             Some((k, t))
         })
     }
@@ -753,12 +754,13 @@ const MAX_ALLOWED_PROBE: u32 = 8;
 /// states inside a multi-byte character).
 const MAX_DERIVE_LAYER: usize = 32;
 
-/// The most triples one [`PlainReach::bound_from`] search may expand in all (each one
-/// step of both states per cell: a few hundred microseconds at most). An unrolled
-/// lexeme of many states, equivalent to an earlier state on plain text, filled every
-/// layer to the cap as deep as the longest token: 6 ms, for a table its walk made in
-/// 0.5 ms.
-const MAX_DERIVE_WORK: usize = 2048;
+/// The most triples the [`PlainReach::bound_from`] searches for one table may expand in
+/// all (each one step of both states per cell). An unrolled lexeme of many states,
+/// equivalent to an earlier state on plain text, filled every layer to the cap as deep
+/// as the longest token: 6 ms, for a table its walk made in 0.5 ms; at 2,048 triples per
+/// search, the failed searches of a word-count `pattern`'s tables took up to 0.4 ms. A
+/// class of ASCII characters needs one triple per character.
+const MAX_DERIVE_WORK: usize = 1024;
 
 /// Forced bytes from which a table is the plain walk (see [`Tables::get`]'s first use).
 const FORCED_PLAIN_WALK: usize = 2;
@@ -1802,7 +1804,7 @@ impl<'a> PlainReach<'a> {
     /// plain state) triples, one byte per cell of the joint byte partition, at most the
     /// longest token's characters deep; it fails at the first byte two unrelated states
     /// disagree on.
-    fn bound_from(&self, s: u32, r: u32) -> Option<usize> {
+    fn bound_from(&self, s: u32, r: u32, work: &mut usize) -> Option<usize> {
         debug_assert!(self.x.is_empty(), "a bound over all plain text");
         let dfa = self.dfa;
         // A counted lexeme proves it from its structure (a class of many scripts has too
@@ -1814,24 +1816,24 @@ impl<'a> PlainReach<'a> {
             let (xr, kr) = dfa.plain_item_room(r, self.max_depth)?;
             return (Arc::ptr_eq(xs, xr) && kr >= ks).then_some(ks);
         }
-        self.bound_search(s, r)
+        self.bound_search(s, r, work)
     }
 
-    /// [`PlainReach::bound_from`] by its search alone.
-    fn bound_search(&self, s: u32, r: u32) -> Option<usize> {
+    /// [`PlainReach::bound_from`] by its search alone, which expands at most `work` more
+    /// triples (and counts them there).
+    fn bound_search(&self, s: u32, r: u32, work: &mut usize) -> Option<usize> {
         let dfa = self.dfa;
         let is_cont = |b: u8| (0x80..=0xbf).contains(&b);
         let mut layer: Vec<(u32, u32, u8)> = vec![(s, r, plain::STARTS[0])];
-        let mut work = 0;
         for k in 0..=self.max_depth {
             // The triples that start `k` characters: close the layer under continuation
             // bytes, where both states die together or live on, never accepting.
             let mut i = 0;
             while i < layer.len() {
-                work += 1;
-                if work > MAX_DERIVE_WORK {
+                if *work == 0 {
                     return None;
                 }
+                *work -= 1;
                 let (a, b, q) = layer[i];
                 i += 1;
                 for &(c, q2) in self.moves(q).iter().filter(|&&(c, _)| is_cont(c)) {
@@ -2064,7 +2066,7 @@ mod tests {
             reach,
             |x| PlainReach::excluding(d, depth, x),
             |reach| {
-                let k = reach.bound_from(s, r)?;
+                let k = reach.bound_from(s, r, &mut { MAX_DERIVE_WORK })?;
                 used = true;
                 Some((k, from.clone()))
             },
@@ -2508,9 +2510,9 @@ mod tests {
                             continue;
                         }
                         // The structure of a counted lexeme and the search agree.
-                        let by_structure = c.has_counts().then(|| reach.bound_from(s, r));
+                        let by_structure = c.has_counts().then(|| reach.bound_from(s, r, &mut 0));
                         if let Some(Some(k)) = by_structure {
-                            let found = reach.bound_search(s, r);
+                            let found = reach.bound_search(s, r, &mut { MAX_DERIVE_WORK });
                             assert!(found.is_none_or(|f| f == k), "after {text}: {k} {found:?}");
                             structural += 1;
                         }
@@ -2545,13 +2547,14 @@ mod tests {
         for (c, _, _) in &cases[5..] {
             let reach = PlainReach::new(c, depth);
             let (s0, s1) = (walk(c, b"\""), walk(c, b"\"ab"));
-            assert_eq!(reach.bound_from(s1, s0), None);
+            assert_eq!(reach.bound_from(s1, s0, &mut { MAX_DERIVE_WORK }), None);
         }
         // A reference that is no earlier count of the same string: no bound.
         let (c, _, _) = &cases[0];
         let reach = PlainReach::new(c, depth);
         let s = walk(c, b"\"abc");
-        assert_eq!(reach.bound_from(s, walk(c, b"\"abc\"")), None);
+        let r = walk(c, b"\"abc\"");
+        assert_eq!(reach.bound_from(s, r, &mut { MAX_DERIVE_WORK }), None);
     }
 
     /// Counted lexemes of one item (the `maxLength`s of one `pattern` class) derive their
