@@ -760,8 +760,8 @@ const MAX_DERIVE_LAYER: usize = 32;
 /// all (each one step of both states per cell). An unrolled lexeme of many states,
 /// equivalent to an earlier state on plain text, filled every layer to the cap as deep
 /// as the longest token: 6 ms, for a table its walk made in 0.5 ms; at 2,048 triples per
-/// search, the failed searches of a word-count `pattern`'s tables took up to 0.4 ms. A
-/// class of ASCII characters needs one triple per character.
+/// search against each of four tables, one table's failed searches took up to 0.4 ms on
+/// six slow MaskBench files. A class of ASCII characters needs one triple per character.
 const MAX_DERIVE_WORK: usize = 1024;
 
 /// Forced bytes from which a table is the plain walk (see [`Tables::get`]'s first use).
