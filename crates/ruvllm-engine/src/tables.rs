@@ -518,10 +518,10 @@ impl Tables {
     ) -> Option<(usize, Arc<StateTokens>)> {
         if lexeme.has_counts() {
             let (x, room) = lexeme.plain_item_room(state, self.depth)?;
-            let key = (self.vocab_id, Arc::as_ptr(x) as usize);
             let reg = classes().lock().unwrap_or_else(|e| e.into_inner());
-            let (k, _, t) = reg.get(&key)?;
-            return (*k >= room).then(|| (room, t.clone()));
+            let (k, xr, t) = reg.get(&(self.vocab_id, Arc::as_ptr(x) as usize))?;
+            let k = room_bound((x, room), (xr, *k))?;
+            return Some((k, t.clone()));
         }
         let recent = self
             .recent
@@ -758,8 +758,9 @@ const MAX_DERIVE_LAYER: usize = 32;
 
 /// The most triples the [`PlainReach::bound_from`] searches for one table may expand in
 /// all (each one step of both states per cell). An unrolled lexeme of many states,
-/// equivalent to an earlier state on plain text, filled every layer to the cap as deep
-/// as the longest token: 6 ms, for a table its walk made in 0.5 ms; at 2,048 triples per
+/// equivalent to an earlier state on plain text, filled every layer to a cap of 128
+/// triples as deep as the longest token, with no cap in all: 6.4 ms, for a table its walk
+/// made in 0.5 ms; at 2,048 triples per
 /// search against each of four tables, one table's failed searches took up to 0.4 ms on
 /// six slow MaskBench files. A class of ASCII characters needs one triple per character.
 const MAX_DERIVE_WORK: usize = 1024;
@@ -1181,6 +1182,15 @@ fn compute_with<'a>(
         finals,
     };
     (table, tried)
+}
+
+/// The bound of [`PlainReach::bound_from`] between two states of counted lexemes, given
+/// the item lexeme and the items left of each ([`Dfa::plain_item_room`]): the items left
+/// to `s` when both read the same item and `r` has at least as many left (plain text then
+/// lives from `s` exactly as from `r` until `s`'s count runs out), else `None`.
+/// Cost: O(1).
+fn room_bound(s: (&Arc<Lexeme>, usize), r: (&Arc<Lexeme>, usize)) -> Option<usize> {
+    (Arc::ptr_eq(s.0, r.0) && r.1 >= s.1).then_some(s.1)
 }
 
 /// The ids whose bits are set in `bits`, in order. Cost: O(words + ids).
@@ -1801,7 +1811,8 @@ impl<'a> PlainReach<'a> {
     /// left: each count's walk visited every token of the class (2-4.6 ms on the slow
     /// MaskBench files), where `r` is the table of an earlier count or of the state after
     /// the opening quote. [`PlainReach::char_bound`] is the case where `r` accepts every
-    /// plain token. `None` otherwise, or past [`MAX_DERIVE_LAYER`] state pairs in a layer.
+    /// plain token. `None` otherwise, or past [`MAX_DERIVE_LAYER`] triples in a layer or
+    /// `work` triples in all (a budget shared by the searches of one table).
     /// Cost: one breadth-first search by characters over (state from `s`, state from `r`,
     /// plain state) triples, one byte per cell of the joint byte partition, at most the
     /// longest token's characters deep; it fails at the first byte two unrelated states
@@ -1814,9 +1825,10 @@ impl<'a> PlainReach<'a> {
         // structure does not decide, the search over its states (a division per step)
         // ran into its cap, 30 µs each time, on the slow MaskBench files.
         if dfa.has_counts() {
-            let (xs, ks) = dfa.plain_item_room(s, self.max_depth)?;
-            let (xr, kr) = dfa.plain_item_room(r, self.max_depth)?;
-            return (Arc::ptr_eq(xs, xr) && kr >= ks).then_some(ks);
+            return room_bound(
+                dfa.plain_item_room(s, self.max_depth)?,
+                dfa.plain_item_room(r, self.max_depth)?,
+            );
         }
         self.bound_search(s, r, work)
     }

@@ -289,8 +289,8 @@ impl Counted {
     /// on it, never accepts inside one, and `S` starts with no byte that starts plain text
     /// (a closing quote). Then from between items, a plain text that starts `j`
     /// characters has started `j` items and never accepted (when `S` is not nullable).
-    /// Cost: on first use, 256 steps per (item state, plain state) pair inside a
-    /// character, at most [`MAX_PLAIN_ITEM_PAIRS`]; then a load.
+    /// Cost: on first use, 256 steps and hash lookups per (item state, plain state) pair
+    /// inside a character, at most [`MAX_PLAIN_ITEM_PAIRS`] pairs; then a load.
     fn plain_items(&self) -> bool {
         use crate::vocab::plain;
         *self.plain_items.get_or_init(|| {
@@ -303,11 +303,12 @@ impl Counted {
                     return false;
                 }
             }
-            let mut seen = vec![(self.x.start(), plain::START)];
-            let mut i = 0;
-            while i < seen.len() {
-                let (q, p) = seen[i];
-                i += 1;
+            // Pairs met (a set: a linear search over thousands of them, per byte, would
+            // be billions of steps) and the ones still to expand.
+            let mut seen: crate::earley::FastSet<(u32, u8)> = Default::default();
+            seen.insert((self.x.start(), plain::START));
+            let mut todo = vec![(self.x.start(), plain::START)];
+            while let Some((q, p)) = todo.pop() {
                 for b in 0..=255u8 {
                     let p2 = plain::next(p, b);
                     let q2 = if p2 == plain::BAD {
@@ -325,7 +326,8 @@ impl Counted {
                         if seen.len() >= MAX_PLAIN_ITEM_PAIRS {
                             return false;
                         }
-                        seen.push((q2, p2));
+                        seen.insert((q2, p2));
+                        todo.push((q2, p2));
                     }
                 }
             }
