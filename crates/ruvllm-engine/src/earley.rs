@@ -95,8 +95,12 @@ const LINEAR_DEDUP: usize = 24;
 /// Origin sets of at least this many items are searched through their index of waiting
 /// items ([`Parser::wait_index`]) when a rule completes, instead of scanned: after `},` in
 /// an array of `oneOf` objects a set holds hundreds of items, and the scans of the sets
-/// below made a boundary-walk step cost 17 µs.
-const INDEXED_COMPLETION: usize = 64;
+/// below made a boundary-walk step cost 17 µs. The index is built once per set and kept
+/// while the set stays, and a boundary walk completes into the same sets below it over
+/// and over, so it pays for sets far smaller than that: at 16 instead of 64, the masks of
+/// the word-count `pattern` files (`o21072`, `o21074`, `o21075`) took 0.64-0.89x the
+/// time in a paired comparison, and MaskBench's every 20th file 1.00x at the median.
+const INDEXED_COMPLETION: usize = 16;
 
 #[derive(Clone)]
 pub(crate) struct Parser {
@@ -125,6 +129,13 @@ pub(crate) struct Parser {
     waits: Vec<Waits>,
     /// Scratch for identity keys.
     key: Vec<u32>,
+    /// Per rule, the closure (a [`Parser::stamp`] value) that last predicted it: a rule's
+    /// predictions at set `k` are `(alt, k, entry)` for each of its alternatives, the same
+    /// items whichever item asked, so a second prediction in one closure adds nothing and
+    /// is skipped without a dedup probe per alternative.
+    predicted: Vec<u32>,
+    /// The current closure's stamp (never 0, so a fresh `predicted` marks no rule).
+    stamp: u32,
 }
 
 /// What [`Parser::wait_id`] knows of one set.
@@ -155,6 +166,8 @@ impl Parser {
             log: Vec::new(),
             waits: Vec::new(),
             key: Vec::new(),
+            predicted: vec![0; g.rule_alts.len()],
+            stamp: 0,
         };
         p.sets.push(SetInfo {
             start: 0,
@@ -231,6 +244,29 @@ impl Parser {
         Ok(())
     }
 
+    /// Appends the prediction `it` (`(alt, k, entry)`, an alternative of a rule predicted
+    /// for the first time in the top set's closure) without a dedup probe: no other route
+    /// makes such an item (completions and skips of nullable rules advance past a
+    /// position, so theirs are never an alternative's first; scanned items and the root's
+    /// come from below `k`), so it is new. The dedup table, when in step with the set,
+    /// counts it without holding it: no later probe can ask for it. Cost: O(1).
+    fn push_predicted(&mut self, it: Item) -> Result<(), MatchError> {
+        let s = self.sets.last().unwrap().start as usize;
+        let n = self.items.len() - s;
+        if n >= self.max_items {
+            return Err(MatchError::Budget {
+                what: "parser items in one step",
+                value: n + 1,
+                limit: self.max_items,
+            });
+        }
+        if self.dedup_start == s && self.dedup_len == n {
+            self.dedup_len += 1;
+        }
+        self.items.push(it);
+        Ok(())
+    }
+
     /// Closes the top set if it is not closed yet.
     #[inline]
     pub fn ensure_closed(&mut self, g: &CompiledGrammar) -> Result<(), MatchError> {
@@ -248,6 +284,11 @@ impl Parser {
         let mut i = self.sets[k as usize].start as usize;
         let mut accepting = false;
         let checks = self.checks;
+        self.stamp = self.stamp.wrapping_add(1);
+        if self.stamp == 0 {
+            self.predicted.iter_mut().for_each(|x| *x = 0);
+            self.stamp = 1;
+        }
         while i < self.items.len() {
             let it = self.items[i];
             i += 1;
@@ -263,12 +304,16 @@ impl Parser {
                     }
                 }
                 Sym::Rule(r) => {
-                    for &a in &g.rule_alts[r as usize] {
-                        self.add(Item {
-                            pos: a,
-                            origin: k,
-                            state: entry_state(g, a),
-                        })?;
+                    if self.predicted[r as usize] != self.stamp {
+                        self.predicted[r as usize] = self.stamp;
+                        for &a in &g.rule_alts[r as usize] {
+                            let it = Item {
+                                pos: a,
+                                origin: k,
+                                state: entry_state(g, a),
+                            };
+                            self.push_predicted(it)?;
+                        }
                     }
                     if g.rule_nullable[r as usize] {
                         let p = it.pos + 1;
