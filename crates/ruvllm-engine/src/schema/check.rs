@@ -29,6 +29,7 @@
 //! is built when the schema's compile ends ([`CheckBuilder::finish`]); if it fails, the
 //! checks are built one by one to name the sub-schema at fault.
 
+use std::borrow::Cow;
 use std::sync::{Arc, OnceLock};
 
 use jsonschema::{Draft, Registry, Validator};
@@ -382,14 +383,14 @@ impl ValueCheck for ObjectKeys {
         if keys.len() < self.min || keys.len() > self.max {
             return false;
         }
-        let mut sorted: Vec<&String> = keys.iter().collect();
+        let mut sorted: Vec<&str> = keys.iter().map(|k| k.as_ref()).collect();
         sorted.sort_unstable();
         if sorted.windows(2).any(|w| w[0] == w[1]) {
             return false;
         }
         self.required
             .iter()
-            .all(|r| sorted.binary_search(&r).is_ok())
+            .all(|r| sorted.binary_search(&r.as_str()).is_ok())
     }
 
     fn describe(&self) -> String {
@@ -405,8 +406,10 @@ impl ValueCheck for ObjectKeys {
     }
 }
 
-/// The decoded keys of a JSON object text, in order (duplicates kept). Cost: one pass.
-fn top_level_keys(text: &[u8]) -> Option<Vec<String>> {
+/// The decoded keys of a JSON object text, in order (duplicates kept). A key without an
+/// escape is borrowed from the text; only one with an escape is decoded (by `serde_json`)
+/// into a new string. Cost: one pass, no allocation per plain key.
+fn top_level_keys(text: &[u8]) -> Option<Vec<Cow<'_, str>>> {
     let mut keys = Vec::new();
     let mut depth = 0usize;
     // Whether the next string at depth 1 is a key.
@@ -423,9 +426,11 @@ fn top_level_keys(text: &[u8]) -> Option<Vec<String>> {
             b',' if depth == 1 => expect_key = true,
             b'"' => {
                 let start = i;
+                let mut escaped = false;
                 i += 1;
                 while i < text.len() && text[i] != b'"' {
                     if text[i] == b'\\' {
+                        escaped = true;
                         i += 1;
                     }
                     i += 1;
@@ -434,7 +439,14 @@ fn top_level_keys(text: &[u8]) -> Option<Vec<String>> {
                     return None;
                 }
                 if depth == 1 && expect_key {
-                    let k: String = serde_json::from_slice(&text[start..=i]).ok()?;
+                    let raw = &text[start + 1..i];
+                    let k = if escaped || raw.iter().any(|&b| b < 0x20) {
+                        // Escapes to decode, or a raw control character for the parser to
+                        // refuse as it always did.
+                        Cow::Owned(serde_json::from_slice::<String>(&text[start..=i]).ok()?)
+                    } else {
+                        Cow::Borrowed(std::str::from_utf8(raw).ok()?)
+                    };
                     keys.push(k);
                     expect_key = false;
                 }
@@ -444,4 +456,35 @@ fn top_level_keys(text: &[u8]) -> Option<Vec<String>> {
         i += 1;
     }
     Some(keys)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn object_keys_decode_escaped_keys_and_borrow_plain_ones() {
+        let keys =
+            top_level_keys(br#"{"a": {"x": 1, "y": [{"z": 2}]}, "b\u0063": "\"k\"", "d": 3}"#)
+                .unwrap();
+        assert_eq!(keys, ["a", "bc", "d"]);
+        assert!(matches!(keys[0], Cow::Borrowed(_)));
+        assert!(matches!(keys[1], Cow::Owned(_)));
+        // A raw control character in a key is not JSON.
+        assert!(top_level_keys(b"{\"a\x01\": 1}").is_none());
+        assert!(top_level_keys(b"{\"a\": 1").is_some());
+        assert!(top_level_keys(b"{\"a}").is_none());
+    }
+
+    #[test]
+    fn object_keys_check_counts_requires_and_refuses_duplicates_through_escapes() {
+        let c = object_keys(vec!["a".into(), "é".into()], 2, 3);
+        assert!(c.0.accepts(r#"{"a": 1, "é": 2}"#.as_bytes()));
+        assert!(c.0.accepts(br#"{"\u00e9": 2, "a": {"b": 1}}"#));
+        // "\u0061" is "a": a duplicate key.
+        assert!(!c.0.accepts(br#"{"a": 1, "\u0061": 1, "\u00e9": 2}"#));
+        assert!(!c.0.accepts(br#"{"a": 1}"#));
+        assert!(!c.0.accepts(br#"{"a": 1, "b": 2}"#));
+        assert!(!c.0.accepts(br#"{"a": 1, "b": 2, "c": 3, "\u00e9": 4}"#));
+    }
 }
