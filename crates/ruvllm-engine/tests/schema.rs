@@ -82,6 +82,25 @@ fn schemas_accept_exactly_what_validates() {
             vec!["\"dog\"", "\"ca t\""],
         ),
         (
+            // One pattern in three places (the compiler translates it once per schema),
+            // and an anchored one beside it.
+            json!({"type": "object", "properties": {
+                "a": {"type": "string", "pattern": "cat"},
+                "b": {"type": "string", "pattern": "cat"},
+                "c": {"type": "array", "items": {"type": "string", "pattern": "cat"}},
+                "d": {"type": "string", "pattern": "^cat$"}},
+                "required": ["a", "b", "c", "d"], "additionalProperties": false}),
+            vec![
+                r#"{"a":"xcatx","b":"cat","c":["cats","scat"],"d":"cat"}"#,
+                r#"{"a":"cat","b":"a cat","c":[],"d":"cat"}"#,
+            ],
+            vec![
+                r#"{"a":"cat","b":"dog","c":[],"d":"cat"}"#,
+                r#"{"a":"cat","b":"cat","c":["cat","ca"],"d":"cat"}"#,
+                r#"{"a":"cat","b":"cat","c":[],"d":"cats"}"#,
+            ],
+        ),
+        (
             json!({"type": "string", "pattern": "a\\.b|^x"}),
             vec!["\"a.b\"", "\"za.bz\"", "\"xyz\""],
             vec!["\"axb\"", "\"yx\""],
