@@ -232,15 +232,22 @@ impl Parser {
                 return Ok(());
             }
             self.dedup_len += 1;
-            if n >= self.max_items {
-                return Err(MatchError::Budget {
-                    what: "parser items in one step",
-                    value: n + 1,
-                    limit: self.max_items,
-                });
-            }
+            self.room_for_one(n)?;
         }
         self.items.push(it);
+        Ok(())
+    }
+
+    /// Whether a set of `n` items may take one more (`Limits::max_parser_items`, as
+    /// `max_items`). Cost: O(1).
+    fn room_for_one(&self, n: usize) -> Result<(), MatchError> {
+        if n >= self.max_items {
+            return Err(MatchError::Budget {
+                what: "parser items in one step",
+                value: n + 1,
+                limit: self.max_items,
+            });
+        }
         Ok(())
     }
 
@@ -253,13 +260,7 @@ impl Parser {
     fn push_predicted(&mut self, it: Item) -> Result<(), MatchError> {
         let s = self.sets.last().unwrap().start as usize;
         let n = self.items.len() - s;
-        if n >= self.max_items {
-            return Err(MatchError::Budget {
-                what: "parser items in one step",
-                value: n + 1,
-                limit: self.max_items,
-            });
-        }
+        self.room_for_one(n)?;
         if self.dedup_start == s && self.dedup_len == n {
             self.dedup_len += 1;
         }
