@@ -96,7 +96,8 @@ pub(crate) struct Tables {
     /// state does not depend on which table asks.
     reach_memo: Mutex<FastMap<ByteSet, ReachMemo>>,
     /// Lexemes against whose registered states a sharing check of this lexeme's states
-    /// reached [`MAX_PAIRS`]: not checked again. Such pairs differ deep down and are met
+    /// reached [`MAX_PAIRS`], or was refuted only past [`MAX_CHEAP_REFUTATION`] pairs:
+    /// not checked again. Such pairs differ deep down and are met
     /// again and again (on the 114-file MaskBench sample, 160 checks of three big lexemes
     /// against their own registered states, 1.2 ms each); a share missed this way only
     /// costs a table walk. `Weak`, so an address is never reused while it is listed.
@@ -200,6 +201,16 @@ const MAX_HOT: usize = 12;
 /// 2,048 pairs in 38 ms. At 512 pairs, 104 more tables of 31,477 are computed instead of
 /// shared, and first-use time fell by a fifth (1,300 -> 1,050 ms; docs/PERFORMANCE.md).
 const MAX_PAIRS: usize = 512;
+
+/// Pairs past which a refuted equivalence check counts as a give-up: the lexeme then no
+/// longer checks its states against the other lexeme's (see [`Tables::gave_up`]). The
+/// string states of one big lexeme (an object's properties, each string followed by a
+/// different key) agree with each other's registered states for the 3 bytes of the
+/// signatures and differ after the closing quote, found after hundreds of pairs: on the
+/// 97 MaskBench files with a mask over 1.8 ms, one state's table paid 12 such
+/// refutations, 1.6-1.9 ms, before a walk of 0.2-0.4 ms, again for each string of the
+/// object. A share missed this way costs a walk.
+const MAX_CHEAP_REFUTATION: usize = 64;
 
 type Registry = Mutex<HashMap<u64, Vec<Arc<Hot>>>>;
 
@@ -438,9 +449,11 @@ impl Tables {
                 }
                 drop(gave_up);
                 match equivalent_within(lexeme, state, &h.lexeme, h.state, depth) {
-                    Some(true) => break 'share Some(h.table.clone()),
-                    Some(false) => {}
-                    None => {
+                    (Some(true), _) => break 'share Some(h.table.clone()),
+                    (Some(false), pairs) if pairs <= MAX_CHEAP_REFUTATION => {}
+                    // Gave up, or refuted only deep down: this lexeme's other states would
+                    // pay as much against that lexeme's.
+                    _ => {
                         gave_up = self.gave_up.lock().unwrap_or_else(|e| e.into_inner());
                         gave_up.retain(|w| w.strong_count() > 0);
                         if gave_up.len() < MAX_GAVE_UP {
@@ -595,15 +608,17 @@ impl Tables {
 /// use it as an oracle, so its cap is far above the product's [`MAX_PAIRS`].
 #[cfg(test)]
 pub(crate) fn equivalent(a: &Dfa, s: u32, b: &Dfa, t: u32, depth: usize) -> bool {
-    equivalent_capped(a, s, b, t, depth, 1 << 20) == Some(true)
+    equivalent_capped(a, s, b, t, depth, 1 << 20).0 == Some(true)
 }
 
-/// `equivalent` (the tests' oracle), or `None` when it gave up at [`MAX_PAIRS`] pairs.
-fn equivalent_within(a: &Dfa, s: u32, b: &Dfa, t: u32, depth: usize) -> Option<bool> {
+/// `equivalent` (the tests' oracle), or `None` when it gave up at [`MAX_PAIRS`] pairs;
+/// with the pairs it met.
+fn equivalent_within(a: &Dfa, s: u32, b: &Dfa, t: u32, depth: usize) -> (Option<bool>, usize) {
     equivalent_capped(a, s, b, t, depth, MAX_PAIRS)
 }
 
-/// `equivalent` (the tests' oracle), or `None` when it gave up past `max_pairs` pairs.
+/// `equivalent` (the tests' oracle), or `None` when it gave up past `max_pairs` pairs;
+/// with the pairs it met.
 fn equivalent_capped(
     a: &Dfa,
     s: u32,
@@ -611,9 +626,9 @@ fn equivalent_capped(
     t: u32,
     depth: usize,
     max_pairs: usize,
-) -> Option<bool> {
+) -> (Option<bool>, usize) {
     if a.accepting(s) != b.accepting(t) || a.allowed(s) != b.allowed(t) {
-        return Some(false);
+        return (Some(false), 1);
     }
     // One byte per run of the two DFAs' joint byte partition (bytes of one class behave
     // alike; a cell that recurs after another gets a second, redundant representative).
@@ -655,16 +670,16 @@ fn equivalent_capped(
                 // Compared when met rather than when expanded: a difference one byte down
                 // is then found before the rest of this layer's pairs are generated.
                 if a.accepting(nx) != b.accepting(ny) || a.allowed(nx) != b.allowed(ny) {
-                    return Some(false);
+                    return (Some(false), seen.len());
                 }
                 if seen.len() > max_pairs {
-                    return None;
+                    return (None, seen.len());
                 }
                 queue.push_back((nx, ny, d + 1));
             }
         }
     }
-    Some(true)
+    (Some(true), seen.len())
 }
 
 /// A hash of how state `s` behaves on the byte strings of at most `rounds` bytes: whether
@@ -2936,6 +2951,32 @@ mod tests {
                 "{tok}: {n_acc} accepted, {n_unc} uncertain"
             );
         }
+    }
+
+    /// An equivalence check reports the pairs it met, which tells a refutation found at
+    /// once (the next bytes differ) from one found deep down (a count that runs out after
+    /// 100 characters), which makes a lexeme give up on the other (see
+    /// [`MAX_CHEAP_REFUTATION`]).
+    #[test]
+    fn refutations_report_how_deep_they_went() {
+        let (a, b, c) = (
+            dfa(r#""[a-z]{0,100}""#),
+            dfa(r#""[a-z]*""#),
+            dfa(r#""[0-9]*""#),
+        );
+        let (s, t, u) = (walk(&a, b"\""), walk(&b, b"\""), walk(&c, b"\""));
+        let (r, pairs) = equivalent_within(&a, s, &b, t, 256);
+        assert_eq!(r, Some(false));
+        assert!(
+            pairs > MAX_CHEAP_REFUTATION && pairs <= MAX_PAIRS,
+            "{pairs}"
+        );
+        // On strings of at most 99 bytes they agree (the 100th character is where `a`
+        // stops allowing letters).
+        assert_eq!(equivalent_within(&a, s, &b, t, 99).0, Some(true));
+        let (r, pairs) = equivalent_within(&b, t, &c, u, 256);
+        assert_eq!(r, Some(false));
+        assert!(pairs <= MAX_CHEAP_REFUTATION, "{pairs}");
     }
 
     #[test]
