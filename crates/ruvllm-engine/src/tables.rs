@@ -97,10 +97,9 @@ pub(crate) struct Tables {
     reach_memo: Mutex<FastMap<ByteSet, ReachMemo>>,
     /// Lexemes against whose registered states a sharing check of this lexeme's states
     /// reached [`MAX_PAIRS`], or was refuted only past [`MAX_CHEAP_REFUTATION`] pairs:
-    /// not checked again. Such pairs differ deep down and are met
-    /// again and again (on the 114-file MaskBench sample, 160 checks of three big lexemes
-    /// against their own registered states, 1.2 ms each); a share missed this way only
-    /// costs a table walk. `Weak`, so an address is never reused while it is listed.
+    /// not checked again. Such pairs differ deep down and are met again and again (on
+    /// the 114-file MaskBench sample, 160 checks of three big lexemes against their own
+    /// registered states, 1.2 ms each); a share missed this way only costs a table walk. `Weak`, so an address is never reused while it is listed.
     gave_up: Mutex<Vec<std::sync::Weak<Lexeme>>>,
     /// For a literal chain: the lexeme after the literal, its tables, and the literal's
     /// length (see [`Tables::new`]).
@@ -1364,9 +1363,9 @@ fn fates_of(dfa: &Dfa, s: u32) -> Fates {
 /// instead of a walk, when `s` is a loop (a string of a restricted class): its tokens
 /// that stay go to `out`, and each node whose byte takes the lexeme elsewhere is treated
 /// as the walk treats a child (its tokens kept, final when the state is, its children
-/// pushed on `stack` for the walk). Returns `false`, having done nothing, when `s`
-/// counts or loops on fewer than [`MIN_SCAN_GROUPS`] byte groups (the walk then does
-/// better: it reads only the children whose bytes `s` allows).
+/// pushed on `stack` for the walk). Returns `false`, having decided nothing, when the
+/// lexeme counts or `s` loops on fewer than [`MIN_SCAN_GROUPS`] byte groups (the walk
+/// then does better: it reads only the children whose bytes `s` allows).
 ///
 /// In node order, a node is reached only through nodes whose bytes kept the lexeme at
 /// `s` (the subtree of any other is skipped, or handed to the walk), so its own byte
@@ -1387,7 +1386,9 @@ fn scan_loop(
     finals: &mut Vec<u32>,
     stack: &mut Vec<(u32, u32, bool)>,
 ) -> bool {
-    // A state that allows fewer bytes loops on fewer groups (and a count never loops).
+    // A state that allows fewer bytes loops on fewer groups. Counted lexemes are left to
+    // the walk and its bounds (their states are (count, item) pairs, which a character
+    // moves on).
     if dfa.has_counts() || dfa.allowed(s).len() < MIN_SCAN_GROUPS {
         return false;
     }
