@@ -99,7 +99,8 @@ pub(crate) struct Tables {
     /// reached [`MAX_PAIRS`], or was refuted only past [`MAX_CHEAP_REFUTATION`] pairs:
     /// not checked again. Such pairs differ deep down and are met again and again (on
     /// the 114-file MaskBench sample, 160 checks of three big lexemes against their own
-    /// registered states, 1.2 ms each); a share missed this way only costs a table walk. `Weak`, so an address is never reused while it is listed.
+    /// registered states, 1.2 ms each); a share missed this way only costs a table walk.
+    /// `Weak`, so an address is never reused while it is listed.
     gave_up: Mutex<Vec<std::sync::Weak<Lexeme>>>,
     /// For a literal chain: the lexeme after the literal, its tables, and the literal's
     /// length (see [`Tables::new`]).
