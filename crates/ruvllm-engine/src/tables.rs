@@ -394,6 +394,25 @@ impl Tables {
             TABLE_BYTES.fetch_add(t.memory(), std::sync::atomic::Ordering::Relaxed);
             return Arc::new(t);
         }
+        // A key complement's trie state (a key prefix read): from the plain string's
+        // table after its opening quote, shared by every schema, when the walk below
+        // keys that both tables share proves them apart only where a key closes.
+        if let Some(base) = lexeme.key_base() {
+            let trie0 = crate::compile::keys::trie_start(lexeme);
+            let g0 = base.next(base.start(), b'"');
+            if trie0 != 0 && state >= trie0 && g0 != 0 {
+                let bt = base.tables_for(self.vocab_id, self.depth);
+                let from = bt.get(base, g0, trie, vocab_len);
+                if let Some(t) =
+                    derive_key_complement(lexeme, state, trie0, base, g0, from, trie, vocab_len)
+                {
+                    let t = Arc::new(t);
+                    TABLE_BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    TABLE_BYTES.fetch_add(t.memory(), std::sync::atomic::Ordering::Relaxed);
+                    return t;
+                }
+            }
+        }
         let hot: Vec<Arc<Hot>> = registry()
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -1216,6 +1235,191 @@ fn compute_with<'a>(
         finals,
     };
     (table, tried)
+}
+
+/// Trie children a key complement's derivation looks at, at most (then the table is
+/// computed as any other). A few hundred keys take a few thousand.
+const MAX_KEY_DERIVE_WORK: usize = 1 << 16;
+
+/// What a byte does to the pair of states of [`derive_key_complement`]'s walk.
+enum KeyStep {
+    /// The subtree below is the same in both tables: both refuse it, or both accept its
+    /// token and close (nothing may follow), or the two states are equivalent as deep
+    /// as the longest token.
+    Same,
+    /// A key closes: the complement refuses the subtree, where the string accepts its
+    /// token (final) and leaves the tokens below to the parser.
+    Closed,
+    /// Both go on, the complement still in its key trie: walk the subtree.
+    Walk(u32, u32),
+}
+
+/// The table of `state`, a trie state of the key complement `kc` (a key prefix read, see
+/// `compile::keys`), derived from `from`, the table of `g0`, the state after the opening
+/// quote of `base`, a plain JSON string of the same characters; `None` when the walk
+/// meets anything but what follows (then the table is computed as any other).
+///
+/// The two lexemes read string characters alike, except that the complement refuses a
+/// closing quote right after a key. So the vocabulary trie is walked with both states side
+/// by side, only along the complement's key trie: a byte that takes the complement out of
+/// its trie leads to a state of its tail, which is checked equivalent to the string's
+/// (exactly, as deep as the longest token, once per pair), and the subtree below is then
+/// the same in both tables; a `"` that closes a key makes its token refused where the
+/// string accepts it (and counts it final), and the tokens below it, which the string's
+/// table leaves to the parser, refused too. Anything else ends the derivation. The
+/// result is `from` with those tokens taken out: exactly the table a walk of `kc` would
+/// compute, for whatever way `from` itself was made.
+///
+/// Why: a complement's table after its opening quote keeps most of the vocabulary, and
+/// its own plain-reach search and walk run over the whole key trie (on the 97 MaskBench
+/// files with a mask over 1.8 ms, 3,941 such tables took 624 ms, 158 µs each); every
+/// object with other properties has its own key set, so no table is shared. Cost: a copy
+/// of `from`'s accept bitmap and O(children of the trie nodes that spell key prefixes),
+/// at most [`MAX_KEY_DERIVE_WORK`].
+#[allow(clippy::too_many_arguments)]
+fn derive_key_complement(
+    kc: &Dfa,
+    state: u32,
+    trie0: u32,
+    base: &Dfa,
+    g0: u32,
+    from: &StateTokens,
+    trie: &TokenTrie,
+    vocab_len: usize,
+) -> Option<StateTokens> {
+    let TokenSet::Dense(words) = &from.accept else {
+        return None;
+    };
+    if words.len() != vocab_len.div_ceil(32) {
+        return None;
+    }
+    let depth = trie.max_depth();
+    // Per tail state of `kc`: the string state it was checked against, and the answer
+    // (`None` where the pair was not seen; another string state is checked uncached).
+    let mut checked: Vec<Option<(u32, bool)>> = vec![None; trie0 as usize];
+    let mut step = |b: u8, k: u32, g: u32| -> Option<KeyStep> {
+        let (k2, g2) = (kc.next(k, b), base.next(g, b));
+        match (k2 == 0, g2 == 0) {
+            (true, true) => Some(KeyStep::Same),
+            (false, true) => None,
+            (true, false) => {
+                (base.accepting(g2) && base.allowed(g2).is_empty()).then_some(KeyStep::Closed)
+            }
+            (false, false) => {
+                let acc = kc.accepting(k2);
+                if acc != base.accepting(g2) {
+                    return None;
+                }
+                if acc {
+                    return (kc.allowed(k2).is_empty() && base.allowed(g2).is_empty())
+                        .then_some(KeyStep::Same);
+                }
+                if k2 >= trie0 {
+                    return Some(KeyStep::Walk(k2, g2));
+                }
+                let same = match checked[k2 as usize] {
+                    Some((g, same)) if g == g2 => same,
+                    seen => {
+                        let same = equivalent_within(kc, k2, base, g2, depth).0 == Some(true);
+                        if seen.is_none() {
+                            checked[k2 as usize] = Some((g2, same));
+                        }
+                        same
+                    }
+                };
+                same.then_some(KeyStep::Same)
+            }
+        }
+    };
+    // Children whose key closed: their tokens leave `accept` and `finals`, the nodes
+    // below them leave `uncertain`.
+    let mut closed: Vec<u32> = Vec::new();
+    let mut stack: Vec<(u32, u32, u32)> = vec![(0, state, g0)];
+    let mut work = 0usize;
+    while let Some((n, k, g)) = stack.pop() {
+        let end = trie.end(n);
+        let mut visit = |c: u32, b: u8, stack: &mut Vec<(u32, u32, u32)>| -> Option<()> {
+            match step(b, k, g)? {
+                KeyStep::Same => {}
+                KeyStep::Closed => closed.push(c),
+                KeyStep::Walk(k2, g2) => {
+                    if trie.end(c) > c + 1 {
+                        stack.push((c, k2, g2));
+                    }
+                }
+            }
+            Some(())
+        };
+        if let Some((bytes, kids)) = trie.wide(n) {
+            work += kids.len();
+            if work > MAX_KEY_DERIVE_WORK {
+                return None;
+            }
+            for (b, &c) in bytes.iter().zip(kids) {
+                visit(c, b, &mut stack)?;
+            }
+        } else {
+            let mut c = n + 1;
+            while c < end {
+                work += 1;
+                if work > MAX_KEY_DERIVE_WORK {
+                    return None;
+                }
+                visit(c, trie.byte(c), &mut stack)?;
+                c = trie.end(c);
+            }
+        }
+    }
+    let mut accept = words.clone();
+    let mut gone: Vec<u32> = Vec::new();
+    let mut cut: Vec<(u32, u32)> = Vec::new();
+    for &c in &closed {
+        for &t in trie.tokens_at(c) {
+            accept[(t >> 5) as usize] &= !(1 << (t & 31));
+            gone.push(t);
+        }
+        let ce = trie.end(c);
+        if ce > c + 1 {
+            cut.push((c + 1, ce));
+        }
+    }
+    gone.sort_unstable();
+    let finals = from
+        .finals
+        .iter()
+        .copied()
+        .filter(|t| gone.binary_search(t).is_err())
+        .collect();
+    cut.sort_unstable();
+    Some(StateTokens {
+        accept: TokenSet::Dense(accept),
+        uncertain: subtract_ranges(&from.uncertain, &cut),
+        finals,
+    })
+}
+
+/// The half-open ranges of `a` (sorted, disjoint) less those of `cut` (sorted, disjoint).
+/// Cost: O(|a| + |cut|).
+fn subtract_ranges(a: &[(u32, u32)], cut: &[(u32, u32)]) -> Vec<(u32, u32)> {
+    let mut out = Vec::with_capacity(a.len() + cut.len());
+    let mut j = 0;
+    for &(mut lo, hi) in a {
+        while j < cut.len() && cut[j].1 <= lo {
+            j += 1;
+        }
+        let mut i = j;
+        while lo < hi && i < cut.len() && cut[i].0 < hi {
+            if cut[i].0 > lo {
+                out.push((lo, cut[i].0));
+            }
+            lo = lo.max(cut[i].1);
+            i += 1;
+        }
+        if lo < hi {
+            out.push((lo, hi));
+        }
+    }
+    out
 }
 
 /// The bound of [`PlainReach::bound_from`] between two states of counted lexemes, given
@@ -3088,6 +3292,121 @@ mod tests {
         let key: String = keys[0].iter().collect();
         let at_key = walk(&kc, format!("\"{key}").as_bytes());
         assert!(kc.allowed(at_key).contains(b'a') && !kc.allowed(at_key).contains(b'"'));
+    }
+
+    /// A key complement's tables derived from the plain string's are the tables its own
+    /// walk computes (token for token: the uncertain ranges may be cut differently), at
+    /// the trie states a derivation takes; and it takes the state after the opening quote
+    /// and those after a key's prefix.
+    #[test]
+    fn key_complement_tables_derive_exactly() {
+        let vocab = test_vocab("llama3_1");
+        let trie = vocab.trie();
+        let u8ch = r#"(?:[ !#-\[\]-\x7f]|[\xc2-\xdf][\x80-\xbf]|\xe0[\xa0-\xbf][\x80-\xbf]|[\xe1-\xec\xee\xef][\x80-\xbf]{2}|\xed[\x80-\x9f][\x80-\xbf]|\xf0[\x90-\xbf][\x80-\xbf]{2}|[\xf1-\xf3][\x80-\xbf]{3}|\xf4[\x80-\x8f][\x80-\xbf]{2}|\\["/\\bfnrt])"#;
+        let dev = dfa(&format!("{u8ch}{u8ch}*\""));
+        let base = dfa(&format!("\"{u8ch}*\""));
+        let g0 = walk(&base, b"\"");
+        let from = plain_walk_table(&base, g0, trie, vocab.len());
+        let tokens = |t: &StateTokens| {
+            let mut u: Vec<u32> = t
+                .uncertain
+                .iter()
+                .flat_map(|&(a, b)| trie.tokens_in(a, b).iter().copied())
+                .collect();
+            u.sort_unstable();
+            let mut f = t.finals.clone();
+            f.sort_unstable();
+            let mut m = vec![0u32; vocab.len().div_ceil(32)];
+            t.accept.or_into(&mut m);
+            (m, u, f)
+        };
+        let mut rnd = crate::compile::test_rng(11);
+        let alphabet: Vec<char> = "abcdenrst _-.0é\"\\/".chars().collect();
+        let words = [
+            "name",
+            "type",
+            "id",
+            "description",
+            "n",
+            "na",
+            "",
+            "a b",
+            "é",
+            "\"q\"",
+        ];
+        let mut derived = 0;
+        for round in 0..4 {
+            let mut keys: Vec<Vec<char>> = words.iter().map(|w| w.chars().collect()).collect();
+            keys.truncate(3 + round * 2);
+            for _ in 0..20 * round {
+                let n = 1 + rnd(7);
+                keys.push(
+                    (0..n)
+                        .map(|_| alphabet[rnd(alphabet.len() as u64) as usize])
+                        .collect(),
+                );
+            }
+            let kc = crate::compile::keys::key_complement(
+                &keys,
+                crate::schema::json_encodings,
+                &dev,
+                1 << 16,
+                64 << 20,
+            )
+            .unwrap();
+            let trie0 = crate::compile::keys::trie_start(&kc);
+            // The states after the opening quote, after key prefixes, and inside an
+            // escape and a two-byte character.
+            let mut inputs: Vec<Vec<u8>> =
+                vec![b"\"".to_vec(), b"\"\\".to_vec(), b"\"\xc3".to_vec()];
+            for k in &keys {
+                let k: String = k.iter().collect();
+                let enc: Vec<u8> = k
+                    .chars()
+                    .flat_map(|c| crate::schema::json_encodings(c).swap_remove(0))
+                    .collect();
+                for cut in 0..=enc.len().min(4) {
+                    let mut v = b"\"".to_vec();
+                    v.extend_from_slice(&enc[..cut]);
+                    inputs.push(v);
+                }
+            }
+            inputs.sort();
+            inputs.dedup();
+            for input in &inputs {
+                let s = walk(&kc, input);
+                if s < trie0 {
+                    // In the tail (no key goes on with an escape or a two-byte character).
+                    assert!(input.len() == 2, "{input:?} left the trie");
+                    continue;
+                }
+                let d = derive_key_complement(&kc, s, trie0, &base, g0, &from, trie, vocab.len());
+                let at_boundary = input.len() == 1
+                    || input
+                        .iter()
+                        .all(|b| b.is_ascii_alphanumeric() || *b == b'"' || *b == b' ');
+                if at_boundary && input.len() <= 3 {
+                    assert!(d.is_some(), "{input:?}: not derived");
+                }
+                if let Some(d) = d {
+                    let w = plain_walk_table(&kc, s, trie, vocab.len());
+                    assert!(tokens(&d) == tokens(&w), "keys {keys:?}, after {input:?}");
+                    derived += 1;
+                }
+            }
+        }
+        assert!(derived > 20, "{derived}");
+    }
+
+    #[test]
+    fn subtracted_ranges_leave_the_rest() {
+        let a = [(0, 10), (12, 20), (25, 30)];
+        assert_eq!(subtract_ranges(&a, &[]), a.to_vec());
+        assert_eq!(
+            subtract_ranges(&a, &[(2, 3), (9, 13), (15, 16), (25, 30)]),
+            vec![(0, 2), (3, 9), (13, 15), (16, 20)]
+        );
+        assert_eq!(subtract_ranges(&a, &[(0, 40)]), vec![]);
     }
 
     /// The safe depth that refutes a share before the bisimulation never refutes states

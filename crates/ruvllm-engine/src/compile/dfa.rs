@@ -494,6 +494,11 @@ pub struct Lexeme {
     /// when it is cached under a structural key, which does not name it (see
     /// `Lowerer::lexeme_of`).
     name: OnceLock<String>,
+    /// For a key complement built from its keys (see `super::keys`): the lexeme of any
+    /// JSON string of the same characters, from whose table after the opening quote the
+    /// tables of the complement's trie states are derived (see
+    /// `crate::tables::derive_key_complement`).
+    key_base: OnceLock<Arc<Lexeme>>,
 }
 
 /// Bytes of a lexeme's printed regex kept as its name (diagnostics show 60 at most).
@@ -528,7 +533,21 @@ impl Lexeme {
             dfa,
             tables: Mutex::new(Vec::new()),
             name: OnceLock::new(),
+            key_base: OnceLock::new(),
         })
+    }
+
+    /// For a key complement built from its keys, the lexeme of every JSON string of its
+    /// characters (see [`Lexeme::set_key_base`]). Cost: a load.
+    pub(crate) fn key_base(&self) -> Option<&Arc<Lexeme>> {
+        self.key_base.get()
+    }
+
+    /// Records `base`, the lexeme of `"` then any string characters then `"`, the
+    /// characters being those of this key complement (once; later calls are ignored).
+    /// Its tables then derive this lexeme's (see `crate::tables`). Cost: O(1).
+    pub(crate) fn set_key_base(&self, base: Arc<Lexeme>) {
+        let _ = self.key_base.set(base);
     }
 
     /// The start of its regex as printed, when it was named (see [`Lexeme::set_name`]).

@@ -27,6 +27,10 @@
 //! The result has the language of the expansion (the tests check both automata against
 //! each other on random key sets), with the tail shared by every trie node.
 //!
+//! Its token tables are not walked either: each trie state's is derived from the table of
+//! a plain JSON string of the same characters (`crate::tables`), which every schema shares;
+//! the lexeme keeps that string's lexeme for it (`base_expr`).
+//!
 //! Encodings come from the schema module (`json_encodings`): the raw character where a
 //! JSON string may hold it, its short escape, `\u00XX` for controls; they are prefix-free,
 //! so a byte string completes at most one character.
@@ -47,6 +51,28 @@ pub(crate) fn dev_expr(ch: &Expr) -> Expr {
         },
         Expr::Literal(b"\"".to_vec()),
     ])
+}
+
+/// The expression of every JSON string of string character `ch`, quotes included: the
+/// lexeme whose tables derive a key complement's (see [`trie_start`]).
+pub(crate) fn base_expr(ch: &Expr) -> Expr {
+    Expr::Seq(vec![
+        Expr::Literal(b"\"".to_vec()),
+        Expr::Repeat {
+            e: Box::new(ch.clone()),
+            min: 0,
+            max: None,
+        },
+        Expr::Literal(b"\"".to_vec()),
+    ])
+}
+
+/// The first trie state of a DFA that [`key_complement`] built: the state after the
+/// opening quote. The states from there on are the trie's (a key prefix read); those
+/// below it are the start, the end and the tail's (`dev`), which behave as some state of
+/// a plain JSON string. Cost: one step.
+pub(crate) fn trie_start(kc: &Dfa) -> u32 {
+    kc.next(kc.start(), b'"')
 }
 
 /// The DFA of the JSON strings, quotes included, other than `keys`, where a key

@@ -1258,9 +1258,20 @@ impl<'a> Lowerer<'a> {
             let dev = dev.clone();
             move || text + dev.name().unwrap_or_default()
         };
-        self.register(&cache_key, key, name, move || {
+        let l = self.register(&cache_key, key, name, move || {
             keys::key_complement(&keys, crate::schema::json_encodings, &dev, states, bytes)
-        })
+        })?;
+        // The plain string of the same characters, whose tables derive this lexeme's
+        // (once per cached lexeme).
+        if let Some(l) = l {
+            let lexeme = self.lexemes[l as usize].clone();
+            if lexeme.key_base().is_none() {
+                if let Some((_, base)) = self.part(&[&keys::base_expr(k.ch())])? {
+                    lexeme.set_key_base(base);
+                }
+            }
+        }
+        Ok(l)
     }
 
     /// Builds (or reuses) the lexeme for `hir`; `None` when it exceeds the DFA limits.
