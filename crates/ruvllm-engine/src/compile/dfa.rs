@@ -497,8 +497,8 @@ pub struct Lexeme {
     /// For a key complement built from its keys (see `super::keys`): the lexeme of any
     /// JSON string of the same characters, from whose table after the opening quote the
     /// tables of the complement's trie states are derived (see
-    /// `crate::tables::derive_key_complement`).
-    key_base: OnceLock<Arc<Lexeme>>,
+    /// `crate::tables::derive_key_complement`), and the tail automaton it was built with.
+    key_base: OnceLock<(Arc<Lexeme>, Arc<Lexeme>)>,
 }
 
 /// Bytes of a lexeme's printed regex kept as its name (diagnostics show 60 at most).
@@ -538,16 +538,18 @@ impl Lexeme {
     }
 
     /// For a key complement built from its keys, the lexeme of every JSON string of its
-    /// characters (see [`Lexeme::set_key_base`]). Cost: a load.
-    pub(crate) fn key_base(&self) -> Option<&Arc<Lexeme>> {
+    /// characters and the tail automaton (`dev`) it was built with (see
+    /// [`Lexeme::set_key_base`]). Cost: a load.
+    pub(crate) fn key_base(&self) -> Option<&(Arc<Lexeme>, Arc<Lexeme>)> {
         self.key_base.get()
     }
 
     /// Records `base`, the lexeme of `"` then any string characters then `"`, the
-    /// characters being those of this key complement (once; later calls are ignored).
-    /// Its tables then derive this lexeme's (see `crate::tables`). Cost: O(1).
-    pub(crate) fn set_key_base(&self, base: Arc<Lexeme>) {
-        let _ = self.key_base.set(base);
+    /// characters being those of this key complement, and `dev`, the tail automaton this
+    /// lexeme was built from (once; later calls are ignored). Its tables then derive this
+    /// lexeme's (see `crate::tables`). Cost: O(1).
+    pub(crate) fn set_key_base(&self, base: Arc<Lexeme>, dev: Arc<Lexeme>) {
+        let _ = self.key_base.set((base, dev));
     }
 
     /// The start of its regex as printed, when it was named (see [`Lexeme::set_name`]).

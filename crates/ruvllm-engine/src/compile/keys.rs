@@ -75,6 +75,18 @@ pub(crate) fn trie_start(kc: &Dfa) -> u32 {
     kc.next(kc.start(), b'"')
 }
 
+/// The state of `dev` that state `s` of a DFA [`key_complement`] built from `dev` is a
+/// copy of (the same transitions, moved up), if `s` is in its tail: between its end and
+/// `trie0`, its first trie state ([`trie_start`]). Cost: O(1).
+pub(crate) fn tail_state(s: u32, trie0: u32) -> Option<u32> {
+    (s > END && s < trie0).then(|| s - END)
+}
+
+/// The start state of a DFA [`key_complement`] builds (before the opening quote).
+const START: u32 = 1;
+/// Its end state (after the closing quote); its tail's states follow.
+const END: u32 = 2;
+
 /// The DFA of the JSON strings, quotes included, other than `keys`, where a key
 /// character is read in any of its `encodings` and `dev` is the automaton of "one
 /// character in any of its encodings, then any string characters, then `"`".
@@ -121,8 +133,6 @@ pub(crate) fn key_complement(
     }
     // State numbers: 0 dead, 1 start, 2 end, then `dev`'s live states, then one trie
     // state per node, then the partial characters.
-    const START: u32 = 1;
-    const END: u32 = 2;
     let dev_n = dev.num_states() as u32;
     let from_dev = |d: u32| if d == 0 { 0 } else { END + d };
     let trie0 = END + dev_n;

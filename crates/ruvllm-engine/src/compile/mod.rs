@@ -1258,17 +1258,19 @@ impl<'a> Lowerer<'a> {
             let dev = dev.clone();
             move || text + dev.name().unwrap_or_default()
         };
-        let l = self.register(&cache_key, key, name, move || {
+        let built = std::cell::Cell::new(false);
+        let tail = dev.clone();
+        let l = self.register(&cache_key, key, name, || {
+            built.set(true);
             keys::key_complement(&keys, crate::schema::json_encodings, &dev, states, bytes)
         })?;
-        // The plain string of the same characters, whose tables derive this lexeme's
-        // (once per cached lexeme).
-        if let Some(l) = l {
-            let lexeme = self.lexemes[l as usize].clone();
-            if lexeme.key_base().is_none() {
-                if let Some((_, base)) = self.part(&[&keys::base_expr(k.ch())])? {
-                    lexeme.set_key_base(base);
-                }
+        // The plain string of the same characters, whose tables derive this lexeme's,
+        // recorded when the lexeme is built here: its states past the start and end are
+        // then `tail`'s, numbered as in `tail` (a cached one may come from another build
+        // of the tail).
+        if let (Some(l), true) = (l, built.get()) {
+            if let Some((_, base)) = self.part(&[&keys::base_expr(k.ch())])? {
+                self.lexemes[l as usize].set_key_base(base, tail);
             }
         }
         Ok(l)
