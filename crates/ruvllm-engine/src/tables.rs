@@ -27,14 +27,20 @@ use crate::byteset::ByteSet;
 use crate::compile::{Dfa, Lexeme};
 use crate::vocab::{plain, TokenTrie};
 
-/// A set of token ids: sorted ids when few, a bitmap when many.
+/// A set of token ids: sorted ids when few, a bitmap when many, or another table's
+/// bitmap less a few tokens.
 #[derive(Debug, Clone)]
 pub(crate) enum TokenSet {
     Sparse(Vec<u32>),
-    Dense(Vec<u32>),
+    Dense(Arc<[u32]>),
+    /// The bitmap of another table (shared), less the bits of each (word index, bits)
+    /// pair, sorted by word: a key complement's table, which is a plain string's less the
+    /// tokens that close a key (see [`derive_key_complement`]).
+    Minus(Arc<[u32]>, Box<[(u32, u32)]>),
 }
 
 impl TokenSet {
+    /// Sets the bits of the set's tokens in `mask`. Cost: O(ids), or O(words).
     #[inline]
     pub fn or_into(&self, mask: &mut [u32]) {
         match self {
@@ -43,18 +49,42 @@ impl TokenSet {
                     mask[(t >> 5) as usize] |= 1 << (t & 31);
                 }
             }
-            TokenSet::Dense(words) => {
-                for (m, w) in mask.iter_mut().zip(words) {
-                    *m |= *w;
+            TokenSet::Dense(words) => or_words(mask, words),
+            TokenSet::Minus(words, drop) => {
+                // The runs between dropped words whole, each dropped word without its
+                // bits.
+                let mut from = 0;
+                for &(i, bits) in drop.iter() {
+                    let i = i as usize;
+                    if i >= words.len() || i >= mask.len() {
+                        break;
+                    }
+                    or_words(&mut mask[from..i], &words[from..i]);
+                    mask[i] |= words[i] & !bits;
+                    from = i + 1;
+                }
+                if from < words.len() && from < mask.len() {
+                    or_words(&mut mask[from..], &words[from..]);
                 }
             }
         }
     }
 
+    /// Heap bytes of the set (a shared bitmap counted where it was built). Cost: O(1).
     pub fn memory(&self) -> usize {
         match self {
-            TokenSet::Sparse(v) | TokenSet::Dense(v) => v.len() * 4,
+            TokenSet::Sparse(v) => v.len() * 4,
+            TokenSet::Dense(v) => v.len() * 4,
+            TokenSet::Minus(_, drop) => drop.len() * 8,
         }
+    }
+}
+
+/// `mask |= words`, word by word. Cost: O(words).
+#[inline]
+fn or_words(mask: &mut [u32], words: &[u32]) {
+    for (m, w) in mask.iter_mut().zip(words) {
+        *m |= *w;
     }
 }
 
@@ -969,9 +999,16 @@ fn compute_with<'a>(
         // The earlier table's tokens among the plain ones of at most `k` characters.
         let mut bits = trie.plain_char_seed(0, *k, vocab_len.div_ceil(32));
         match &r.accept {
-            TokenSet::Dense(words) => {
-                for (b, w) in bits.iter_mut().zip(words) {
+            TokenSet::Dense(words) | TokenSet::Minus(words, _) => {
+                for (b, w) in bits.iter_mut().zip(words.iter()) {
                     *b &= *w;
+                }
+                if let TokenSet::Minus(_, drop) = &r.accept {
+                    for &(i, d) in drop.iter() {
+                        if let Some(b) = bits.get_mut(i as usize) {
+                            *b &= !d;
+                        }
+                    }
                 }
                 let n: u32 = bits.iter().map(|w| w.count_ones()).sum();
                 if n as usize * 32 <= vocab_len {
@@ -1342,8 +1379,8 @@ enum KeyStep {
 /// Why: a complement's table after its opening quote keeps most of the vocabulary, and
 /// its own plain-reach search and walk run over the whole key trie (on the 97 MaskBench
 /// files with a mask over 1.8 ms, 3,941 such tables took 624 ms, 158 µs each); every
-/// object with other properties has its own key set, so no table is shared. Cost: a copy
-/// of `from`'s accept bitmap and O(children of the trie nodes that spell key prefixes or
+/// object with other properties has its own key set, so no table is shared. The table
+/// keeps `from`'s accept bitmap (shared) and the bits it takes out. Cost: O(children of the trie nodes that spell key prefixes or
 /// start an escape), at most [`MAX_KEY_DERIVE_WORK`], plus an equivalence check (about
 /// 8 µs) per pair of states `checked` does not know yet.
 fn derive_key_complement(
@@ -1429,18 +1466,23 @@ fn derive_key_complement(
     if refused.is_empty() {
         return Some(None);
     }
-    let mut accept = words.clone();
     let mut gone: Vec<u32> = Vec::new();
     let mut cut: Vec<(u32, u32)> = Vec::new();
     for &c in &refused {
         let ce = trie.end(c);
-        for &t in trie.tokens_in(c, ce) {
-            accept[(t >> 5) as usize] &= !(1 << (t & 31));
-            gone.push(t);
-        }
+        gone.extend_from_slice(trie.tokens_in(c, ce));
         cut.push((c, ce));
     }
     gone.sort_unstable();
+    // The string's bitmap, shared, less those tokens' bits (by word).
+    let mut drop: Vec<(u32, u32)> = Vec::new();
+    for &t in &gone {
+        let (w, bit) = (t >> 5, 1u32 << (t & 31));
+        match drop.last_mut() {
+            Some((lw, bits)) if *lw == w => *bits |= bit,
+            _ => drop.push((w, bit)),
+        }
+    }
     let finals = from
         .finals
         .iter()
@@ -1449,7 +1491,7 @@ fn derive_key_complement(
         .collect();
     cut.sort_unstable();
     Some(Some(StateTokens {
-        accept: TokenSet::Dense(accept),
+        accept: TokenSet::Minus(words.clone(), drop.into()),
         uncertain: subtract_ranges(&from.uncertain, &cut),
         finals,
     }))
@@ -1842,7 +1884,7 @@ impl Accept {
                 v.sort_unstable();
                 TokenSet::Sparse(v)
             }
-            Accept::Bits(words) => TokenSet::Dense(words),
+            Accept::Bits(words) => TokenSet::Dense(words.into()),
         }
     }
 }
@@ -3470,6 +3512,29 @@ mod tests {
             }
         }
         assert!(derived > 40 && same > 0, "{derived} {same}");
+    }
+
+    /// A shared bitmap less some bits sets exactly its other bits, and leaves the bits
+    /// already in the mask (other items' tokens) alone.
+    #[test]
+    fn minus_sets_or_exactly() {
+        let mut rnd = crate::compile::test_rng(5);
+        for n in [1usize, 2, 7, 64, 300] {
+            let words: Vec<u32> = (0..n).map(|_| rnd(u32::MAX as u64) as u32).collect();
+            let mut drop: Vec<(u32, u32)> = Vec::new();
+            for i in 0..n {
+                if rnd(3) == 0 {
+                    drop.push((i as u32, rnd(u32::MAX as u64) as u32));
+                }
+            }
+            let before: Vec<u32> = (0..n).map(|_| rnd(u32::MAX as u64) as u32).collect();
+            let mut mask = before.clone();
+            TokenSet::Minus(words.clone().into(), drop.clone().into()).or_into(&mut mask);
+            for i in 0..n {
+                let d = drop.iter().find(|e| e.0 as usize == i).map_or(0, |e| e.1);
+                assert_eq!(mask[i], before[i] | (words[i] & !d), "word {i} of {n}");
+            }
+        }
     }
 
     #[test]
