@@ -445,8 +445,14 @@ impl Tables {
         // keys that both tables share proves them apart only where a key closes.
         if let Some((base, tail)) = lexeme.key_base() {
             let trie0 = crate::compile::keys::trie_start(lexeme);
-            let g0 = base.next(base.start(), b'"');
-            if trie0 != 0 && state >= trie0 && g0 != 0 {
+            // A trie state derives from the string's state after the opening quote, the
+            // start (tokens that open the key) from the string's start.
+            let g0 = if state == lexeme.start() {
+                base.start()
+            } else {
+                base.next(base.start(), b'"')
+            };
+            if trie0 != 0 && (state >= trie0 || state == lexeme.start()) && g0 != 0 {
                 let bt = base.tables_for(self.vocab_id, self.depth);
                 let from = bt.slot(base, g0, trie, vocab_len).clone();
                 // The equivalences of tail and string states found so far, out of the
@@ -1358,8 +1364,9 @@ enum KeyStep {
 }
 
 /// The table of `state`, a trie state of the key complement `kc` (a key prefix read, see
-/// `compile::keys`), derived from `from`, the table of `g0`, the state after the opening
-/// quote of `base`, a plain JSON string of the same characters; `None` when the walk
+/// `compile::keys`) or its start, derived from `from`, the table of `g0`, the state after
+/// the opening quote (or the start) of `base`, a plain JSON string of the same
+/// characters; `None` when the walk
 /// meets a token the complement keeps and the string does not, or states that accept
 /// differently (then the table is computed as any other); `Some(None)` when the table is
 /// `from` itself (no key closes within the longest token).
@@ -1390,11 +1397,10 @@ fn derive_key_complement(
     trie: &TokenTrie,
     vocab_len: usize,
 ) -> Option<Option<StateTokens>> {
-    let TokenSet::Dense(words) = &from.accept else {
-        return None;
-    };
-    if words.len() != vocab_len.div_ceil(32) {
-        return None;
+    match &from.accept {
+        TokenSet::Dense(words) if words.len() == vocab_len.div_ceil(32) => {}
+        TokenSet::Sparse(_) => {}
+        _ => return None,
     }
     let depth = trie.max_depth();
     let mut step = |b: u8, k: u32, g: u32| -> Option<KeyStep> {
@@ -1474,24 +1480,27 @@ fn derive_key_complement(
         cut.push((c, ce));
     }
     gone.sort_unstable();
-    // The string's bitmap, shared, less those tokens' bits (by word).
-    let mut drop: Vec<(u32, u32)> = Vec::new();
-    for &t in &gone {
-        let (w, bit) = (t >> 5, 1u32 << (t & 31));
-        match drop.last_mut() {
-            Some((lw, bits)) if *lw == w => *bits |= bit,
-            _ => drop.push((w, bit)),
+    let kept = |t: &u32| gone.binary_search(t).is_err();
+    let accept = match &from.accept {
+        // The string's bitmap, shared, less those tokens' bits (by word).
+        TokenSet::Dense(words) => {
+            let mut drop: Vec<(u32, u32)> = Vec::new();
+            for &t in &gone {
+                let (w, bit) = (t >> 5, 1u32 << (t & 31));
+                match drop.last_mut() {
+                    Some((lw, bits)) if *lw == w => *bits |= bit,
+                    _ => drop.push((w, bit)),
+                }
+            }
+            TokenSet::Minus(words.clone(), drop.into())
         }
-    }
-    let finals = from
-        .finals
-        .iter()
-        .copied()
-        .filter(|t| gone.binary_search(t).is_err())
-        .collect();
+        TokenSet::Sparse(ids) => TokenSet::Sparse(ids.iter().copied().filter(kept).collect()),
+        TokenSet::Minus(..) => return None,
+    };
+    let finals = from.finals.iter().copied().filter(kept).collect();
     cut.sort_unstable();
     Some(Some(StateTokens {
-        accept: TokenSet::Minus(words.clone(), drop.into()),
+        accept,
         uncertain: subtract_ranges(&from.uncertain, &cut),
         finals,
     }))
@@ -3447,6 +3456,7 @@ mod tests {
             let base = dfa(&format!("\"{ch}*\""));
             let g0 = walk(&base, b"\"");
             let from = plain_walk_table(&base, g0, trie, vocab.len());
+            let from_start = plain_walk_table(&base, base.start(), trie, vocab.len());
             // One memo for every key set, as for the complements of one tail.
             let mut memo = TailEq::default();
             for round in 0..4 {
@@ -3478,6 +3488,21 @@ mod tests {
                         inputs.push(v);
                     }
                 }
+                // The start, derived from the string's start.
+                let at_start = derive_key_complement(
+                    (&kc, kc.start(), trie0),
+                    (&base, base.start(), &from_start),
+                    (&dev, &mut memo),
+                    trie,
+                    vocab.len(),
+                )
+                .expect("the start is derived");
+                let at_start = at_start.unwrap_or_else(|| from_start.clone());
+                let w = plain_walk_table(&kc, kc.start(), trie, vocab.len());
+                assert!(
+                    tokens(&at_start) == tokens(&w),
+                    "keys {keys:?}, at the start"
+                );
                 inputs.sort();
                 inputs.dedup();
                 for input in &inputs {

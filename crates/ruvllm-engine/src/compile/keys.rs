@@ -54,7 +54,7 @@ pub(crate) fn dev_expr(ch: &Expr) -> Expr {
 }
 
 /// The expression of every JSON string of string character `ch`, quotes included: the
-/// lexeme whose tables derive a key complement's (see [`trie_start`]).
+/// lexeme whose tables derive a key complement's (see `crate::tables`).
 pub(crate) fn base_expr(ch: &Expr) -> Expr {
     Expr::Seq(vec![
         Expr::Literal(b"\"".to_vec()),
