@@ -440,60 +440,8 @@ impl Tables {
             TABLE_BYTES.fetch_add(t.memory(), std::sync::atomic::Ordering::Relaxed);
             return Arc::new(t);
         }
-        // A key complement's start or trie state (a key prefix read): derived from the
-        // plain string's table at its start or after its opening quote, which every
-        // schema shares (see `derive_key_complement`), unless that walk gives up.
-        if let Some((base, tail)) = lexeme.key_base() {
-            let trie0 = crate::compile::keys::trie_start(lexeme);
-            // A trie state derives from the string's state after the opening quote, the
-            // start (tokens that open the key) from the string's start.
-            let g0 = if state == lexeme.start() {
-                base.start()
-            } else {
-                base.next(base.start(), b'"')
-            };
-            if trie0 != 0 && (state >= trie0 || state == lexeme.start()) && g0 != 0 {
-                let bt = base.tables_for(self.vocab_id, self.depth);
-                let from = bt.slot(base, g0, trie, vocab_len).clone();
-                // The equivalences of tail and string states found so far, out of the
-                // lock while this table is derived.
-                let key = (
-                    Arc::as_ptr(tail) as usize,
-                    Arc::as_ptr(base) as usize,
-                    self.depth,
-                );
-                let mut memo = tail_memos()
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(&key)
-                    .map(|e| e.2)
-                    .unwrap_or_default();
-                let derived = derive_key_complement(
-                    (lexeme, state, trie0),
-                    (base, g0, &from),
-                    (tail, &mut memo),
-                    trie,
-                    vocab_len,
-                );
-                {
-                    let mut all = tail_memos().lock().unwrap_or_else(|e| e.into_inner());
-                    if all.len() >= MAX_TAIL_MEMOS {
-                        all.clear();
-                    }
-                    all.insert(key, (tail.clone(), base.clone(), memo));
-                }
-                if let Some(t) = derived {
-                    // The same table as the string's (no key closes within the longest
-                    // token): shared, as a sharing check would find it.
-                    let Some(t) = t else {
-                        return from;
-                    };
-                    let t = Arc::new(t);
-                    TABLE_BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    TABLE_BYTES.fetch_add(t.memory(), std::sync::atomic::Ordering::Relaxed);
-                    return t;
-                }
-            }
+        if let Some(t) = self.key_complement_table(lexeme, state, trie, vocab_len) {
+            return t;
         }
         let hot: Vec<Arc<Hot>> = registry()
             .lock()
@@ -617,6 +565,70 @@ impl Tables {
             list.truncate(MAX_HOT);
         }
         t
+    }
+
+    /// The table of `state` of a key complement built from its keys, its start or a trie
+    /// state (a key prefix read): derived from the plain string's table at its start or
+    /// after its opening quote, which every schema shares (see [`derive_key_complement`]);
+    /// `None` for any other lexeme or state, or when that walk gives up. Cost: that of
+    /// the derivation, and the string's table on its first use.
+    fn key_complement_table(
+        &self,
+        lexeme: &Arc<Lexeme>,
+        state: u32,
+        trie: &TokenTrie,
+        vocab_len: usize,
+    ) -> Option<Arc<StateTokens>> {
+        let (base, tail) = lexeme.key_base()?;
+        let trie0 = crate::compile::keys::trie_start(lexeme);
+        // A trie state derives from the string's state after the opening quote, the
+        // start (tokens that open the key) from the string's start.
+        let g0 = if state == lexeme.start() {
+            base.start()
+        } else {
+            base.next(base.start(), b'"')
+        };
+        if trie0 == 0 || (state < trie0 && state != lexeme.start()) || g0 == 0 {
+            return None;
+        }
+        let bt = base.tables_for(self.vocab_id, self.depth);
+        let from = bt.slot(base, g0, trie, vocab_len).clone();
+        // The equivalences of tail and string states found so far, out of the lock
+        // while this table is derived.
+        let key = (
+            Arc::as_ptr(tail) as usize,
+            Arc::as_ptr(base) as usize,
+            self.depth,
+        );
+        let mut memo = tail_memos()
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&key)
+            .map(|e| e.2)
+            .unwrap_or_default();
+        let derived = derive_key_complement(
+            (lexeme, state, trie0),
+            (base, g0, &from),
+            (tail, &mut memo),
+            trie,
+            vocab_len,
+        );
+        {
+            let mut all = tail_memos().lock().unwrap_or_else(|e| e.into_inner());
+            if all.len() >= MAX_TAIL_MEMOS {
+                all.clear();
+            }
+            all.insert(key, (tail.clone(), base.clone(), memo));
+        }
+        // `Some(None)`: the same table as the string's (no key closes within the longest
+        // token), shared as a sharing check would find it.
+        let Some(t) = derived? else {
+            return Some(from);
+        };
+        let t = Arc::new(t);
+        TABLE_BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        TABLE_BYTES.fetch_add(t.memory(), std::sync::atomic::Ordering::Relaxed);
+        Some(t)
     }
 
     /// A table the table of `state` derives from, and the bound in characters that
@@ -1366,10 +1378,10 @@ enum KeyStep {
 /// The table of `state`, a trie state of the key complement `kc` (a key prefix read, see
 /// `compile::keys`) or its start, derived from `from`, the table of `g0`, the state after
 /// the opening quote (or the start) of `base`, a plain JSON string of the same
-/// characters; `None` when the walk
-/// meets a token the complement keeps and the string does not, or states that accept
-/// differently (then the table is computed as any other); `Some(None)` when the table is
-/// `from` itself (no key closes within the longest token).
+/// characters; `None` when the walk meets a token the complement keeps and the string
+/// does not, or states that accept differently (then the table is computed as any
+/// other); `Some(None)` when the table is `from` itself (no key closes within the
+/// longest token).
 ///
 /// The two lexemes read string characters alike, except that the complement refuses a
 /// closing quote right after a key (and, where the string's characters include `\uXXXX`
@@ -1387,9 +1399,10 @@ enum KeyStep {
 /// its own plain-reach search and walk run over the whole key trie (on the 97 MaskBench
 /// files with a mask over 1.8 ms, 3,941 such tables took 624 ms, 158 µs each); every
 /// object with other properties has its own key set, so no table is shared. The table
-/// keeps `from`'s accept bitmap (shared) and the bits it takes out. Cost: O(children of the trie nodes that spell key prefixes or
-/// start an escape), at most [`MAX_KEY_DERIVE_WORK`], plus an equivalence check (about
-/// 8 µs) per pair of states `checked` does not know yet.
+/// keeps `from`'s accept bitmap (shared) and the bits it takes out. Cost: O(children of
+/// the trie nodes that spell key prefixes or start an escape), at most
+/// [`MAX_KEY_DERIVE_WORK`], plus an equivalence check (about 8 µs) per pair of states
+/// `checked` does not know yet.
 fn derive_key_complement(
     (kc, state, trie0): (&Dfa, u32, u32),
     (base, g0, from): (&Dfa, u32, &StateTokens),

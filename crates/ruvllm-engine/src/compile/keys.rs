@@ -42,22 +42,19 @@ use crate::grammar::Expr;
 /// The tail automaton's expression for string character `ch`: one character (any, as
 /// `json_chars` writes it), then any string characters, then the closing quote.
 pub(crate) fn dev_expr(ch: &Expr) -> Expr {
-    Expr::Seq(vec![
-        crate::schema::json_chars(&[('\0', char::MAX)]),
-        Expr::Repeat {
-            e: Box::new(ch.clone()),
-            min: 0,
-            max: None,
-        },
-        Expr::Literal(b"\"".to_vec()),
-    ])
+    then_string(crate::schema::json_chars(&[('\0', char::MAX)]), ch)
 }
 
 /// The expression of every JSON string of string character `ch`, quotes included: the
 /// lexeme whose tables derive a key complement's (see `crate::tables`).
 pub(crate) fn base_expr(ch: &Expr) -> Expr {
+    then_string(Expr::Literal(b"\"".to_vec()), ch)
+}
+
+/// `first`, then any string characters `ch`, then the closing quote.
+fn then_string(first: Expr, ch: &Expr) -> Expr {
     Expr::Seq(vec![
-        Expr::Literal(b"\"".to_vec()),
+        first,
         Expr::Repeat {
             e: Box::new(ch.clone()),
             min: 0,
