@@ -1100,10 +1100,14 @@ fn compute_with<'a>(
     // count's bound). Elsewhere, as in a long count far from its bound, the searches
     // would find none and cost their budget.
     let mut mixed_ok: Option<bool> = None;
-    // What each byte does to the states scans start from (see [`scan_loop`]), and the
-    // tokens a scan accepted.
-    let mut fates: FastMap<u32, Fates> = FastMap::default();
-    let mut scanned: Vec<u32> = Vec::new();
+    // The groups that keep each loop state a scan started from in its loop (see
+    // [`loop_stay`]).
+    let mut stays: FastMap<u32, u128> = FastMap::default();
+    // The per-depth states of [`scan_all`], and whether subtrees are left to the walk
+    // instead (a counted lexeme, whose bounds may decide a subtree below where they do
+    // not at its root).
+    let counts = dfa.has_counts();
+    let mut levels: Vec<(u32, bool)> = Vec::new();
     while let Some((n, s, exited)) = stack.pop() {
         let allowed = dfa.allowed(s);
         let end = trie.end(n);
@@ -1151,6 +1155,22 @@ fn compute_with<'a>(
                             });
                         if whole {
                             accept.add(trie.tokens_in(c + 1, ce));
+                        } else if skip_plain && !counts && ce - c >= MIN_SCAN_ALL_NODES {
+                            let ex = exited || dfa.accepting(s2);
+                            scan_all(
+                                dfa,
+                                trie,
+                                (c, ce),
+                                s2,
+                                ex,
+                                None,
+                                (lang, seed),
+                                Some((&mut *reach, without.as_deref_mut(), groups)),
+                                &mut levels,
+                                &mut accept,
+                                &mut uncertain,
+                                &mut finals,
+                            );
                         } else {
                             stack.push((c, s2, exited || dfa.accepting(s2)));
                         }
@@ -1268,23 +1288,37 @@ fn compute_with<'a>(
                                     }
                                 }
                             }
-                        } else if !exited
-                            && !dfa.accepting(s2)
-                            && ce - c >= MIN_SCAN_NODES
-                            && scan_loop(
-                                dfa,
-                                trie,
-                                (c, ce),
-                                s2,
-                                &mut fates,
-                                &mut scanned,
-                                &mut finals,
-                                &mut stack,
-                            )
-                        {
-                            accept.add(&scanned);
                         } else {
-                            stack.push((c, s2, exited || dfa.accepting(s2)));
+                            let ex = exited || dfa.accepting(s2);
+                            let stay = if !ex && ce - c >= MIN_SCAN_NODES {
+                                loop_stay(dfa, s2, &mut stays)
+                            } else {
+                                None
+                            };
+                            if stay.is_some()
+                                || (skip_plain && !counts && ce - c >= MIN_SCAN_ALL_NODES)
+                            {
+                                scan_all(
+                                    dfa,
+                                    trie,
+                                    (c, ce),
+                                    s2,
+                                    ex,
+                                    stay,
+                                    (lang, seed),
+                                    skip_plain.then_some((
+                                        &mut *reach,
+                                        without.as_deref_mut(),
+                                        groups,
+                                    )),
+                                    &mut levels,
+                                    &mut accept,
+                                    &mut uncertain,
+                                    &mut finals,
+                                );
+                            } else {
+                                stack.push((c, s2, ex));
+                            }
                         }
                     }
                 }
@@ -1330,6 +1364,16 @@ fn compute_with<'a>(
         }
     }
     uncertain.sort_unstable();
+    // Adjacent ranges as one (the walk gives one range per refused child, a scan one
+    // per refused node; the same nodes either way).
+    uncertain.dedup_by(|next, last| {
+        if next.0 == last.1 {
+            last.1 = next.1;
+            true
+        } else {
+            false
+        }
+    });
     let table = StateTokens {
         accept: accept.finish(),
         uncertain,
@@ -1655,104 +1699,164 @@ thread_local! {
     /// Subtrees [`scan_loop`] decided on this thread (for the tests, which check that the
     /// scans ran).
     static SCANS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// Subtrees [`scan_all`] decided on this thread (for the tests).
+    static SCAN_ALLS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
-/// What each byte does to DFA state `s` (see [`scan_loop`]): the groups (see
-/// [`crate::vocab::byte_group`]) every byte of which keeps `s` where it is, and per byte,
-/// the state it leads to. Cost: 256 steps.
-struct Fates {
-    stay: u128,
-    next: [u32; 256],
-}
-
-/// The [`Fates`] of `s`. Cost: 256 steps.
-fn fates_of(dfa: &Dfa, s: u32) -> Fates {
+/// The [`crate::vocab::byte_group`]s every byte of which keeps DFA state `s` where it
+/// is. Cost: 256 steps.
+fn stay_groups(dfa: &Dfa, s: u32) -> u128 {
     let (mut stay, mut other) = (0u128, 0u128);
-    let mut next = [0u32; 256];
     for b in 0..=255u8 {
         let g = crate::vocab::byte_group(b);
-        next[b as usize] = dfa.next(s, b);
-        if next[b as usize] == s {
+        if dfa.next(s, b) == s {
             stay |= g;
         } else {
             other |= g;
         }
     }
-    Fates {
-        stay: stay & !other,
-        next,
-    }
+    stay & !other
 }
 
-/// Decides the subtree of trie node `c` (`c..ce`, whose path led the lexeme to state
-/// `s`, which does not accept, with nothing accepted on the way) by a scan in node order
-/// instead of a walk, when `s` is a loop (a string of a restricted class): its tokens
-/// that stay go to `out`, and each node whose byte takes the lexeme elsewhere is treated
-/// as the walk treats a child (its tokens kept, final when the state is, its children
-/// pushed on `stack` for the walk). Returns `false`, having decided nothing, when the
-/// lexeme counts or `s` loops on fewer than [`MIN_SCAN_GROUPS`] byte groups (the walk
-/// then does better: it reads only the children whose bytes `s` allows).
+/// Where state `s` is a loop (a string of a restricted class), the byte groups that keep
+/// it there, for [`scan_all`] to take the subtrees that hold only those whole; memoized
+/// per state in `stays`. `None` when the lexeme counts (its states are (count, item)
+/// pairs, which a character moves on, left to the walk and its bounds) or `s` loops on
+/// fewer than [`MIN_SCAN_GROUPS`] byte groups (the walk then does better: it reads only
+/// the children whose bytes `s` allows). Cost: 256 steps per new `s`.
+fn loop_stay(dfa: &Dfa, s: u32, stays: &mut FastMap<u32, u128>) -> Option<u128> {
+    // A state that allows fewer bytes loops on fewer groups.
+    if dfa.has_counts() || dfa.allowed(s).len() < MIN_SCAN_GROUPS {
+        return None;
+    }
+    let stay = *stays.entry(s).or_insert_with(|| stay_groups(dfa, s));
+    if stay.count_ones() < MIN_SCAN_GROUPS {
+        return None;
+    }
+    #[cfg(test)]
+    SCANS.with(|n| n.set(n.get() + 1));
+    Some(stay)
+}
+
+/// The fewest nodes of a subtree that [`scan_all`] decides (a smaller one is walked),
+/// and that it asks [`PlainReach::reaches`] about.
+const MIN_SCAN_ALL_NODES: u32 = 16;
+
+/// Decides the subtree of trie node `c` (`c..ce`, whose path led the lexeme to state `s`,
+/// `exited` when it accepted on the way or at `c`) by one pass in node order, with the
+/// state of each depth in `states`: a node's state is its parent's stepped by its byte,
+/// and in node order the parent is the last node read one level up. A node the lexeme
+/// dies at is skipped with its subtree, uncertain when the lexeme accepted on its way; a
+/// live node's tokens are accepted, and final where its state accepts and allows nothing
+/// more. That is the walk's decision for each node; the walk's cheap shortcuts are kept
+/// too, each a subtree skipped whole:
 ///
-/// In node order, a node is reached only through nodes whose bytes kept the lexeme at
-/// `s` (the subtree of any other is skipped, or handed to the walk), so its own byte
-/// decides it: it stays, dies there (its subtree refused: the lexeme never accepted on
-/// the way), or moves on. A subtree whose bytes all keep `s` is taken whole. A walk paid
-/// a child visit per node, with branches on several fields of the child, which lie apart
-/// in memory: the tables of classes such as `^[\w\s-]+$`, which keep most of the
-/// vocabulary but not whole subtrees (an accented letter deep below a word), looked at
-/// 20,000 children in 2-3 ms. Cost: 256 steps per new `s`, then O(nodes read).
+/// * plain text no deeper than `seed` bytes (its tokens are in the seed of plain `lang`);
+/// * with `stay`, the groups that keep `s` in its loop (see [`loop_stay`]): a node back
+///   at `s` whose bytes below are all of them (all accepted);
+/// * with `plain`, the plain reach and the reach without the left-out bytes (`groups`
+///   their byte groups): plain text below on which the lexeme is safe as deep as the
+///   subtree goes (all accepted), the walk's own test for a child;
+/// * a state that allows a few bytes, none of which is below (every child refused).
+///
+/// The walk paid a stack entry and a child visit per node, with branches on several
+/// fields of the child: 20-30 ns a node. On `Github_hard---o89194`'s `date-time` pattern
+/// of dots (`^....-..-..T..:..:..`), whose first four characters are anything, it
+/// visited 57,189 children for the table after the opening quote, in 5.9-6.3 ms; this
+/// pass decides that table in 3.1-3.2 ms (medians of 30 builds). The bounds of counts (see [`AsciiBound`]) are not looked for below `c`, so the tables
+/// of counted lexemes are left to the walk. Cost: O(nodes read).
 #[allow(clippy::too_many_arguments)]
-fn scan_loop(
+fn scan_all(
     dfa: &Dfa,
     trie: &TokenTrie,
     (c, ce): (u32, u32),
     s: u32,
-    fates: &mut FastMap<u32, Fates>,
-    out: &mut Vec<u32>,
+    exited: bool,
+    stay: Option<u128>,
+    (lang, seed): (usize, usize),
+    mut plain: Option<(&mut PlainReach, Option<&mut PlainReach>, u128)>,
+    states: &mut Vec<(u32, bool)>,
+    accept: &mut Accept,
+    uncertain: &mut Vec<(u32, u32)>,
     finals: &mut Vec<u32>,
-    stack: &mut Vec<(u32, u32, bool)>,
-) -> bool {
-    // A state that allows fewer bytes loops on fewer groups. Counted lexemes are left to
-    // the walk and its bounds (their states are (count, item) pairs, which a character
-    // moves on).
-    if dfa.has_counts() || dfa.allowed(s).len() < MIN_SCAN_GROUPS {
-        return false;
-    }
-    let f = fates.entry(s).or_insert_with(|| fates_of(dfa, s));
-    if f.stay.count_ones() < MIN_SCAN_GROUPS {
-        return false;
-    }
+) {
     #[cfg(test)]
-    SCANS.with(|n| n.set(n.get() + 1));
-    out.clear();
+    SCAN_ALLS.with(|n| n.set(n.get() + 1));
+    let base = trie.depth(c);
+    states.clear();
+    states.push((s, exited));
     let mut n = c + 1;
     while n < ce {
+        let pd = trie.plain_depth(lang, n);
+        if pd > 0 && pd <= seed {
+            // Plain text no deeper than the seed: its tokens are in the seed already,
+            // none is final or refused.
+            n = trie.end(n);
+            continue;
+        }
+        let d = trie.depth(n) - base;
+        // In node order the parent of `n` is the last node read at depth `d - 1`.
+        let (ps, pex) = states[d - 1];
         let ne = trie.end(n);
-        let t = f.next[trie.byte(n) as usize];
-        if t == s {
-            if ne > n + 1 && trie.below(n) & !f.stay == 0 {
-                // All of the subtree stays.
-                out.extend_from_slice(trie.tokens_in(n, ne));
-                n = ne;
-            } else {
-                out.extend_from_slice(trie.tokens_at(n));
-                n += 1;
-            }
-        } else {
-            if t != 0 {
-                out.extend_from_slice(trie.tokens_at(n));
-                let accepting = dfa.accepting(t);
-                if accepting && dfa.allowed(t).is_empty() {
-                    finals.extend_from_slice(trie.tokens_at(n));
-                }
-                if ne > n + 1 {
-                    stack.push((n, t, accepting));
-                }
+        let t = dfa.next(ps, trie.byte(n));
+        if t == 0 {
+            if pex {
+                uncertain.push((n, ne));
             }
             n = ne;
+            continue;
         }
+        if t == s && ne > n + 1 && stay.is_some_and(|g| trie.below(n) & !g == 0) {
+            // Every byte below keeps the lexeme in its loop: all of the subtree is
+            // alive, none of it final (a loop allows a next byte), nothing refused.
+            accept.add(trie.tokens_in(n, ne));
+            n = ne;
+            continue;
+        }
+        if pd > 0 && ne - n >= MIN_SCAN_ALL_NODES {
+            if let Some((reach, without, groups)) = plain.as_mut() {
+                // Plain text below, on which the lexeme is safe as deep as it goes (the
+                // walk's own test for a child's subtree).
+                let (p, need) = (trie.plain_state(lang, n), pd - trie.depth(n));
+                let whole = match without {
+                    Some(rx) if trie.below(n) & *groups == 0 => rx.reaches(t, p, need),
+                    _ => reach.reaches(t, p, need),
+                };
+                if whole {
+                    accept.add(trie.tokens_in(n, ne));
+                    n = ne;
+                    continue;
+                }
+            }
+        }
+        let toks = trie.tokens_at(n);
+        if !toks.is_empty() {
+            accept.add(toks);
+        }
+        let acc = dfa.accepting(t);
+        let allowed = dfa.allowed(t);
+        if acc && allowed.is_empty() {
+            finals.extend_from_slice(toks);
+        }
+        if ne > n + 1
+            && allowed.len() <= MAX_ALLOWED_PROBE
+            && allowed
+                .iter()
+                .fold(0, |g, b| g | crate::vocab::byte_group(b))
+                & trie.below(n)
+                == 0
+        {
+            // None of the few bytes `t` allows is anywhere below: every child refused.
+            if pex || acc {
+                uncertain.push((n + 1, ne));
+            }
+            n = ne;
+            continue;
+        }
+        states.truncate(d);
+        states.push((t, pex || acc));
+        n += 1;
     }
-    true
 }
 
 /// The fewest nodes of a subtree for which a walk asks for an [`AsciiBound`] (a smaller
@@ -3232,7 +3336,14 @@ mod tests {
             r#""(?:[ !#-\[\]-\xff]|\\["/\\bfnrt]){0,6}""#,
             r#"(?:[0-9]{3}-)?[0-9]{4}"#,
             r#"[ -~]{2,5}[.!?]"#,
+            // Scanned in node order (see [`scan_all`]): fixed positions of any character
+            // (a `date-time` pattern of dots), words up to a count, and a class loop
+            // with two-byte letters.
+            r#""[ !#-\[\]-\xff]{4}-[ !#-\[\]-\xff]{2}T[0-9]""#,
+            r#""(?:[!#-\[\]-\xff]+ ){0,3}[!#-\[\]-\xff]+""#,
+            r#""(?:[ a-z0-9_.:/%&#=+@-]|\xc3[\x80-\xbf])*""#,
         ];
+        let scans = SCAN_ALLS.with(|n| n.get());
         for tok in ["llama3_1", "gemma2"] {
             let vocab = test_vocab(tok);
             let trie = vocab.trie();
@@ -3290,6 +3401,8 @@ mod tests {
                 "{tok}: {n_acc} accepted, {n_unc} uncertain"
             );
         }
+        let scanned = SCAN_ALLS.with(|n| n.get()) - scans;
+        assert!(scanned > 100, "{scanned} subtrees scanned");
     }
 
     /// An equivalence check reports the pairs it met, which tells a refutation found at
