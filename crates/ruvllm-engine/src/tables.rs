@@ -1103,9 +1103,10 @@ fn compute_with<'a>(
     // The groups that keep each loop state a scan started from in its loop (see
     // [`loop_stay`]).
     let mut stays: FastMap<u32, u128> = FastMap::default();
-    // The per-depth states of [`scan_all`], and whether subtrees are left to the walk
-    // instead (a counted lexeme, whose bounds may decide a subtree below where they do
-    // not at its root).
+    // The per-depth states of [`scan_all`], and whether the lexeme counts (a counted
+    // lexeme's subtrees are left to the walk where `s0` has a bound within
+    // [`MIXED_BOUND`] bytes: the bound may decide a subtree below where it does not at
+    // its root).
     let counts = dfa.has_counts();
     let mut levels: Vec<(u32, bool)> = Vec::new();
     while let Some((n, s, exited)) = stack.pop() {
@@ -1155,7 +1156,18 @@ fn compute_with<'a>(
                             });
                         if whole {
                             accept.add(trie.tokens_in(c + 1, ce));
-                        } else if skip_plain && !counts && ce - c >= MIN_SCAN_ALL_NODES {
+                        } else if skip_plain
+                            && ce - c >= MIN_SCAN_ALL_NODES
+                            && (!counts
+                                || !*mixed_ok.get_or_insert_with(|| {
+                                    ascii
+                                        .get_or_insert_with(|| {
+                                            AsciiBound::new(dfa, left_out, depth)
+                                        })
+                                        .bound_is(s0, MIXED_BOUND.min(depth))
+                                        .is_some()
+                                }))
+                        {
                             let ex = exited || dfa.accepting(s2);
                             scan_all(
                                 dfa,
@@ -1296,7 +1308,17 @@ fn compute_with<'a>(
                                 None
                             };
                             if stay.is_some()
-                                || (skip_plain && !counts && ce - c >= MIN_SCAN_ALL_NODES)
+                                || (skip_plain
+                                    && ce - c >= MIN_SCAN_ALL_NODES
+                                    && (!counts
+                                        || !*mixed_ok.get_or_insert_with(|| {
+                                            ascii
+                                                .get_or_insert_with(|| {
+                                                    AsciiBound::new(dfa, left_out, depth)
+                                                })
+                                                .bound_is(s0, MIXED_BOUND.min(depth))
+                                                .is_some()
+                                        })))
                             {
                                 scan_all(
                                     dfa,
@@ -1763,8 +1785,11 @@ const MIN_SCAN_ALL_NODES: u32 = 16;
 /// fields of the child: 20-30 ns a node. On `Github_hard---o89194`'s `date-time` pattern
 /// of dots (`^....-..-..T..:..:..`), whose first four characters are anything, it
 /// visited 57,189 children for the table after the opening quote, in 5.9-6.3 ms; this
-/// pass decides that table in 3.1-3.2 ms (medians of 30 builds). The bounds of counts (see [`AsciiBound`]) are not looked for below `c`, so the tables
-/// of counted lexemes are left to the walk. Cost: O(nodes read).
+/// pass decides that table in 3.1-3.2 ms (medians of 30 builds). The bounds of counts
+/// (see [`AsciiBound`]) are not looked for below `c`, so a counted lexeme's subtrees are
+/// scanned only where the table's own state has no bound within [`MIXED_BOUND`] bytes
+/// (`o79409`'s `maxLength: 200` class of letters, from its first count: 6.8 → 3.9 ms).
+/// Cost: O(nodes read).
 #[allow(clippy::too_many_arguments)]
 fn scan_all(
     dfa: &Dfa,
