@@ -1109,6 +1109,18 @@ fn compute_with<'a>(
     // its root).
     let counts = dfa.has_counts();
     let mut levels: Vec<(u32, bool)> = Vec::new();
+    // Whether [`scan_all`] may decide a subtree (see `counts`).
+    macro_rules! may_scan {
+        () => {
+            !counts
+                || !*mixed_ok.get_or_insert_with(|| {
+                    ascii
+                        .get_or_insert_with(|| AsciiBound::new(dfa, left_out, depth))
+                        .bound_is(s0, MIXED_BOUND.min(depth))
+                        .is_some()
+                })
+        };
+    }
     while let Some((n, s, exited)) = stack.pop() {
         let allowed = dfa.allowed(s);
         let end = trie.end(n);
@@ -1156,18 +1168,7 @@ fn compute_with<'a>(
                             });
                         if whole {
                             accept.add(trie.tokens_in(c + 1, ce));
-                        } else if skip_plain
-                            && ce - c >= MIN_SCAN_ALL_NODES
-                            && (!counts
-                                || !*mixed_ok.get_or_insert_with(|| {
-                                    ascii
-                                        .get_or_insert_with(|| {
-                                            AsciiBound::new(dfa, left_out, depth)
-                                        })
-                                        .bound_is(s0, MIXED_BOUND.min(depth))
-                                        .is_some()
-                                }))
-                        {
+                        } else if skip_plain && ce - c >= MIN_SCAN_ALL_NODES && may_scan!() {
                             let ex = exited || dfa.accepting(s2);
                             scan_all(
                                 dfa,
@@ -1308,17 +1309,7 @@ fn compute_with<'a>(
                                 None
                             };
                             if stay.is_some()
-                                || (skip_plain
-                                    && ce - c >= MIN_SCAN_ALL_NODES
-                                    && (!counts
-                                        || !*mixed_ok.get_or_insert_with(|| {
-                                            ascii
-                                                .get_or_insert_with(|| {
-                                                    AsciiBound::new(dfa, left_out, depth)
-                                                })
-                                                .bound_is(s0, MIXED_BOUND.min(depth))
-                                                .is_some()
-                                        })))
+                                || (skip_plain && ce - c >= MIN_SCAN_ALL_NODES && may_scan!())
                             {
                                 scan_all(
                                     dfa,
