@@ -1109,16 +1109,39 @@ fn compute_with<'a>(
     // its root).
     let counts = dfa.has_counts();
     let mut levels: Vec<(u32, bool)> = Vec::new();
-    // Whether [`scan_all`] may decide a subtree (see `counts`).
+    // Whether [`scan_all`] may decide the subtree `c..ce` that no shortcut took (see
+    // `counts`).
     macro_rules! may_scan {
-        () => {
-            !counts
-                || !*mixed_ok.get_or_insert_with(|| {
-                    ascii
-                        .get_or_insert_with(|| AsciiBound::new(dfa, left_out, depth))
-                        .bound_is(s0, MIXED_BOUND.min(depth))
-                        .is_some()
-                })
+        ($c:expr, $ce:expr) => {
+            skip_plain
+                && $ce - $c >= MIN_SCAN_ALL_NODES
+                && (!counts
+                    || !*mixed_ok.get_or_insert_with(|| {
+                        ascii
+                            .get_or_insert_with(|| AsciiBound::new(dfa, left_out, depth))
+                            .bound_is(s0, MIXED_BOUND.min(depth))
+                            .is_some()
+                    }))
+        };
+    }
+    // Decides the subtree of child `c` (`c..ce`, state `s2`, `ex` as in the stack) by
+    // [`scan_all`], with the loop groups `stay` of `s2` if it is a loop.
+    macro_rules! scan_below {
+        ($c:expr, $ce:expr, $s2:expr, $ex:expr, $stay:expr) => {
+            scan_all(
+                dfa,
+                trie,
+                ($c, $ce),
+                $s2,
+                $ex,
+                $stay,
+                (lang, seed),
+                skip_plain.then_some((&mut *reach, without.as_deref_mut(), groups)),
+                &mut levels,
+                &mut accept,
+                &mut uncertain,
+                &mut finals,
+            )
         };
     }
     while let Some((n, s, exited)) = stack.pop() {
@@ -1168,22 +1191,8 @@ fn compute_with<'a>(
                             });
                         if whole {
                             accept.add(trie.tokens_in(c + 1, ce));
-                        } else if skip_plain && ce - c >= MIN_SCAN_ALL_NODES && may_scan!() {
-                            let ex = exited || dfa.accepting(s2);
-                            scan_all(
-                                dfa,
-                                trie,
-                                (c, ce),
-                                s2,
-                                ex,
-                                None,
-                                (lang, seed),
-                                Some((&mut *reach, without.as_deref_mut(), groups)),
-                                &mut levels,
-                                &mut accept,
-                                &mut uncertain,
-                                &mut finals,
-                            );
+                        } else if may_scan!(c, ce) {
+                            scan_below!(c, ce, s2, exited || dfa.accepting(s2), None);
                         } else {
                             stack.push((c, s2, exited || dfa.accepting(s2)));
                         }
@@ -1308,27 +1317,8 @@ fn compute_with<'a>(
                             } else {
                                 None
                             };
-                            if stay.is_some()
-                                || (skip_plain && ce - c >= MIN_SCAN_ALL_NODES && may_scan!())
-                            {
-                                scan_all(
-                                    dfa,
-                                    trie,
-                                    (c, ce),
-                                    s2,
-                                    ex,
-                                    stay,
-                                    (lang, seed),
-                                    skip_plain.then_some((
-                                        &mut *reach,
-                                        without.as_deref_mut(),
-                                        groups,
-                                    )),
-                                    &mut levels,
-                                    &mut accept,
-                                    &mut uncertain,
-                                    &mut finals,
-                                );
+                            if stay.is_some() || may_scan!(c, ce) {
+                                scan_below!(c, ce, s2, ex, stay);
                             } else {
                                 stack.push((c, s2, ex));
                             }
