@@ -1109,6 +1109,9 @@ fn compute_with<'a>(
     // its root).
     let counts = dfa.has_counts();
     let mut levels: Vec<(u32, bool)> = Vec::new();
+    // A counted lexeme's byte groups that are whole items alone, for [`scan_all`] to take
+    // subtrees of them whole where the count has room (found at the first scan).
+    let mut items: Option<Option<u128>> = None;
     // Whether [`scan_all`] may decide the subtree `c..ce` that no shortcut took (see
     // `counts`).
     macro_rules! may_scan {
@@ -1135,6 +1138,7 @@ fn compute_with<'a>(
                 $s2,
                 $ex,
                 $stay,
+                *items.get_or_insert_with(|| dfa.one_byte_items().map(|set| groups_within(&set))),
                 (lang, seed),
                 skip_plain.then_some((&mut *reach, without.as_deref_mut(), groups)),
                 &mut levels,
@@ -1704,21 +1708,34 @@ thread_local! {
     static SCANS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
     /// Subtrees [`scan_all`] decided on this thread (for the tests).
     static SCAN_ALLS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// Subtrees of one-byte items [`scan_all`] took whole on this thread (for the tests).
+    static ITEM_WHOLES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// The [`crate::vocab::byte_group`]s every byte of which keeps DFA state `s` where it
 /// is. Cost: 256 steps.
 fn stay_groups(dfa: &Dfa, s: u32) -> u128 {
-    let (mut stay, mut other) = (0u128, 0u128);
+    let mut stay = ByteSet::EMPTY;
+    for b in 0..=255u8 {
+        if dfa.next(s, b) == s {
+            stay.insert(b);
+        }
+    }
+    groups_within(&stay)
+}
+
+/// The [`crate::vocab::byte_group`]s all of whose bytes are in `set`. Cost: 256 steps.
+fn groups_within(set: &ByteSet) -> u128 {
+    let (mut inside, mut other) = (0u128, 0u128);
     for b in 0..=255u8 {
         let g = crate::vocab::byte_group(b);
-        if dfa.next(s, b) == s {
-            stay |= g;
+        if set.contains(b) {
+            inside |= g;
         } else {
             other |= g;
         }
     }
-    stay & !other
+    inside & !other
 }
 
 /// Where state `s` is a loop (a string of a restricted class), the byte groups that keep
@@ -1757,6 +1774,10 @@ const MIN_SCAN_ALL_NODES: u32 = 16;
 /// * plain text no deeper than `seed` bytes (its tokens are in the seed of plain `lang`);
 /// * with `stay`, the groups that keep `s` in its loop (see [`loop_stay`]): a node back
 ///   at `s` whose bytes below are all of them (all accepted);
+/// * with `items`, a counted lexeme's byte groups that are whole items alone (see
+///   [`Dfa::one_byte_items`]): a node between items whose bytes below are all of them,
+///   where the count has room for more items than there are bytes below (all accepted;
+///   the count changes at every byte, so the loop case above never holds for it);
 /// * with `plain`, the plain reach and the reach without the left-out bytes (`groups`
 ///   their byte groups): plain text below on which the lexeme is safe as deep as the
 ///   subtree goes (all accepted), the walk's own test for a child;
@@ -1779,6 +1800,7 @@ fn scan_all(
     s: u32,
     exited: bool,
     stay: Option<u128>,
+    items: Option<u128>,
     (lang, seed): (usize, usize),
     mut plain: Option<(&mut PlainReach, Option<&mut PlainReach>, u128)>,
     states: &mut Vec<(u32, bool)>,
@@ -1815,6 +1837,23 @@ fn scan_all(
         if t == s && ne > n + 1 && stay.is_some_and(|g| trie.below(n) & !g == 0) {
             // Every byte below keeps the lexeme in its loop: all of the subtree is
             // alive, none of it final (a loop allows a next byte), nothing refused.
+            accept.add(trie.tokens_in(n, ne));
+            n = ne;
+            continue;
+        }
+        if ne > n + 1
+            && pd > 0
+            && items.is_some_and(|g| trie.below(n) & !g == 0)
+            && dfa
+                .items_left(t)
+                .is_some_and(|left| left > pd - trie.depth(n))
+        {
+            // A count between items, every byte below a whole item alone, and more room
+            // than bytes below: each node below is between items again, one count on and
+            // short of the top, so alive and able to take one more (none final, nothing
+            // refused).
+            #[cfg(test)]
+            ITEM_WHOLES.with(|k| k.set(k.get() + 1));
             accept.add(trie.tokens_in(n, ne));
             n = ne;
             continue;
@@ -2118,6 +2157,9 @@ fn excluded_plain(dfa: &Dfa, s: u32) -> (Option<ByteSet>, Option<ByteSet>) {
     (some(dead), some(off))
 }
 
+/// Pairs [`char_fate`] looks up by a scan; past them, by a hash set.
+const MAX_SCANNED_PAIRS: usize = 32;
+
 /// For the plain UTF-8 characters that start with `lead`, read from DFA state `s`:
 /// whether one dies on the way, and whether one ends at a state other than `main`.
 fn char_fate(dfa: &Dfa, s: u32, lead: u8, main: u32) -> (bool, bool) {
@@ -2131,6 +2173,10 @@ fn char_fate(dfa: &Dfa, s: u32, lead: u8, main: u32) -> (bool, bool) {
     }
     let (mut dies, mut leaves) = (false, false);
     let mut seen = vec![(t, q)];
+    // The pairs of `seen` once there are many, for lookups (a class of many scripts has
+    // hundreds of pairs, and a scan of `seen` per step made this quadratic: 7.6% of
+    // `o79409`'s biggest table); most characters have a few pairs, scanned.
+    let mut known: FastSet<(u32, u8)> = FastSet::default();
     let mut i = 0;
     while i < seen.len() && !(dies && leaves) {
         let (t, q) = seen[i];
@@ -2151,7 +2197,15 @@ fn char_fate(dfa: &Dfa, s: u32, lead: u8, main: u32) -> (bool, bool) {
                 0 => dies = true,
                 t2 if q2 == plain::START => leaves |= t2 != main,
                 t2 => {
-                    if !seen.contains(&(t2, q2)) {
+                    let new = if seen.len() < MAX_SCANNED_PAIRS {
+                        !seen.contains(&(t2, q2))
+                    } else {
+                        if known.is_empty() {
+                            known.extend(seen.iter().copied());
+                        }
+                        known.insert((t2, q2))
+                    };
+                    if new {
                         seen.push((t2, q2));
                     }
                 }
@@ -2989,6 +3043,49 @@ mod tests {
             }
         }
         assert!(bounded >= 20, "{bounded} states bounded by characters");
+    }
+
+    /// A counted class of one-byte items and two-byte letters (as `o79409`'s `name`), far
+    /// from its bound, unbounded, and with a count that long tokens (runs of spaces or
+    /// dashes) overflow: the scan takes subtrees of one-byte items whole only where the
+    /// count has room for all of them and one more, and every table equals the plain
+    /// walk's.
+    #[test]
+    fn counted_classes_take_subtrees_of_one_byte_items_whole() {
+        use crate::compile::Lexeme;
+        let vocab = test_vocab("llama3_1");
+        let trie = vocab.trie();
+        let q = Lexeme::new(dfa("\""));
+        let class = r"(?:[ A-Za-z0-9_.:/%&#=+@-]|\xc3[\x80-\xbf])";
+        let wholes = ITEM_WHOLES.with(|k| k.get());
+        // Without a closing quote, the top count accepts and allows nothing: its tokens
+        // are final, which a subtree taken whole would miss.
+        for (min, max, close) in [
+            (1, Some(200), true),
+            (0, Some(40), true),
+            (0, Some(40), false),
+            (2, None, true),
+        ] {
+            let c = Dfa::counted(
+                Some(q.clone()),
+                Lexeme::new(dfa(class)),
+                min,
+                max,
+                close.then(|| q.clone()),
+            )
+            .expect("counted");
+            let mut reach = PlainReach::new(&c, trie.max_depth());
+            for text in ["\"", "\"a", "\"ab", "\"é", "\"a b-c"] {
+                let s = walk(&c, text.as_bytes());
+                assert_ne!(s, 0, "{text}");
+                let a = fast_table(&c, s, trie, vocab.len(), &mut reach);
+                let b = plain_walk_table(&c, s, trie, vocab.len());
+                let what = format!("{min},{max:?},{close} {text}");
+                assert_same_tables(&a, &b, vocab.len(), &what);
+            }
+        }
+        let took = ITEM_WHOLES.with(|k| k.get()) - wholes;
+        assert!(took > 1000, "{took} subtrees of one-byte items taken whole");
     }
 
     /// Strings of a restricted class near their count's bound take the clean-ASCII bound

@@ -67,6 +67,8 @@ pub(crate) struct Counted {
     off_s: u32,
     off_c: u32,
     nx: u32,
+    /// `nx`'s reciprocal for [`div_by`] (0 when `nx` is 1).
+    nx_inv: u64,
     /// Whether `S` accepts the empty string (or there is no `S`).
     s_nullable: bool,
     /// Allowed bytes between items, by `(may add an item) | (may end) << 1`.
@@ -82,6 +84,30 @@ const MAX_PLAIN_ITEM_PAIRS: usize = 4096;
 /// Ids stay below this (the parser keeps states in `u32`, and slot arithmetic must not
 /// overflow).
 const MAX_ID: u64 = (u32::MAX / 2) as u64;
+
+/// `ceil(2^64 / d)` for [`div_by`]; 0 for `d <= 1` (division by 1 is the identity).
+fn reciprocal(d: u32) -> u64 {
+    if d <= 1 {
+        0
+    } else {
+        u64::MAX / d as u64 + 1
+    }
+}
+
+/// `n / d` for the `d` whose [`reciprocal`] is `inv`, by a multiply and a shift: exact for
+/// every 32-bit `n` and `d` (Lemire, Kaser and Kurz, "Faster remainder by direct
+/// computation", 2019: 64 bits of reciprocal suffice for 32-bit operands). A state's
+/// `(count, item state)` is decoded at every step of every trie walk over a counted
+/// lexeme (`decode` was 12% of `o79409`'s biggest table; this took about 2% off that
+/// table, builds interleaved). Cost: O(1).
+#[inline(always)]
+fn div_by(n: u32, inv: u64) -> u32 {
+    if inv == 0 {
+        n
+    } else {
+        ((inv as u128 * n as u128) >> 64) as u32
+    }
+}
 
 /// Whether `d` is prefix-free: no accepting state can read further.
 fn prefix_free(d: &Dfa) -> bool {
@@ -147,6 +173,7 @@ impl Counted {
             off_s,
             off_c,
             nx,
+            nx_inv: reciprocal(nx),
             s_nullable,
             between,
             plain_items: std::sync::OnceLock::new(),
@@ -170,7 +197,8 @@ impl Counted {
             Part::S(id - self.off_s)
         } else {
             let r = id - self.off_c;
-            Part::C(r / self.nx, r % self.nx)
+            let c = div_by(r, self.nx_inv);
+            Part::C(c, r - c * self.nx)
         }
     }
 
@@ -364,6 +392,32 @@ impl Counted {
         Some((&self.x, room))
     }
 
+    /// For a state between items (`(count, 0)`): how many more items it may take before
+    /// its count is full (`usize::MAX` when unbounded: counts past `min` are alike and
+    /// always take one more); `None` for other states. Cost: O(1).
+    pub(crate) fn items_left(&self, id: u32) -> Option<usize> {
+        match self.decode(id) {
+            Part::C(c, 0) if self.bounded => Some((self.top - c) as usize),
+            Part::C(_, 0) => Some(usize::MAX),
+            _ => None,
+        }
+    }
+
+    /// The bytes that are a whole item alone: from a state between items with room for
+    /// one more, such a byte reads one item and lands between items again, one count on
+    /// (an item ends where it first accepts). Cost: 256 steps.
+    pub(crate) fn one_byte_items(&self) -> ByteSet {
+        let mut out = ByteSet::EMPTY;
+        let q0 = self.x.start();
+        for b in 0..=255u8 {
+            let q = self.x.next(q0, b);
+            if q != 0 && self.x.accepting(q) {
+                out.insert(b);
+            }
+        }
+        out
+    }
+
     /// States actually stored (the parts' tables), for budgets and statistics.
     pub(crate) fn num_states(&self) -> usize {
         self.off_c as usize + self.nx as usize
@@ -486,6 +540,37 @@ enum Part {
 mod tests {
     use super::*;
     use std::collections::{HashSet, VecDeque};
+
+    /// The reciprocal division agrees with `/` on the edges of the range and on random
+    /// operands (a wrong reciprocal, one less, fails on exact multiples).
+    #[test]
+    fn reciprocal_division_is_exact() {
+        let mut rnd = crate::compile::test_rng(0x2545_f491_4f6c_dd1d);
+        let mut ds: Vec<u32> = vec![
+            1,
+            2,
+            3,
+            5,
+            7,
+            225,
+            641,
+            65_535,
+            65_536,
+            u32::MAX - 1,
+            u32::MAX,
+        ];
+        ds.extend((0..200).map(|_| 1 + rnd(u32::MAX as u64) as u32));
+        ds.extend((0..200).map(|_| 1 + rnd(5000) as u32));
+        for &d in &ds {
+            let inv = reciprocal(d);
+            let mut ns: Vec<u32> = vec![0, 1, d - 1, d, u32::MAX, u32::MAX - 1];
+            ns.extend([d.wrapping_mul(2), d.saturating_mul(3).saturating_sub(1)]);
+            ns.extend((0..500).map(|_| rnd(u32::MAX as u64 + 1) as u32));
+            for n in ns {
+                assert_eq!(div_by(n, inv), n / d, "{n} / {d}");
+            }
+        }
+    }
 
     fn part(re: &str) -> Arc<Lexeme> {
         Lexeme::new(dfa(re))

@@ -405,6 +405,26 @@ impl Dfa {
         }
     }
 
+    /// For a counted lexeme's state between items, how many more items it may take
+    /// (`usize::MAX` when unbounded; see [`Counted::items_left`]); `None` for other states
+    /// and automata. Cost: O(1).
+    #[inline]
+    pub(crate) fn items_left(&self, s: u32) -> Option<usize> {
+        match &self.special {
+            Special::Counted(c) => c.items_left(s),
+            _ => None,
+        }
+    }
+
+    /// For a counted lexeme, the bytes that are a whole item alone (see
+    /// [`Counted::one_byte_items`]); `None` for other automata. Cost: 256 steps.
+    pub(crate) fn one_byte_items(&self) -> Option<ByteSet> {
+        match &self.special {
+            Special::Counted(c) => Some(c.one_byte_items()),
+            _ => None,
+        }
+    }
+
     /// The byte class of `b` (bytes of one class behave alike in every state).
     #[inline(always)]
     pub(crate) fn class_of(&self, b: u8) -> u8 {
