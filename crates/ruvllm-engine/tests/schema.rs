@@ -1173,3 +1173,53 @@ fn long_enums_are_one_shared_rule() {
         assert_eq!(accepts(&c, text), o.is_valid(&v), "{text}");
     }
 }
+
+/// A string constant is one literal per run of characters written raw, quotes included
+/// (a plain key is one node), and the characters a serializer may escape keep every
+/// spelling: `/` raw or `\/`, `"` and `\` escaped, controls as short or `\u00XX` escapes.
+#[test]
+fn string_constants_are_literal_runs_with_every_escape() {
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "name": {"const": "a/b\"c\\d\u{1}e\n"},
+            "k/ey": {"enum": ["é—x", "plain"]}
+        },
+        "required": ["name"],
+        "additionalProperties": false
+    });
+    let g = schema_to_grammar(&schema, &SchemaOptions::default()).unwrap();
+    let mut lits: Vec<Vec<u8>> = Vec::new();
+    fn collect(e: &ruvllm_engine::grammar::Expr, out: &mut Vec<Vec<u8>>) {
+        use ruvllm_engine::grammar::Expr;
+        match e {
+            Expr::Literal(l) => out.push(l.clone()),
+            Expr::Seq(v) | Expr::Alt(v) => v.iter().for_each(|x| collect(x, out)),
+            Expr::Repeat { e, .. } => collect(e, out),
+            _ => {}
+        }
+    }
+    g.rules.iter().for_each(|r| collect(&r.body, &mut lits));
+    for want in [&b"\"name\""[..], b"\"plain\"", "\"é—x\"".as_bytes()] {
+        assert!(
+            lits.iter().any(|l| l == want),
+            "{:?} not one literal",
+            String::from_utf8_lossy(want)
+        );
+    }
+    let c = compile(&schema);
+    let o = oracle(&schema);
+    for text in [
+        r#"{"name":"a/b\"c\\d\u0001e\n"}"#,
+        r#"{"name":"a\/b\"c\\d\u0001e\n"}"#,
+        r#"{"name":"a/b\"c\\d\u0001e\u000a"}"#,
+        r#"{"name":"a/b\"c\\d\u0001e\u000A","k\/ey":"plain"}"#,
+        r#"{"name":"a/b\"c\\d\u0001e\n","k/ey":"é—x"}"#,
+        r#"{"name":"a/b\"c\\d\u0002e\n"}"#,
+        r#"{"name":"a/b\"c\\\\d\u0001e\n"}"#,
+        r#"{"name":"a/b\"c\\d\u0001e\n","k/ey":"plainx"}"#,
+    ] {
+        let v: Value = serde_json::from_str(text).unwrap();
+        assert_eq!(accepts(&c, text), o.is_valid(&v), "{text}");
+    }
+}

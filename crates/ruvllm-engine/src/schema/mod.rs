@@ -2219,12 +2219,35 @@ impl<'a> Compiler<'a> {
                 }
             }
             Value::String(s) => {
-                let mut seq = vec![Expr::Literal(b"\"".to_vec())];
+                // One literal per run of characters written raw (a key is usually one
+                // literal, quotes included); the others (`/`, `"`, `\`, controls) with
+                // their escapes. Per character, keys were over half of a big schema's
+                // grammar nodes, each a heap allocation built, hashed, copied and dropped.
+                let mut seq = Vec::new();
+                let mut run = b"\"".to_vec();
+                let mut buf = [0u8; 4];
                 for c in s.chars() {
-                    seq.push(json_chars(&[(c, c)]));
+                    if c >= ' ' && !matches!(c, '"' | '\\' | '/') {
+                        run.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+                        continue;
+                    }
+                    match json_chars(&[(c, c)]) {
+                        Expr::Literal(l) => run.extend_from_slice(&l),
+                        e => {
+                            if !run.is_empty() {
+                                seq.push(Expr::Literal(std::mem::take(&mut run)));
+                            }
+                            seq.push(e);
+                        }
+                    }
                 }
-                seq.push(Expr::Literal(b"\"".to_vec()));
-                Expr::Seq(seq)
+                run.push(b'"');
+                seq.push(Expr::Literal(run));
+                if seq.len() == 1 {
+                    seq.pop().unwrap_or(Expr::Empty)
+                } else {
+                    Expr::Seq(seq)
+                }
             }
             Value::Array(a) => {
                 let ws = self.ws();
