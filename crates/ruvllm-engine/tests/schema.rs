@@ -1223,3 +1223,41 @@ fn string_constants_are_literal_runs_with_every_escape() {
         assert_eq!(accepts(&c, text), o.is_valid(&v), "{text}");
     }
 }
+
+/// Unbounded numbers and integers, and an object's `:` and `,` with their whitespace, are
+/// one rule each per schema that every use refers to, with the same language.
+#[test]
+fn numbers_and_separators_are_one_rule_each() {
+    let props: serde_json::Map<String, Value> = (0..30)
+        .map(|i| {
+            let t = ["number", "integer"][i % 2];
+            (format!("p{i}"), json!({"type": t}))
+        })
+        .collect();
+    let schema = json!({
+        "type": "object",
+        "properties": props,
+        "required": ["p0", "p1"],
+        "additionalProperties": {"type": "number"}
+    });
+    let g = schema_to_grammar(&schema, &SchemaOptions::default()).unwrap();
+    for name in ["number", "integer", "colon", "comma"] {
+        let n = g.rules.iter().filter(|r| r.name == name).count();
+        assert_eq!(n, 1, "rules named {name}");
+    }
+    let c = compile(&schema);
+    let o = oracle(&schema);
+    for text in [
+        r#"{"p0": -1.5e+3, "p1": 2}"#,
+        r#"{"p0":0,"p1":2.0,"p7":3E2,"zz":-0.25}"#,
+        r#"{"p0": 1, "p1": 2.5}"#,
+        r#"{"p0": 01, "p1": 2}"#,
+        r#"{"p0": 1 , "p1" : 2 , "p4": 1e-2}"#,
+        r#"{"p0": 1, "p1": 2, "p3": 1.}"#,
+        r#"{"p0": 1, "p1": 2, "x": "1"}"#,
+    ] {
+        let v: Value = serde_json::from_str(text).unwrap_or(Value::Null);
+        let valid = serde_json::from_str::<Value>(text).is_ok() && o.is_valid(&v);
+        assert_eq!(accepts(&c, text), valid, "{text}");
+    }
+}

@@ -1390,6 +1390,8 @@ impl<'a> Compiler<'a> {
             ])
         };
         if lo.is_none() && hi.is_none() {
+            // One rule per schema for each unbounded kind (a big schema has thousands of
+            // numbers; the lowering reads a rule's structure once and copies it).
             let minus = Expr::Repeat {
                 e: Box::new(Expr::Literal(b"-".to_vec())),
                 min: 0,
@@ -1397,7 +1399,7 @@ impl<'a> Compiler<'a> {
             };
             if integer_only && (self.draft == 4 || self.opts.plain_integers) {
                 // Draft 4 (or plain integers asked for): no fraction, no exponent.
-                return Ok(Expr::Seq(vec![minus, uint()]));
+                return Ok(self.common("int-plain", move |_| Expr::Seq(vec![minus, uint()])));
             }
             if integer_only {
                 // Integral values: an integer, optionally `.0…`, optionally a non-negative exponent.
@@ -1414,7 +1416,9 @@ impl<'a> Compiler<'a> {
                     min: 0,
                     max: Some(1),
                 };
-                return Ok(Expr::Seq(vec![minus, uint(), frac0(), exp]));
+                return Ok(self.common("integer", move |_| {
+                    Expr::Seq(vec![minus, uint(), frac0(), exp])
+                }));
             }
             let frac = Expr::Repeat {
                 e: Box::new(Expr::Seq(vec![Expr::Literal(b".".to_vec()), digits(1)])),
@@ -1434,7 +1438,7 @@ impl<'a> Compiler<'a> {
                 min: 0,
                 max: Some(1),
             };
-            return Ok(Expr::Seq(vec![minus, uint(), frac, exp]));
+            return Ok(self.common("number", move |_| Expr::Seq(vec![minus, uint(), frac, exp])));
         }
         // Bounded: plain decimal notation, integer bounds only.
         let as_int = |v: f64, what: &str| -> Result<i128, SchemaError> {
@@ -1868,8 +1872,13 @@ impl<'a> Compiler<'a> {
             ));
         }
         let ws = self.ws();
-        let colon = Expr::Seq(vec![ws.clone(), Expr::Literal(b":".to_vec()), ws.clone()]);
-        let sep = Expr::Seq(vec![ws.clone(), Expr::Literal(b",".to_vec()), ws.clone()]);
+        // One rule each per schema, referenced by every property.
+        let colon = self.common("colon", |_| {
+            Expr::Seq(vec![ws.clone(), Expr::Literal(b":".to_vec()), ws.clone()])
+        });
+        let sep = self.common("comma", |_| {
+            Expr::Seq(vec![ws.clone(), Expr::Literal(b",".to_vec()), ws.clone()])
+        });
         let mut kvs = Vec::new();
         for (k, v) in &props {
             let vp = join(&join(ptr, "properties"), k);
