@@ -1224,13 +1224,14 @@ fn string_constants_are_literal_runs_with_every_escape() {
     }
 }
 
-/// Unbounded numbers and integers, and an object's `:` and `,` with their whitespace, are
-/// one rule each per schema that every use refers to, with the same language.
+/// Unbounded numbers and integers, any string, and an object's `:` and `,` with their
+/// whitespace, are one rule each per schema that every use refers to, with the same
+/// language.
 #[test]
-fn numbers_and_separators_are_one_rule_each() {
+fn numbers_strings_and_separators_are_one_rule_each() {
     let props: serde_json::Map<String, Value> = (0..30)
         .map(|i| {
-            let t = ["number", "integer"][i % 2];
+            let t = ["number", "integer", "string"][i % 3];
             (format!("p{i}"), json!({"type": t}))
         })
         .collect();
@@ -1241,7 +1242,7 @@ fn numbers_and_separators_are_one_rule_each() {
         "additionalProperties": {"type": "number"}
     });
     let g = schema_to_grammar(&schema, &SchemaOptions::default()).unwrap();
-    for name in ["number", "integer", "colon", "comma"] {
+    for name in ["number", "integer", "any-string", "colon", "comma"] {
         let n = g.rules.iter().filter(|r| r.name == name).count();
         assert_eq!(n, 1, "rules named {name}");
     }
@@ -1255,6 +1256,9 @@ fn numbers_and_separators_are_one_rule_each() {
         r#"{"p0": 1 , "p1" : 2 , "p4": 1e-2}"#,
         r#"{"p0": 1, "p1": 2, "p3": 1.}"#,
         r#"{"p0": 1, "p1": 2, "x": "1"}"#,
+        r#"{"p0": 1, "p1": 2, "p2": "a\"b\u00e9"}"#,
+        r#"{"p0": 1, "p1": 2, "p2": 3}"#,
+        r#"{"p0": 1, "p1": 2, "p2": "", "p5": "x\ud800"}"#,
     ] {
         let v: Value = serde_json::from_str(text).unwrap_or(Value::Null);
         let valid = serde_json::from_str::<Value>(text).is_ok() && o.is_valid(&v);

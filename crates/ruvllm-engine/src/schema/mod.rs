@@ -1127,6 +1127,21 @@ impl<'a> Compiler<'a> {
                 if min > 10_000 {
                     return Err(unsupported("minLength", ptr, "minLength above 10000"));
                 }
+                if min == 0 && max.is_none() {
+                    // Any string: one rule per schema, which every use refers to.
+                    return Ok(self.common("any-string", |s| {
+                        let ch = s.json_char();
+                        Expr::Seq(vec![
+                            quote(),
+                            Expr::Repeat {
+                                e: Box::new(ch),
+                                min: 0,
+                                max: None,
+                            },
+                            quote(),
+                        ])
+                    }));
+                }
                 let ch = self.json_char();
                 let max = match max {
                     Some(x) if x > 1_000_000 => {
