@@ -1703,8 +1703,8 @@ const MIN_SCAN_GROUPS: u32 = 48;
 
 #[cfg(test)]
 thread_local! {
-    /// Subtrees [`scan_loop`] decided on this thread (for the tests, which check that the
-    /// scans ran).
+    /// Loop states [`loop_stay`] let [`scan_all`] take subtrees of whole on this thread
+    /// (for the tests, which check that the loop case ran).
     static SCANS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
     /// Subtrees [`scan_all`] decided on this thread (for the tests).
     static SCAN_ALLS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
@@ -2757,6 +2757,21 @@ mod tests {
         input.iter().fold(d.start(), |s, &b| d.next(s, b))
     }
 
+    /// The counted string `"item{min,max}"` a schema's `maxLength` makes (without its
+    /// closing quote unless `close`).
+    fn quoted_count(item: &str, min: u32, max: Option<u32>, close: bool) -> Dfa {
+        use crate::compile::Lexeme;
+        let q = Lexeme::new(dfa("\""));
+        Dfa::counted(
+            Some(q.clone()),
+            Lexeme::new(dfa(item)),
+            min,
+            max,
+            close.then_some(q),
+        )
+        .expect("counted")
+    }
+
     /// The vocabulary of tokenizer `tok` from the fetched assets.
     fn test_vocab(tok: &str) -> crate::Vocabulary {
         let path = format!(
@@ -3010,22 +3025,13 @@ mod tests {
     /// characters counted as one, and the character bound decides the last counts.
     #[test]
     fn counted_strings_near_their_bound_are_exact() {
-        use crate::compile::Lexeme;
         let vocab = test_vocab("llama3_1");
         let trie = vocab.trie();
         // A JSON string character as UTF-8 bytes (surrogates excluded) or an escape.
         let ch = r#"(?:[ !#-\[\]-\x7f]|[\xc2-\xdf][\x80-\xbf]|\xe0[\xa0-\xbf][\x80-\xbf]|[\xe1-\xec\xee\xef][\x80-\xbf]{2}|\xed[\x80-\x9f][\x80-\xbf]|\xf0[\x90-\xbf][\x80-\xbf]{2}|[\xf1-\xf3][\x80-\xbf]{3}|\xf4[\x80-\x8f][\x80-\xbf]{2}|\\["/\\bfnrt]|\\u[0-9A-Fa-f]{4})"#;
-        let q = Lexeme::new(dfa("\""));
         let mut bounded = 0;
         for (min, max) in [(0, 9), (3, 40), (1, 150)] {
-            let c = Dfa::counted(
-                Some(q.clone()),
-                Lexeme::new(dfa(ch)),
-                min,
-                Some(max),
-                Some(q.clone()),
-            )
-            .expect("counted");
+            let c = quoted_count(ch, min, Some(max), true);
             let mut reach = PlainReach::new(&c, trie.max_depth());
             // The states after the quote and `i` characters of each kind, the last ones
             // included.
@@ -3052,10 +3058,8 @@ mod tests {
     /// walk's.
     #[test]
     fn counted_classes_take_subtrees_of_one_byte_items_whole() {
-        use crate::compile::Lexeme;
         let vocab = test_vocab("llama3_1");
         let trie = vocab.trie();
-        let q = Lexeme::new(dfa("\""));
         let class = r"(?:[ A-Za-z0-9_.:/%&#=+@-]|\xc3[\x80-\xbf])";
         let wholes = ITEM_WHOLES.with(|k| k.get());
         // Without a closing quote, the top count accepts and allows nothing: its tokens
@@ -3066,14 +3070,7 @@ mod tests {
             (0, Some(40), false),
             (2, None, true),
         ] {
-            let c = Dfa::counted(
-                Some(q.clone()),
-                Lexeme::new(dfa(class)),
-                min,
-                max,
-                close.then(|| q.clone()),
-            )
-            .expect("counted");
+            let c = quoted_count(class, min, max, close);
             let mut reach = PlainReach::new(&c, trie.max_depth());
             for text in ["\"", "\"a", "\"ab", "\"é", "\"a b-c"] {
                 let s = walk(&c, text.as_bytes());
@@ -3094,20 +3091,11 @@ mod tests {
     /// count unrolled in the DFA, from the start to the last count.
     #[test]
     fn restricted_classes_near_their_bound_are_exact() {
-        use crate::compile::Lexeme;
         let vocab = test_vocab("llama3_1");
         let trie = vocab.trie();
         let depth = trie.max_depth();
-        let q = Lexeme::new(dfa("\""));
         let class = r"(?:[A-Za-z0-9 &'()*,./@-]|\xc2\xa3)";
-        let counted = Dfa::counted(
-            Some(q.clone()),
-            Lexeme::new(dfa(class)),
-            1,
-            Some(12),
-            Some(q.clone()),
-        )
-        .expect("counted");
+        let counted = quoted_count(class, 1, Some(12), true);
         let unrolled = dfa(r#""[a-z0-9_-]{2,9}""#);
         let mut bounded = 0;
         for (c, max) in [(&counted, 12), (&unrolled, 9)] {
@@ -3146,16 +3134,7 @@ mod tests {
         let trie = vocab.trie();
         let depth = trie.max_depth();
         let q = Lexeme::new(dfa("\""));
-        let counted = |class: &str, min, max| {
-            Dfa::counted(
-                Some(q.clone()),
-                Lexeme::new(dfa(class)),
-                min,
-                Some(max),
-                Some(q.clone()),
-            )
-            .expect("counted")
-        };
+        let counted = |class: &str, min, max| quoted_count(class, min, Some(max), true);
         let cases = [
             (counted("[a-zA-Z0-9_-]", 162, 162), 162, vec!["a", "Z9"]),
             (
