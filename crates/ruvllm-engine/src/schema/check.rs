@@ -129,12 +129,17 @@ impl CheckBuilder {
     /// Compiles the validator of every check built. Cost: one `jsonschema` build of the
     /// checked sub-schemas; when it fails, one build per sub-schema up to the failing one,
     /// whose pointer the error names.
-    pub(crate) fn finish(self) -> Result<(), SchemaError> {
-        let props: Map<String, Value> = self
-            .schemas
-            .iter()
+    pub(crate) fn finish(mut self) -> Result<(), SchemaError> {
+        // The sub-schemas move into the wrapper (no copy); the error path reads them back.
+        let schemas = std::mem::take(&mut self.schemas);
+        let mut pointers = Vec::with_capacity(schemas.len());
+        let props: Map<String, Value> = schemas
+            .into_iter()
             .enumerate()
-            .map(|(i, (s, _))| (i.to_string(), s.clone()))
+            .map(|(i, (s, pointer))| {
+                pointers.push(pointer);
+                (i.to_string(), s)
+            })
             .collect();
         let wrapper = Value::Object(Map::from_iter([(
             "properties".to_string(),
@@ -147,7 +152,8 @@ impl CheckBuilder {
                 Ok(())
             }
             Err(e) => {
-                for (s, pointer) in &self.schemas {
+                let props = wrapper["properties"].as_object().into_iter().flatten();
+                for ((_, s), pointer) in props.zip(&pointers) {
                     if let Err(e) = self.compile(s) {
                         return Err(super::invalid(
                             pointer,

@@ -274,6 +274,26 @@ pub fn schema_to_grammar(schema: &Value, opts: &SchemaOptions) -> Result<Grammar
     schema_to_grammar_limited(schema, opts, &Limits::default())
 }
 
+/// The length of `v` serialized compactly, counted without building the text. Cost: one
+/// serialization pass, no allocation.
+fn serialized_len(v: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0 += b.len();
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Count(0);
+    match serde_json::to_writer(&mut c, v) {
+        Ok(()) => c.0,
+        Err(_) => usize::MAX,
+    }
+}
+
 /// [`schema_to_grammar`] under explicit budgets: the schema's serialized size
 /// ([`Limits::max_grammar_bytes`]), its nesting ([`Limits::max_schema_depth`]), the rules
 /// it expands to ([`Limits::max_rules`]) and the time spent ([`Limits::max_compile_time`]).
@@ -284,7 +304,7 @@ pub fn schema_to_grammar_limited(
     opts: &SchemaOptions,
     limits: &Limits,
 ) -> Result<Grammar, SchemaError> {
-    let size = serde_json::to_string(schema).map_or(usize::MAX, |t| t.len());
+    let size = serialized_len(schema);
     if size > limits.max_grammar_bytes {
         return Err(SchemaError::Limit {
             what: "schema size in bytes",
@@ -2807,15 +2827,32 @@ fn merge(
     b: &Map<String, Value>,
     ptr: &str,
 ) -> Result<Option<Map<String, Value>>, SchemaError> {
-    let mut out = a.clone();
+    // An object's `properties` and `additionalProperties` are rebuilt below from both
+    // sides whenever either side has one: they are not copied first (deep copies of every
+    // property's schema, thrown away).
+    let objects = a.contains_key("properties")
+        || b.contains_key("properties")
+        || a.contains_key("additionalProperties")
+        || b.contains_key("additionalProperties");
+    let rebuilt = |k: &str| objects && matches!(k, "properties" | "additionalProperties");
+    let mut out: Map<String, Value> = a
+        .iter()
+        .filter(|(k, _)| !rebuilt(k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     for (k, bv) in b {
-        let Some(av) = out.get(k).cloned() else {
+        if rebuilt(k) {
+            continue;
+        }
+        let Some(av) = out.get(k) else {
             out.insert(k.clone(), bv.clone());
             continue;
         };
-        if &av == bv {
+        if av == bv || matches!(k.as_str(), "items" | "prefixItems" | "additionalItems") {
+            // Equal, or handled together below.
             continue;
         }
+        let av = av.clone();
         let merged = match k.as_str() {
             "type" => {
                 let mut m = type_mask(&av) & type_mask(bv);
@@ -2920,21 +2957,16 @@ fn merge(
         out.insert("enum".into(), Value::Array(list));
     }
     // Objects: properties/additionalProperties, exactly.
-    if a.contains_key("properties")
-        || b.contains_key("properties")
-        || a.contains_key("additionalProperties")
-        || b.contains_key("additionalProperties")
-    {
+    if objects {
+        let none = Map::new();
         let pa = a
             .get("properties")
             .and_then(|p| p.as_object())
-            .cloned()
-            .unwrap_or_default();
+            .unwrap_or(&none);
         let pb = b
             .get("properties")
             .and_then(|p| p.as_object())
-            .cloned()
-            .unwrap_or_default();
+            .unwrap_or(&none);
         let xa = a
             .get("additionalProperties")
             .cloned()
@@ -2944,16 +2976,12 @@ fn merge(
             .cloned()
             .unwrap_or(Value::Bool(true));
         let mut props = Map::new();
-        let mut keys: Vec<String> = pa.keys().cloned().collect();
-        for k in pb.keys() {
-            if !keys.contains(k) {
-                keys.push(k.clone());
-            }
-        }
+        // `a`'s keys, then those of `b` that `a` lacks (a lookup each, not a scan).
+        let keys = pa.keys().chain(pb.keys().filter(|k| !pa.contains_key(*k)));
         for k in keys {
-            let sa = pa.get(&k).cloned().unwrap_or_else(|| xa.clone());
-            let sb = pb.get(&k).cloned().unwrap_or_else(|| xb.clone());
-            props.insert(k, and_schema(sa, sb));
+            let sa = pa.get(k).cloned().unwrap_or_else(|| xa.clone());
+            let sb = pb.get(k).cloned().unwrap_or_else(|| xb.clone());
+            props.insert(k.clone(), and_schema(sa, sb));
         }
         out.insert("properties".into(), Value::Object(props));
         out.insert("additionalProperties".into(), and_schema(xa, xb));
