@@ -106,8 +106,7 @@ pub(crate) fn key_complement(
     let mut children: Vec<Vec<(char, u32)>> = vec![Vec::new()];
     // Child lookup by (node, character): a node may have thousands of children (keys
     // with distinct first characters), and a scan per insertion would be quadratic.
-    let mut child: std::collections::HashMap<(usize, char), usize> =
-        std::collections::HashMap::new();
+    let mut child: crate::earley::FastMap<(usize, char), usize> = Default::default();
     for k in keys {
         let mut n = 0usize;
         for &c in k {
@@ -190,17 +189,20 @@ pub(crate) fn key_complement(
     // Byte classes: `dev`'s, with every byte of a key encoding (and `"`) on its own.
     let mut classes = [0u8; 256];
     let mut reps: Vec<u8> = Vec::new();
-    let mut seen: std::collections::HashMap<(u8, u16), u8> = std::collections::HashMap::new();
+    // The class of each of `dev`'s classes whose bytes are not special, by that class
+    // (a direct table, where a hash map of 256 lookups was a tenth of this function).
+    let mut plain_class: [Option<u8>; 256] = [None; 256];
     for b in 0..=255u8 {
-        let key = (
-            dev.class_of(b),
-            if special[b as usize] { b as u16 } else { 256 },
-        );
-        let next = seen.len();
-        let c = *seen.entry(key).or_insert_with(|| {
+        let next = reps.len() as u8;
+        let c = if special[b as usize] {
             reps.push(b);
-            next as u8
-        });
+            next
+        } else {
+            *plain_class[dev.class_of(b) as usize].get_or_insert_with(|| {
+                reps.push(b);
+                next
+            })
+        };
         // At most 256 distinct classes, so `next` fits in a u8.
         classes[b as usize] = c;
     }
