@@ -348,7 +348,7 @@ struct Compiler<'a> {
     common: HashMap<&'static str, RuleId>,
     /// Semantic checks attached to rules (see [`check`]).
     checks: Vec<(RuleId, Check)>,
-    check_builder: Option<check::CheckBuilder>,
+    check_builder: Option<check::CheckBuilder<'a>>,
     /// Checks built so far, by what they check: the same sub-schema reached again (each
     /// combination of an `allOf` of `oneOf`s copies its properties) gets the same check,
     /// so that the grammar's equal rules can be merged (see
