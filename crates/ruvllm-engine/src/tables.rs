@@ -3387,14 +3387,44 @@ mod tests {
     fn literal_chains_share_their_rest_tables_exactly() {
         let vocab = test_vocab("llama3_1");
         let trie = vocab.trie();
+        // A counted string behind a key too (a `maxLength` string property: the chain's
+        // rest is a counted lexeme, shared by every key in front of it).
+        let part = |re: &str| Lexeme::new(dfa(re));
+        let counted = Dfa::counted(
+            Some(part(r#"[ ]?""#)),
+            part(r#"[ !#-\[\]-\x7f]|\\["\\nt]"#),
+            0,
+            Some(12),
+            Some(part(r#"""#)),
+        )
+        .expect("a counted string");
         for (lit, rest) in [
-            (r#""key":"#, r#"[ ]?"(?:[ !#-\[\]-\x7f]|\\["\\nt]){0,12}""#),
-            (r#""n": "#, r#"-?(?:0|[1-9][0-9]{0,5})(?:\.[0-9]+)?"#),
+            (
+                r#""key":"#,
+                Lexeme::new(dfa(r#"[ ]?"(?:[ !#-\[\]-\x7f]|\\["\\nt]){0,12}""#)),
+            ),
+            (
+                r#""n": "#,
+                Lexeme::new(dfa(r#"-?(?:0|[1-9][0-9]{0,5})(?:\.[0-9]+)?"#)),
+            ),
+            (r#""counted":"#, Lexeme::new(counted)),
         ] {
-            let rest = Lexeme::new(dfa(rest));
             let chain = Lexeme::new(
                 Dfa::prepend_literal(lit.as_bytes(), &rest, 10_000, 1 << 24).expect("chain"),
             );
+            // The chain's language: the literal, then the rest's (12 characters at most for
+            // the counted string).
+            let run = |text: &str| {
+                let s = text.bytes().fold(chain.start(), |s, b| chain.next(s, b));
+                s != 0 && chain.accepting(s)
+            };
+            if lit == r#""counted":"# {
+                assert!(run(r#""counted": "abc\n""#));
+                assert!(run(r#""counted":"""#));
+                assert!(run(&format!(r#""counted":"{}""#, "x".repeat(12))));
+                assert!(!run(&format!(r#""counted":"{}""#, "x".repeat(13))));
+                assert!(!run(r#""countex":"a""#));
+            }
             let tables = chain.tables_for(0xc4a1_7e57, trie.max_depth());
             let mut delegated = 0;
             for s in 1..chain.num_states() as u32 {

@@ -283,10 +283,12 @@ impl Dfa {
     /// `lit.len()` states in front of `rest`, shared, not copied (see [`Chain`]); its byte
     /// classes are `rest`'s split at the literal's bytes (still intervals in increasing
     /// order). The language is exactly the concatenation; the states are `rest`'s plus the
-    /// chain (not minimized, like every lexeme DFA). `None` for an empty literal, a
-    /// `rest` that is not one table, an empty `rest` language, or a result past
-    /// `max_states` states or past `max_bytes` for the table a copy would take (so the same
-    /// lexemes are built as when it was copied).
+    /// chain (not minimized, like every lexeme DFA). `rest` may be one table or a counted
+    /// lexeme (a `maxLength` string behind its key: then every key shares the counted
+    /// lexeme and its token tables). `None` for an empty literal, another `rest` (a
+    /// chain), an empty `rest` language, or a result past `max_states` states or, for a
+    /// table, past `max_bytes` for the table a copy would take (so the same lexemes are
+    /// built as when it was copied).
     ///
     /// Cost: O(`lit.len()` + 256), with no NFA, no subset construction and no copy. This
     /// is how a property's key lexeme (`"name"` then the colon and whitespace that every
@@ -300,7 +302,9 @@ impl Dfa {
         max_states: usize,
         max_bytes: usize,
     ) -> Option<Dfa> {
-        if lit.is_empty() || !matches!(rest.special, Special::Flat) || rest.start == 0 {
+        let counted = matches!(rest.special, Special::Counted(_));
+        if lit.is_empty() || !(counted || matches!(rest.special, Special::Flat)) || rest.start == 0
+        {
             return None;
         }
         let mut in_lit = [false; 256];
@@ -324,8 +328,13 @@ impl Dfa {
         let l = lit.len();
         let n = l.checked_add(rest.num_states())?;
         // The limits of the table a copy would have had, so that the same lexemes are
-        // built either way.
-        if n > max_states || n.saturating_mul(n_classes).saturating_mul(4) > max_bytes {
+        // built either way. A counted `rest` has no table (its states are computed): only
+        // the state numbers must fit.
+        if counted {
+            if n >= u32::MAX as usize || l > max_states {
+                return None;
+            }
+        } else if n > max_states || n.saturating_mul(n_classes).saturating_mul(4) > max_bytes {
             return None;
         }
         let allowed = lit

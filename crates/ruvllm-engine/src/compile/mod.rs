@@ -470,6 +470,28 @@ fn literal_head(hir: &Hir) -> Option<(Vec<u8>, Hir)> {
     Some((lit.0.to_vec(), Hir::concat(rest.to_vec())))
 }
 
+/// The literal text that a sequence of `items` starts with (nested sequences flattened,
+/// empty items skipped), and the items after it. Cost: O(items).
+fn literal_head_of<'e>(items: &[&'e Expr]) -> (Vec<u8>, Vec<&'e Expr>) {
+    fn flatten<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
+        match e {
+            Expr::Seq(v) => v.iter().for_each(|x| flatten(x, out)),
+            Expr::Empty => {}
+            _ => out.push(e),
+        }
+    }
+    let mut flat: Vec<&Expr> = Vec::with_capacity(items.len());
+    items.iter().for_each(|e| flatten(e, &mut flat));
+    let mut lit = Vec::new();
+    let mut head = 0;
+    while let Some(Expr::Literal(l)) = flat.get(head) {
+        lit.extend_from_slice(l);
+        head += 1;
+    }
+    flat.drain(..head);
+    (lit, flat)
+}
+
 /// Whether `e` is one fixed byte string (a literal, or a sequence of them: the schema front
 /// end writes an enum's string value character by character).
 fn is_fixed_text(e: &Expr) -> bool {
@@ -805,7 +827,14 @@ impl<'a> Lowerer<'a> {
             }
             this.part(run)
         };
-        let p = part_of(self, prefix)?;
+        // A prefix that starts with literal text (a property key) is that text's chain in
+        // front of the counted lexeme of the rest ([`Dfa::prepend_literal`]): the rest (`ws
+        // : ws "` and the string) is then one cached lexeme for every key, and so are its
+        // token tables, where each key's lexeme computed its own (2-3 ms apiece for the
+        // first count of a `maxLength` string, once per property).
+        let (head, prefix_tail) = prefix.map_or((Vec::new(), Vec::new()), literal_head_of);
+        let p = part_of(self, Some(&prefix_tail[..]))?;
+        let has_p = p.is_some() || !head.is_empty();
         let mut ss_all = Vec::with_capacity(suffixes.len());
         for &(run, n) in suffixes {
             if let Some(d) = part_of(self, Some(run))? {
@@ -820,7 +849,7 @@ impl<'a> Lowerer<'a> {
         }
         tries.extend([(true, None), (false, None)]);
         for (use_p, si) in tries {
-            if use_p && p.is_none() {
+            if use_p && !has_p {
                 continue; // the same as the try without the prefix
             }
             let pp: Option<&Part> = p.as_ref().filter(|_| use_p);
@@ -855,18 +884,42 @@ impl<'a> Lowerer<'a> {
             }));
             let mut cache_key = format!("{states}/{bytes}/").into_bytes();
             cache_key.extend_from_slice(&key);
+            let head = if use_p { &head[..] } else { &[][..] };
             let name = || {
                 let show = |part: Option<&Part>| {
                     part.map_or("", |(_, d)| d.name().unwrap_or_default())
                         .to_string()
                 };
                 let bound = max.map_or(String::new(), |m| m.to_string());
+                let head = if head.is_empty() {
+                    String::new()
+                } else {
+                    printed_prefix(&Hir::literal(head.to_vec()), dfa::NAME_BYTES)
+                };
                 format!(
-                    "{}(?:{}){{{min},{bound}}}{}",
+                    "{head}{}(?:{}){{{min},{bound}}}{}",
                     show(pp),
                     show(Some(&x)),
                     show(ss)
                 )
+            };
+            let (key, cache_key, dfa) = if head.is_empty() {
+                (key, cache_key, dfa)
+            } else {
+                // The counted rest, cached on its own, with the text's chain in front.
+                let Ok(rest) = dfa::cached_with(&cache_key, || Ok(dfa)) else {
+                    continue;
+                };
+                let Some(chain) = Dfa::prepend_literal(head, &rest, states, bytes) else {
+                    continue;
+                };
+                let mut whole = vec![STRUCTURAL_KEY, b'H'];
+                whole.extend_from_slice(&(head.len() as u64).to_le_bytes());
+                whole.extend_from_slice(head);
+                whole.extend_from_slice(&key);
+                let mut whole_cache = format!("{states}/{bytes}/").into_bytes();
+                whole_cache.extend_from_slice(&whole);
+                (whole, whole_cache, chain)
             };
             let Some(l) = self.register(&cache_key, key, name, move || Ok(dfa))? else {
                 return Ok(None);
@@ -1353,32 +1406,11 @@ impl<'a> Lowerer<'a> {
         if group != Group::Seq {
             return Ok(None);
         }
-        let mut flat: Vec<&Expr> = Vec::with_capacity(items.len());
-        fn flatten<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
-            match e {
-                Expr::Seq(v) => v.iter().for_each(|x| flatten(x, out)),
-                Expr::Empty => {}
-                _ => out.push(e),
-            }
-        }
-        items.iter().for_each(|e| flatten(e, &mut flat));
-        let head = flat
-            .iter()
-            .take_while(|e| matches!(e, Expr::Literal(_)))
-            .count();
-        if head == 0 || head == flat.len() {
+        let (lit, rest) = literal_head_of(items);
+        if lit.is_empty() || rest.is_empty() {
             return Ok(None);
         }
-        let mut lit = Vec::new();
-        for e in &flat[..head] {
-            if let Expr::Literal(l) = e {
-                lit.extend_from_slice(l);
-            }
-        }
-        if lit.is_empty() {
-            return Ok(None);
-        }
-        let rest = &flat[head..];
+        let rest = &rest[..];
         let (states, bytes) = (self.limits.max_lexeme_states, self.limits.max_dfa_bytes);
         let mut rest_key = format!("{states}/{bytes}/").into_bytes();
         rest_key.push(STRUCTURAL_KEY);
