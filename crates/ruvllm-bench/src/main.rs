@@ -198,6 +198,12 @@ enum Cmd {
         /// 1,000,000.
         #[arg(long, value_parser = clap::value_parser!(u64).range(100..=1_000_000))]
         stall_watch_us: Option<u64>,
+        /// Check every token table ruvllm computes or shares against the table by
+        /// definition (a pass over the whole trie without shortcuts), and fail when one
+        /// differs. Each first use then pays that pass inside its mask: the times are not
+        /// comparable, and no Markdown report is written.
+        #[arg(long, conflicts_with = "markdown")]
+        verify_tables: bool,
         /// MaskBench files or folders.
         paths: Vec<PathBuf>,
     },
@@ -498,9 +504,11 @@ fn main() -> Result<()> {
             markdown,
             per_file,
             stall_watch_us,
+            verify_tables,
             paths,
         } => {
             let t_run = std::time::Instant::now();
+            ruvllm_engine::verify_token_tables(verify_tables);
             for e in &engines {
                 if e != "ruvllm" && e != "llguidance" {
                     anyhow::bail!("unknown engine {e:?} (ruvllm, llguidance)");
@@ -697,6 +705,23 @@ fn main() -> Result<()> {
                     100.0 * ms / tbm_total_ms.max(1e-9)
                 );
                 v["tables"] = serde_json::json!({"computed": built, "first_use_ms": ms});
+            }
+            if verify_tables {
+                let (checked, differ, which) = ruvllm_engine::token_table_checks();
+                println!(
+                    "ruvllm token tables verified: {checked} checked against the table by definition, {differ} differ (the mask times above include the checks)"
+                );
+                for w in &which {
+                    println!("ruvllm: TABLE DIFFERS {w}");
+                }
+                if differ > 0 {
+                    anyhow::bail!(
+                        "{differ} of {checked} token tables differ from the table by definition"
+                    );
+                }
+                if checked == 0 {
+                    anyhow::bail!("--verify-tables checked no token table (no ruvllm masks ran)");
+                }
             }
             if let Some(path) = json {
                 let mut doc = serde_json::json!({"files": files.len(), "engines": out});

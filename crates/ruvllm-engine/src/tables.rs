@@ -242,6 +242,12 @@ const MAX_PAIRS: usize = 512;
 /// object. A share missed this way costs a walk.
 const MAX_CHEAP_REFUTATION: usize = 64;
 
+/// Steps (a pair and a byte run followed from it) all of one table's sharing checks
+/// take together, at most (then the table is computed). A check that proves a share
+/// takes a few hundred; on the 30 MaskBench files with the slowest masks, 2,048 computed
+/// 3 more tables of 5,189 than no budget.
+const MAX_SHARE_WORK: usize = 2048;
+
 type Registry = Mutex<HashMap<u64, Vec<Arc<Hot>>>>;
 
 /// Bytes of token tables built (or brought in by moves) since the lexeme cache last turned a
@@ -252,6 +258,136 @@ static TABLE_BYTES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUs
 /// uses (sharing checks included).
 static TABLE_BUILDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 static TABLE_NANOS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Whether first uses check their tables against [`reference_table`] (see
+/// [`crate::verify_token_tables`]), how many they checked, and what differed.
+static VERIFY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static VERIFIED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static MISMATCHES: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Mismatches kept for [`verify_totals`] (the count goes on).
+const MAX_MISMATCHES_KEPT: usize = 16;
+static MISMATCHED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// See [`crate::verify_token_tables`].
+pub(crate) fn set_verify(on: bool) {
+    VERIFY.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// See [`crate::token_table_checks`].
+pub(crate) fn verify_totals() -> (usize, usize, Vec<String>) {
+    (
+        VERIFIED.load(std::sync::atomic::Ordering::Relaxed),
+        MISMATCHED.load(std::sync::atomic::Ordering::Relaxed),
+        MISMATCHES.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+    )
+}
+
+/// The token ids of a set, ascending. Cost: O(ids) or O(words).
+fn set_ids(a: &TokenSet) -> Vec<u32> {
+    match a {
+        TokenSet::Sparse(v) => {
+            let mut v = v.clone();
+            v.sort_unstable();
+            v
+        }
+        TokenSet::Dense(w) => ones(w),
+        TokenSet::Minus(w, drop) => {
+            let mut w = w.to_vec();
+            for &(i, d) in drop.iter() {
+                if let Some(x) = w.get_mut(i as usize) {
+                    *x &= !d;
+                }
+            }
+            ones(&w)
+        }
+    }
+}
+
+/// Whether two tables decide the same: the same accepted and final tokens, and the same
+/// uncertain trie nodes (however the ranges are cut). Cost: O(tokens + ranges).
+fn same_decisions(a: &StateTokens, b: &StateTokens) -> bool {
+    let ranges = |u: &[(u32, u32)]| {
+        let mut v = u.to_vec();
+        v.sort_unstable();
+        v.dedup_by(|next, last| {
+            if next.0 <= last.1 {
+                last.1 = last.1.max(next.1);
+                true
+            } else {
+                false
+            }
+        });
+        v
+    };
+    let finals = |f: &[u32]| {
+        let mut f = f.to_vec();
+        f.sort_unstable();
+        f
+    };
+    set_ids(&a.accept) == set_ids(&b.accept)
+        && ranges(&a.uncertain) == ranges(&b.uncertain)
+        && finals(&a.finals) == finals(&b.finals)
+}
+
+/// The table of `s0` by the definition, with none of the walk's shortcuts: one pass over
+/// the trie in node order, a DFA step per node whose parent is alive (the parent is the
+/// last node read one level up), a dead node's subtree skipped, uncertain when the lexeme
+/// accepted at a proper prefix of its path. The oracle [`crate::verify_token_tables`]
+/// checks every computed or shared table against. Cost: a step per live node, up to the
+/// whole trie (1.5-9 ms for Llama 3.1's 274,521 nodes on a 2-core EPYC, the slow end for
+/// counted lexemes).
+pub(crate) fn reference_table(
+    dfa: &Dfa,
+    s0: u32,
+    trie: &TokenTrie,
+    vocab_len: usize,
+) -> StateTokens {
+    // The state and whether the lexeme accepted on the way, per depth of the current path.
+    let mut path: Vec<(u32, bool)> = vec![(0, false); trie.max_depth() + 2];
+    path[0] = (s0, false);
+    let mut accept = Accept::new(vocab_len);
+    let mut uncertain = Vec::new();
+    let mut finals = Vec::new();
+    let total = trie.len() as u32;
+    let mut n = 1;
+    while n < total {
+        let d = trie.depth(n);
+        let (ps, pex) = path[d - 1];
+        let t = dfa.next(ps, trie.byte(n));
+        if t == 0 {
+            if pex {
+                uncertain.push((n, trie.end(n)));
+            }
+            n = trie.end(n);
+            continue;
+        }
+        let toks = trie.tokens_at(n);
+        if !toks.is_empty() {
+            accept.add(toks);
+        }
+        let acc = dfa.accepting(t);
+        if acc && dfa.allowed(t).is_empty() {
+            finals.extend_from_slice(toks);
+        }
+        path[d] = (t, pex || acc);
+        n += 1;
+    }
+    // Adjacent ranges as one, as the walk gives them (one range per refused node here).
+    uncertain.dedup_by(|next, last| {
+        if next.0 == last.1 {
+            last.1 = next.1;
+            true
+        } else {
+            false
+        }
+    });
+    StateTokens {
+        accept: accept.finish(),
+        uncertain,
+        finals,
+    }
+}
 
 /// See [`crate::table_build_totals`].
 pub(crate) fn build_totals() -> (usize, std::time::Duration) {
@@ -406,6 +542,21 @@ impl Tables {
         let t = self.first_use_inner(lexeme, state, trie, vocab_len);
         let ns = t0.elapsed().as_nanos().min(u64::MAX as u128) as u64;
         TABLE_NANOS.fetch_add(ns, std::sync::atomic::Ordering::Relaxed);
+        if VERIFY.load(std::sync::atomic::Ordering::Relaxed) {
+            let r = reference_table(lexeme, state, trie, vocab_len);
+            VERIFIED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if !same_decisions(&t, &r) {
+                MISMATCHED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let mut m = MISMATCHES.lock().unwrap_or_else(|e| e.into_inner());
+                if m.len() < MAX_MISMATCHES_KEPT {
+                    m.push(format!(
+                        "state {state} of lexeme {:?} ({} states)",
+                        lexeme.name().unwrap_or_default(),
+                        lexeme.num_states()
+                    ));
+                }
+            }
+        }
         t
     }
 
@@ -470,6 +621,11 @@ impl Tables {
         // depth. The check below took 0.5-1.7 ms to refute such a state against the
         // registered string states, more than its table.
         let mut safe = None;
+        // What the checks below may take together: a check that fails takes up to
+        // [`MAX_PAIRS`] pairs, each a step per byte run, and a state that agreed with
+        // several registered ones on their signatures paid 0.4-0.9 ms of refutations
+        // before its own walk (the per-phase trace of this change).
+        let mut work = MAX_SHARE_WORK;
         let shared = 'share: {
             for h in &hot {
                 if lexeme.accepting(state) != h.lexeme.accepting(h.state)
@@ -497,9 +653,12 @@ impl Tables {
                     continue;
                 }
                 drop(gave_up);
-                match equivalent_within(lexeme, state, &h.lexeme, h.state, depth) {
+                match equivalent_budgeted(lexeme, state, &h.lexeme, h.state, depth, &mut work) {
                     (Some(true), _) => break 'share Some(h.table.clone()),
                     (Some(false), pairs) if pairs <= MAX_CHEAP_REFUTATION => {}
+                    // This table's budget ran out (the checks before this one spent it):
+                    // no more checks, and no verdict on that lexeme.
+                    (None, _) if work == 0 => break 'share None,
                     // Gave up, or refuted only deep down: this lexeme's other states would
                     // pay as much against that lexeme's.
                     _ => {
@@ -721,13 +880,26 @@ impl Tables {
 /// use it as an oracle, so its cap is far above the product's [`MAX_PAIRS`].
 #[cfg(test)]
 pub(crate) fn equivalent(a: &Dfa, s: u32, b: &Dfa, t: u32, depth: usize) -> bool {
-    equivalent_capped(a, s, b, t, depth, 1 << 20).0 == Some(true)
+    equivalent_capped(a, s, b, t, depth, 1 << 20, &mut { usize::MAX }).0 == Some(true)
 }
 
 /// `equivalent` (the tests' oracle), or `None` when it gave up at [`MAX_PAIRS`] pairs;
 /// with the pairs it met.
 fn equivalent_within(a: &Dfa, s: u32, b: &Dfa, t: u32, depth: usize) -> (Option<bool>, usize) {
-    equivalent_capped(a, s, b, t, depth, MAX_PAIRS)
+    equivalent_capped(a, s, b, t, depth, MAX_PAIRS, &mut { usize::MAX })
+}
+
+/// [`equivalent_within`] that also stops (`None`) once it has taken `work` steps (one
+/// per byte run it follows from a pair), and takes them off `work`.
+fn equivalent_budgeted(
+    a: &Dfa,
+    s: u32,
+    b: &Dfa,
+    t: u32,
+    depth: usize,
+    work: &mut usize,
+) -> (Option<bool>, usize) {
+    equivalent_capped(a, s, b, t, depth, MAX_PAIRS, work)
 }
 
 /// `equivalent` (the tests' oracle), or `None` when it gave up past `max_pairs` pairs;
@@ -739,6 +911,7 @@ fn equivalent_capped(
     t: u32,
     depth: usize,
     max_pairs: usize,
+    work: &mut usize,
 ) -> (Option<bool>, usize) {
     if a.accepting(s) != b.accepting(t) || a.allowed(s) != b.allowed(t) {
         return (Some(false), 1);
@@ -768,6 +941,10 @@ fn equivalent_capped(
             if !a.allowed(x).contains(byte) {
                 continue;
             }
+            if *work == 0 {
+                return (None, seen.len());
+            }
+            *work -= 1;
             // Only `depth - d - 1` more bytes matter from the next pair: counts of a
             // counted lexeme that cannot be told apart within them are one state.
             let r = depth - d - 1;
@@ -2725,7 +2902,8 @@ mod tests {
         used.then_some(t)
     }
 
-    /// The table of `s` by the plain walk (every node visited), the reference.
+    /// The table of `s` by the plain walk (no plain-text shortcuts: what a forced state's
+    /// first use runs).
     fn plain_walk_table(d: &Dfa, s: u32, trie: &TokenTrie, vocab_len: usize) -> StateTokens {
         let mut reach = PlainReach::new(d, trie.max_depth());
         compute_with(
@@ -2779,6 +2957,69 @@ mod tests {
             env!("CARGO_MANIFEST_DIR")
         );
         crate::Vocabulary::from_file(&path).expect("assets missing: run scripts/fetch-assets.sh")
+    }
+
+    /// The plain walk, which a forced state's first use runs (the literal after a key's
+    /// quote), decides every state as the definition does: flat lexemes that accept
+    /// inside a token (a number, a literal and its separator), a loop its scans take whole,
+    /// and a counted string near and far from its bound.
+    #[test]
+    fn plain_walks_match_the_definition() {
+        let vocab = test_vocab("llama3_1");
+        let trie = vocab.trie();
+        let mut lexemes: Vec<(String, Dfa)> = [
+            r#"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?"#,
+            r#""name"[ ]*:[ ]*"#,
+            r#"[^"\\\x00-\x1f]*""#,
+            r#"(?:true|false|null)[ ]*,?"#,
+        ]
+        .iter()
+        .map(|re| (re.to_string(), dfa(re)))
+        .collect();
+        lexemes.push(("counted".into(), quoted_count("[a-z ]", 0, Some(40), true)));
+        let mut checked = 0;
+        for (re, d) in &lexemes {
+            for s in (1..d.num_states() as u32).step_by(1 + d.num_states() / 12) {
+                let a = plain_walk_table(d, s, trie, vocab.len());
+                let b = reference_table(d, s, trie, vocab.len());
+                assert_same_tables(&a, &b, vocab.len(), &format!("{re} state {s}"));
+                checked += 1;
+            }
+        }
+        assert!(checked >= 20, "{checked}");
+    }
+
+    /// The definition's own decisions on a few tokens (a table by the definition is what
+    /// the other tests hold the walks to). After `"ab`, a string of at most 3 letters
+    /// accepts `c` (not final: its quote may follow) and `"` (final: nothing may follow),
+    /// refuses `cd` (a fourth letter), and leaves `",` uncertain (the lexeme accepted at
+    /// its quote, so the parser decides the `,`). A number accepts `12` and leaves `00`
+    /// uncertain (it accepted at the first `0`).
+    #[test]
+    fn the_definition_decides_single_tokens() {
+        let vocab = test_vocab("llama3_1");
+        let trie = vocab.trie();
+        let id = |tok: &[u8]| vocab.token_id(tok).expect("token in vocabulary");
+        let has = |t: &StateTokens, tok: &[u8]| {
+            let mut m = vec![0u32; vocab.len().div_ceil(32)];
+            t.accept.or_into(&mut m);
+            let i = id(tok);
+            m[(i >> 5) as usize] >> (i & 31) & 1 == 1
+        };
+        let uncertain = |t: &StateTokens, tok: &[u8]| {
+            let n = trie.find(tok).expect("node");
+            t.uncertain.iter().any(|&(a, b)| a <= n && n < b)
+        };
+        let d = quoted_count("[a-z]", 0, Some(3), true);
+        let t = reference_table(&d, walk(&d, b"\"ab"), trie, vocab.len());
+        assert!(has(&t, b"c") && !t.finals.contains(&id(b"c")));
+        assert!(has(&t, b"\"") && t.finals.contains(&id(b"\"")));
+        assert!(!has(&t, b"cd") && !uncertain(&t, b"cd"));
+        assert!(!has(&t, b"\",") && uncertain(&t, b"\","));
+        let num = dfa("-?(?:0|[1-9][0-9]*)");
+        let t = reference_table(&num, num.start(), trie, vocab.len());
+        assert!(has(&t, b"12") && !uncertain(&t, b"12"));
+        assert!(!has(&t, b"00") && uncertain(&t, b"00"));
     }
 
     /// Asserts that two tables of one state are the same: accept sets as token sets (one
@@ -2842,7 +3083,7 @@ mod tests {
             let mut reach = PlainReach::new(&d, trie.max_depth());
             for s in 1..d.num_states() as u32 {
                 let a = fast_table(&d, s, trie, vocab.len(), &mut reach);
-                let b = plain_walk_table(&d, s, trie, vocab.len());
+                let b = reference_table(&d, s, trie, vocab.len());
                 assert_same_tables(&a, &b, vocab.len(), &format!("{re} state {s}"));
                 let mut fresh = PlainReach::new(&d, trie.max_depth());
                 let (r0, r1) = (
@@ -2928,7 +3169,7 @@ mod tests {
             let mut taken = false;
             for s in 1..d.num_states() as u32 {
                 let a = fast_table(&d, s, trie, vocab.len(), &mut reach);
-                let b = plain_walk_table(&d, s, trie, vocab.len());
+                let b = reference_table(&d, s, trie, vocab.len());
                 assert_same_tables(&a, &b, vocab.len(), &format!("{re} state {s}"));
                 let (dead, off) = excluded_plain(&d, s);
                 for x in [dead, off].into_iter().flatten() {
@@ -3041,7 +3282,7 @@ mod tests {
                     let s = walk(&c, text.as_bytes());
                     assert_ne!(s, 0, "{text}");
                     let a = fast_table(&c, s, trie, vocab.len(), &mut reach);
-                    let b = plain_walk_table(&c, s, trie, vocab.len());
+                    let b = reference_table(&c, s, trie, vocab.len());
                     let what = format!("{{{min},{max}}} after {text}");
                     assert_same_tables(&a, &b, vocab.len(), &what);
                     bounded += reach.char_bound(s, 0).is_some() as usize;
@@ -3076,7 +3317,7 @@ mod tests {
                 let s = walk(&c, text.as_bytes());
                 assert_ne!(s, 0, "{text}");
                 let a = fast_table(&c, s, trie, vocab.len(), &mut reach);
-                let b = plain_walk_table(&c, s, trie, vocab.len());
+                let b = reference_table(&c, s, trie, vocab.len());
                 let what = format!("{min},{max:?},{close} {text}");
                 assert_same_tables(&a, &b, vocab.len(), &what);
             }
@@ -3108,7 +3349,7 @@ mod tests {
                         continue;
                     }
                     let a = fast_table(c, s, trie, vocab.len(), &mut reach);
-                    let b = plain_walk_table(c, s, trie, vocab.len());
+                    let b = reference_table(c, s, trie, vocab.len());
                     assert_same_tables(&a, &b, vocab.len(), &format!("after {text}"));
                     let x = excluded_plain(c, s).0.unwrap_or(ByteSet::EMPTY);
                     let k = AsciiBound::new(c, x, depth).bound(s, depth);
@@ -3198,7 +3439,7 @@ mod tests {
                     if s == 0 {
                         break;
                     }
-                    let want = plain_walk_table(c, s, trie, vocab.len());
+                    let want = reference_table(c, s, trie, vocab.len());
                     for (r, from) in [(s0, &t0), (prev.0, &prev.1)] {
                         if r == s {
                             continue;
@@ -3286,7 +3527,7 @@ mod tests {
                 let mut reach = PlainReach::new(&b, depth);
                 derived += tb.reference(&b, s, &mut reach).is_some() as usize;
                 let got = tb.get(&b, s, trie, vocab.len());
-                let want = plain_walk_table(&b, s, trie, vocab.len());
+                let want = reference_table(&b, s, trie, vocab.len());
                 assert_same_tables(got, &want, vocab.len(), &format!("after {text}"));
                 let s = walk(&other, text.as_bytes());
                 let mut reach = PlainReach::new(&other, depth);
@@ -3305,7 +3546,7 @@ mod tests {
             let text = format!("\"{}", "a".repeat(i));
             let s = walk(&c, text.as_bytes());
             let got = tc.get(&c, s, trie, vocab.len());
-            let want = plain_walk_table(&c, s, trie, vocab.len());
+            let want = reference_table(&c, s, trie, vocab.len());
             assert_same_tables(got, &want, vocab.len(), &format!("after {text}"));
         }
     }
@@ -3373,7 +3614,7 @@ mod tests {
             for s in 1..lex.num_states() as u32 {
                 forced_states += forced(&lex, s, FORCED_PLAIN_WALK) as usize;
                 let got = tables.get(&lex, s, trie, vocab.len());
-                let want = plain_walk_table(&lex, s, trie, vocab.len());
+                let want = reference_table(&lex, s, trie, vocab.len());
                 assert_same_tables(got, &want, vocab.len(), &format!("{re} state {s}"));
             }
         }
@@ -3429,7 +3670,7 @@ mod tests {
             let mut delegated = 0;
             for s in 1..chain.num_states() as u32 {
                 let got = tables.get(&chain, s, trie, vocab.len());
-                let want = plain_walk_table(&chain, s, trie, vocab.len());
+                let want = reference_table(&chain, s, trie, vocab.len());
                 assert_same_tables(got, &want, vocab.len(), &format!("{lit} state {s}"));
                 delegated += (s as usize > lit.len()) as usize;
             }
@@ -3693,8 +3934,8 @@ mod tests {
             let dev = dfa(&format!("{u8ch}{ch}*\""));
             let base = dfa(&format!("\"{ch}*\""));
             let g0 = walk(&base, b"\"");
-            let from = plain_walk_table(&base, g0, trie, vocab.len());
-            let from_start = plain_walk_table(&base, base.start(), trie, vocab.len());
+            let from = reference_table(&base, g0, trie, vocab.len());
+            let from_start = reference_table(&base, base.start(), trie, vocab.len());
             // One memo for every key set, as for the complements of one tail.
             let mut memo = TailEq::default();
             for round in 0..4 {
@@ -3736,7 +3977,7 @@ mod tests {
                 )
                 .expect("the start is derived");
                 let at_start = at_start.unwrap_or_else(|| from_start.clone());
-                let w = plain_walk_table(&kc, kc.start(), trie, vocab.len());
+                let w = reference_table(&kc, kc.start(), trie, vocab.len());
                 assert!(
                     tokens(&at_start) == tokens(&w),
                     "keys {keys:?}, at the start"
@@ -3767,7 +4008,7 @@ mod tests {
                     if let Some(d) = d {
                         same += d.is_none() as usize;
                         let d = d.unwrap_or_else(|| from.clone());
-                        let w = plain_walk_table(&kc, s, trie, vocab.len());
+                        let w = reference_table(&kc, s, trie, vocab.len());
                         assert!(tokens(&d) == tokens(&w), "keys {keys:?}, after {input:?}");
                         derived += 1;
                     }
