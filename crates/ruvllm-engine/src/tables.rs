@@ -244,9 +244,11 @@ const MAX_CHEAP_REFUTATION: usize = 64;
 
 /// Steps (a pair and a byte run followed from it) all of one table's sharing checks
 /// take together, at most (then the table is computed). A check that proves a share
-/// takes a few hundred; on the 30 MaskBench files with the slowest masks, 2,048 computed
-/// 3 more tables of 5,189 than no budget.
-const MAX_SHARE_WORK: usize = 2048;
+/// takes about 650 steps at the median, and 14,164 at most on the 40 MaskBench files
+/// with a mask over 2 ms in the run at d5993585: a share missed costs a walk of an
+/// expensive table, and a budget of 2,048 missed 16 of their 94 shares and made their
+/// slowest masks 1.11x slower. Past the budget a table's checks had cost up to 0.9 ms.
+const MAX_SHARE_WORK: usize = 16_384;
 
 type Registry = Mutex<HashMap<u64, Vec<Arc<Hot>>>>;
 
