@@ -332,6 +332,19 @@ fn same_decisions(a: &StateTokens, b: &StateTokens) -> bool {
         && finals(&a.finals) == finals(&b.finals)
 }
 
+/// Joins each sorted, disjoint range with the next where one ends at the other's start, so
+/// that one set of nodes has one list of ranges however a walk cut it. Cost: O(ranges).
+fn join_adjacent(ranges: &mut Vec<(u32, u32)>) {
+    ranges.dedup_by(|next, last| {
+        if next.0 == last.1 {
+            last.1 = next.1;
+            true
+        } else {
+            false
+        }
+    });
+}
+
 /// The table of `s0` by the definition, with none of the walk's shortcuts: one pass over
 /// the trie in node order, a DFA step per node whose parent is alive (the parent is the
 /// last node read one level up), a dead node's subtree skipped, uncertain when the lexeme
@@ -376,14 +389,7 @@ pub(crate) fn reference_table(
         n += 1;
     }
     // Adjacent ranges as one, as the walk gives them (one range per refused node here).
-    uncertain.dedup_by(|next, last| {
-        if next.0 == last.1 {
-            last.1 = next.1;
-            true
-        } else {
-            false
-        }
-    });
+    join_adjacent(&mut uncertain);
     StateTokens {
         accept: accept.finish(),
         uncertain,
@@ -1552,14 +1558,7 @@ fn compute_with<'a>(
     uncertain.sort_unstable();
     // Adjacent ranges as one (the walk gives one range per refused child, a scan one
     // per refused node; the same nodes either way).
-    uncertain.dedup_by(|next, last| {
-        if next.0 == last.1 {
-            last.1 = next.1;
-            true
-        } else {
-            false
-        }
-    });
+    join_adjacent(&mut uncertain);
     let table = StateTokens {
         accept: accept.finish(),
         uncertain,
