@@ -76,8 +76,9 @@ pub fn table_build_totals() -> (usize, std::time::Duration) {
 /// computes or shares, in this process, against the table by definition: a pass over the
 /// whole trie with a DFA step per live node and none of the walk's shortcuts (sharing,
 /// derivation from another table, plain-text proofs, bounds). A diagnostic: each first use
-/// then also pays that pass (1.5-9 ms with Llama 3.1's vocabulary on a 2-core EPYC), which
-/// is not counted in [`table_build_totals`]. Masks stay exact either way; the results are
+/// then also pays that pass (with Llama 3.1's vocabulary on a 2-core EPYC, 0.9 ms on
+/// average and up to 9 ms on the MaskBench files with the slowest masks), which is not
+/// counted in [`table_build_totals`]. Masks stay exact either way; the results are
 /// read with [`token_table_checks`].
 pub fn verify_token_tables(on: bool) {
     tables::set_verify(on)

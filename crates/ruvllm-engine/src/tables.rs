@@ -247,7 +247,8 @@ const MAX_CHEAP_REFUTATION: usize = 64;
 /// takes about 650 steps at the median, and 14,164 at most on the 40 MaskBench files
 /// with a mask over 2 ms in the run at d5993585: a share missed costs a walk of an
 /// expensive table, and a budget of 2,048 missed 16 of their 94 shares and made their
-/// slowest masks 1.11x slower. Past the budget a table's checks had cost up to 0.9 ms.
+/// slowest masks 1.11x slower. Without a budget, one table's checks took up to 0.9 ms;
+/// the budget bounds that (docs/PERFORMANCE.md, the log).
 const MAX_SHARE_WORK: usize = 16_384;
 
 type Registry = Mutex<HashMap<u64, Vec<Arc<Hot>>>>;
@@ -285,30 +286,15 @@ pub(crate) fn verify_totals() -> (usize, usize, Vec<String>) {
     )
 }
 
-/// The token ids of a set, ascending. Cost: O(ids) or O(words).
-fn set_ids(a: &TokenSet) -> Vec<u32> {
-    match a {
-        TokenSet::Sparse(v) => {
-            let mut v = v.clone();
-            v.sort_unstable();
-            v
-        }
-        TokenSet::Dense(w) => ones(w),
-        TokenSet::Minus(w, drop) => {
-            let mut w = w.to_vec();
-            for &(i, d) in drop.iter() {
-                if let Some(x) = w.get_mut(i as usize) {
-                    *x &= !d;
-                }
-            }
-            ones(&w)
-        }
-    }
-}
-
 /// Whether two tables decide the same: the same accepted and final tokens, and the same
-/// uncertain trie nodes (however the ranges are cut). Cost: O(tokens + ranges).
-fn same_decisions(a: &StateTokens, b: &StateTokens) -> bool {
+/// uncertain trie nodes (however the ranges are cut). Cost: O(vocabulary / 32 + tokens +
+/// ranges).
+fn same_decisions(a: &StateTokens, b: &StateTokens, vocab_len: usize) -> bool {
+    let bits = |t: &TokenSet| {
+        let mut m = vec![0u32; vocab_len.div_ceil(32)];
+        t.or_into(&mut m);
+        m
+    };
     let ranges = |u: &[(u32, u32)]| {
         let mut v = u.to_vec();
         v.sort_unstable();
@@ -327,7 +313,7 @@ fn same_decisions(a: &StateTokens, b: &StateTokens) -> bool {
         f.sort_unstable();
         f
     };
-    set_ids(&a.accept) == set_ids(&b.accept)
+    bits(&a.accept) == bits(&b.accept)
         && ranges(&a.uncertain) == ranges(&b.uncertain)
         && finals(&a.finals) == finals(&b.finals)
 }
@@ -350,8 +336,9 @@ fn join_adjacent(ranges: &mut Vec<(u32, u32)>) {
 /// last node read one level up), a dead node's subtree skipped, uncertain when the lexeme
 /// accepted at a proper prefix of its path. The oracle [`crate::verify_token_tables`]
 /// checks every computed or shared table against. Cost: a step per live node, up to the
-/// whole trie (1.5-9 ms for Llama 3.1's 274,521 nodes on a 2-core EPYC, the slow end for
-/// counted lexemes).
+/// whole trie (Llama 3.1's 274,521 nodes). On the 30 MaskBench files with the slowest
+/// masks, a 2-core EPYC: 0.9 ms a table on average over 5,293 tables, up to 9 ms (counted
+/// lexemes, whose steps decode their state, at the slow end).
 pub(crate) fn reference_table(
     dfa: &Dfa,
     s0: u32,
@@ -553,7 +540,7 @@ impl Tables {
         if VERIFY.load(std::sync::atomic::Ordering::Relaxed) {
             let r = reference_table(lexeme, state, trie, vocab_len);
             VERIFIED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            if !same_decisions(&t, &r) {
+            if !same_decisions(&t, &r, vocab_len) {
                 MISMATCHED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let mut m = MISMATCHES.lock().unwrap_or_else(|e| e.into_inner());
                 if m.len() < MAX_MISMATCHES_KEPT {
@@ -631,8 +618,8 @@ impl Tables {
         let mut safe = None;
         // What the checks below may take together: a check that fails takes up to
         // [`MAX_PAIRS`] pairs, each a step per byte run, and a state that agreed with
-        // several registered ones on their signatures paid 0.4-0.9 ms of refutations
-        // before its own walk (the per-phase trace of this change).
+        // several registered ones on their signatures paid up to 0.9 ms of refutations
+        // before its own walk (see [`MAX_SHARE_WORK`]).
         let mut work = MAX_SHARE_WORK;
         let shared = 'share: {
             for h in &hot {
@@ -1871,12 +1858,13 @@ enum Bound {
     NotWithin(usize),
 }
 
-/// The fewest nodes of a subtree that [`scan_loop`] is tried on (a smaller one is
-/// walked).
+/// The fewest nodes of a subtree that [`scan_all`] is tried on with a loop state
+/// ([`loop_stay`]); a smaller one is walked.
 const MIN_SCAN_NODES: u32 = 64;
 
-/// The fewest byte groups a state must loop on for [`scan_loop`] to scan (a scan reads
-/// every child, where a walk reads only those whose bytes the state allows).
+/// The fewest byte groups a state must loop on for [`scan_all`] to scan it as a loop
+/// ([`loop_stay`]): a scan reads every child, where a walk reads only those whose bytes
+/// the state allows.
 const MIN_SCAN_GROUPS: u32 = 48;
 
 #[cfg(test)]
@@ -3122,7 +3110,7 @@ mod tests {
     }
 
     /// Strings whose states refuse a few plain bytes (`^[^/]+$`, `^\S+$`, an email, printable
-    /// ASCII but `~`): every table equals the plain walk's, and the shortcut without the
+    /// ASCII but `~`): every table equals [`reference_table`]'s, and the shortcut without the
     /// refused bytes is taken where plain text alone gives nothing.
     #[test]
     fn tables_without_left_out_characters_are_exact() {
@@ -3156,7 +3144,7 @@ mod tests {
             format!("(?:{word}+{space}+){{0,12}}{word}*"),
             // ECMAScript's `^[\w\s-]+$` (an ASCII `\w`, a Unicode `\s`), `^[\w.:-]+$` and
             // a file name: loops that keep most of the vocabulary but not whole subtrees,
-            // whose tables scan subtrees in node order (see [`scan_loop`]).
+            // whose tables scan subtrees in node order (see [`scan_all`] and [`loop_stay`]).
             r#""(?:[A-Za-z0-9_ \t-]|\xC2\xA0|\xE1\x9A\x80|\xE2\x80[\x80-\x8A\xA8\xA9\xAF]|\xE2\x81\x9F|\xE3\x80\x80|\xEF\xBB\xBF)+""#.to_string(),
             r#""[A-Za-z0-9_.:-]+""#.to_string(),
             r#""[A-Za-z0-9_ ./-]+\.[0-9a-zA-Z]+""#.to_string(),
@@ -3263,7 +3251,7 @@ mod tests {
     }
 
     /// Counted strings (the lexemes `maxLength` makes) near and far from their bound: the
-    /// tables of every count equal the plain walk's, with escapes and multi-byte
+    /// tables of every count equal [`reference_table`]'s, with escapes and multi-byte
     /// characters counted as one, and the character bound decides the last counts.
     #[test]
     fn counted_strings_near_their_bound_are_exact() {
@@ -3328,7 +3316,7 @@ mod tests {
     }
 
     /// Strings of a restricted class near their count's bound take the clean-ASCII bound
-    /// ([`AsciiBound`]) for subtrees, and their tables are exactly the plain walk's: a
+    /// ([`AsciiBound`]) for subtrees, and their tables are exactly [`reference_table`]'s: a
     /// counted lexeme (a class with a two-byte character, as `o46406`'s) and the same
     /// count unrolled in the DFA, from the start to the last count.
     #[test]
@@ -3365,7 +3353,7 @@ mod tests {
     }
 
     /// Tables derived from an earlier table by a bound in characters
-    /// ([`PlainReach::bound_from`]) are exactly the plain walk's: strings of restricted
+    /// ([`PlainReach::bound_from`]) are exactly [`reference_table`]'s: strings of restricted
     /// classes (ASCII, with two-byte characters, with escapes) counted up to their bound,
     /// and one unrolled in the DFA, each count derived from the table after the opening
     /// quote and from the count before it; a state of another lexeme is no reference.
@@ -3495,7 +3483,7 @@ mod tests {
 
     /// Counted lexemes of one item (the `maxLength`s of one `pattern` class) derive their
     /// tables from the table registered for the item by another lexeme ([`Classes`]),
-    /// through [`Tables::get`], and get exactly the plain walk's; a lexeme with another
+    /// through [`Tables::get`], and get exactly [`reference_table`]'s; a lexeme with another
     /// item (an equal class, built apart) finds none.
     #[test]
     fn counted_lexemes_of_one_class_share_a_reference_exactly() {
@@ -3595,7 +3583,7 @@ mod tests {
     /// lexeme accepted at a proper prefix, refused otherwise; finals are the accepted
     /// tokens that end complete with nothing allowed after. Over Llama 3.1 and Gemma 2
     /// (whose tries have wide nodes: the walk visits only their allowed children).
-    /// Tables through [`Tables::get`] equal the plain walk's at every state of lexemes
+    /// Tables through [`Tables::get`] equal [`reference_table`]'s at every state of lexemes
     /// with forced literals (a key after its quote, which takes the plain walk at once)
     /// followed by wide-open text (which takes the shortcuts).
     #[test]
@@ -3623,7 +3611,7 @@ mod tests {
     }
 
     /// A literal chain's tables (its own states, and those past the literal, which take
-    /// the tables of the lexeme after it) equal the plain walk of the chain, state by
+    /// the tables of the lexeme after it) equal [`reference_table`]'s for the chain, state by
     /// state: a key and colon in front of a string and in front of a number.
     #[test]
     fn literal_chains_share_their_rest_tables_exactly() {
