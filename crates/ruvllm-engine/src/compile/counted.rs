@@ -418,6 +418,26 @@ impl Counted {
         out
     }
 
+    /// Whether `bytes` is exactly one item: the item automaton, from its start, stays
+    /// alive and does not accept before the last byte, and accepts at it. From a state
+    /// between items with room for one more, such bytes read one item and land between
+    /// items again, one count on, every state on the way alive and not accepting (an item
+    /// ends where it first accepts). Cost: a step per byte.
+    pub(crate) fn whole_item(&self, bytes: &[u8]) -> bool {
+        let Some((&last, init)) = bytes.split_last() else {
+            return false;
+        };
+        let mut q = self.x.start();
+        for &b in init {
+            q = self.x.next(q, b);
+            if q == 0 || self.x.accepting(q) {
+                return false;
+            }
+        }
+        q = self.x.next(q, last);
+        q != 0 && self.x.accepting(q)
+    }
+
     /// States actually stored (the parts' tables), for budgets and statistics.
     pub(crate) fn num_states(&self) -> usize {
         self.off_c as usize + self.nx as usize

@@ -434,6 +434,15 @@ impl Dfa {
         }
     }
 
+    /// For a counted lexeme, whether `bytes` is one whole item (see
+    /// [`Counted::whole_item`]); `false` for other automata. Cost: a step per byte.
+    pub(crate) fn whole_item(&self, bytes: &[u8]) -> bool {
+        match &self.special {
+            Special::Counted(c) => c.whole_item(bytes),
+            _ => false,
+        }
+    }
+
     /// The byte class of `b` (bytes of one class behave alike in every state).
     #[inline(always)]
     pub(crate) fn class_of(&self, b: u8) -> u8 {
