@@ -1896,9 +1896,12 @@ const ASCII_BYTE_GROUPS: u128 = (1 << 95) - 1;
 /// Why: a class of letters of every script (`Github_hard---o79409`'s `name`, letters,
 /// numbers and spaces with a count of 200) leaves out symbols and marks of most scripts,
 /// so the byte groups of lead bytes never fall inside it and the scan visited every
-/// node of the vocabulary's letters past ASCII (44,834 nodes, 1.5 ms a table on an AMD
-/// EPYC of 2026). By the characters' groups, the subtrees of letters are taken whole
-/// and only those that hold a symbol or a mark are visited.
+/// node of the vocabulary's letters past ASCII (44,834 nodes). By the characters'
+/// groups, the subtrees of letters are taken whole and only those that hold a symbol or
+/// a mark are visited: that file's slowest mask went from 1.37 to 0.74 ms (medians of
+/// three runs, builds alternating; see docs/PERFORMANCE.md). Cost: a group's check is a
+/// step per byte of its characters (Llama 3.1 has 4,084 characters past ASCII in 63
+/// groups), once per table and state; the walk reads one more index per node it asks.
 #[derive(Default)]
 struct CharWholes {
     /// Per loop state: the groups checked, and those found to keep it there.
