@@ -298,14 +298,7 @@ fn same_decisions(a: &StateTokens, b: &StateTokens, vocab_len: usize) -> bool {
     let ranges = |u: &[(u32, u32)]| {
         let mut v = u.to_vec();
         v.sort_unstable();
-        v.dedup_by(|next, last| {
-            if next.0 <= last.1 {
-                last.1 = last.1.max(next.1);
-                true
-            } else {
-                false
-            }
-        });
+        join_adjacent(&mut v);
         v
     };
     let finals = |f: &[u32]| {
@@ -318,12 +311,14 @@ fn same_decisions(a: &StateTokens, b: &StateTokens, vocab_len: usize) -> bool {
         && finals(&a.finals) == finals(&b.finals)
 }
 
-/// Joins each sorted, disjoint range with the next where one ends at the other's start, so
-/// that one set of nodes has one list of ranges however a walk cut it. Cost: O(ranges).
+/// Joins each range of a sorted list with the next where they touch (one ends at the
+/// other's start) or overlap, so that one set of nodes has one list of ranges however a
+/// walk cut it (a walk's ranges never overlap; the table check compares lists it did not
+/// build). Cost: O(ranges).
 fn join_adjacent(ranges: &mut Vec<(u32, u32)>) {
     ranges.dedup_by(|next, last| {
-        if next.0 == last.1 {
-            last.1 = next.1;
+        if next.0 <= last.1 {
+            last.1 = last.1.max(next.1);
             true
         } else {
             false
@@ -4216,6 +4211,17 @@ mod tests {
             vec![(0, 2), (3, 9), (13, 15), (16, 20)]
         );
         assert_eq!(subtract_ranges(&a, &[(0, 40)]), vec![]);
+    }
+
+    /// Sorted ranges that touch or overlap become one; a gap keeps them apart.
+    #[test]
+    fn touching_and_overlapping_ranges_join() {
+        let mut r = vec![(0, 2), (2, 5), (3, 4), (4, 9), (10, 12), (12, 12)];
+        join_adjacent(&mut r);
+        assert_eq!(r, vec![(0, 9), (10, 12)]);
+        let mut none: Vec<(u32, u32)> = Vec::new();
+        join_adjacent(&mut none);
+        assert!(none.is_empty());
     }
 
     /// The safe depth that refutes a share before the bisimulation never refutes states

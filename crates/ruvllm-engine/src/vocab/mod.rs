@@ -246,7 +246,7 @@ impl Vocabulary {
 
 /// A pre-order trie of token byte strings. Node 0 is the root (the empty prefix); node `n`'s
 /// subtree is `n..end(n)`; its children are `n+1`, then `end(child)` for each next sibling.
-/// Memory: about 39 bytes per node plus 4 per token, and one bitmap of the vocabulary per
+/// Memory: about 41 bytes per node plus 4 per token, and one bitmap of the vocabulary per
 /// `plain` language; a 128k vocabulary has ~300k nodes.
 ///
 /// Nodes with many children (at least `WIDE_CHILDREN`; the root and a few hundred others)
