@@ -126,9 +126,13 @@ pub(crate) struct Parser {
     log: Vec<bool>,
     /// Per set, the waiting identities computed so far and the index of its waiting
     /// items; see [`Parser::wait_id`].
-    waits: Vec<Waits>,
+    pub(crate) waits: Vec<Waits>,
     /// Scratch for identity keys.
     key: Vec<u32>,
+    /// Where the value of the last semantic check that failed starts (a set index):
+    /// where a search for a completion that passes it must change the text
+    /// (`crate::complete`).
+    pub(crate) failed: Option<u32>,
     /// Per rule, the closure (a [`Parser::stamp`] value) that last predicted it: a rule's
     /// predictions at set `k` are `(alt, k, entry)` for each of its alternatives, the same
     /// items whichever item asked, so a second prediction in one closure adds nothing and
@@ -138,16 +142,19 @@ pub(crate) struct Parser {
     stamp: u32,
 }
 
-/// What [`Parser::wait_id`] knows of one set.
+/// What [`Parser::wait_id`] (and `crate::complete`) knows of one set.
 #[derive(Clone, Default)]
-struct Waits {
+pub(crate) struct Waits {
     /// Rule -> waiting identity, for the rules asked about so far.
     ids: FastMap<u32, u32>,
     /// The set's items that wait for a rule, as (rule, item index) sorted: built on the
     /// first question about the set, so that each rule's waiting items are found by a
     /// binary search instead of a scan of the whole set (a scan per rule was quadratic
     /// in the set's size).
-    index: Option<Vec<(u32, u32)>>,
+    pub(crate) index: Option<Vec<(u32, u32)>>,
+    /// Rule -> the cheapest way to finish the parse once that rule completes here (see
+    /// `crate::complete`), for every rule the set waits for: computed on first use.
+    pub(crate) costs: Option<Box<FastMap<u32, crate::complete::WaitCost>>>,
 }
 
 impl Parser {
@@ -166,6 +173,7 @@ impl Parser {
             log: Vec::new(),
             waits: Vec::new(),
             key: Vec::new(),
+            failed: None,
             predicted: vec![0; g.rule_alts.len()],
             stamp: 0,
         };
@@ -336,6 +344,7 @@ impl Parser {
                         let ok = c.0.accepts(&self.bytes[o..k as usize]);
                         self.log.push(ok);
                         if !ok {
+                            self.failed = Some(o as u32);
                             continue;
                         }
                     }
@@ -667,7 +676,7 @@ impl Parser {
 
     /// The index of set `o`'s waiting items (see [`Waits::index`]), taken out of its
     /// place (the caller puts it back). Cost: a scan and a sort of the set the first time.
-    fn wait_index(&mut self, g: &CompiledGrammar, o: usize) -> Vec<(u32, u32)> {
+    pub(crate) fn wait_index(&mut self, g: &CompiledGrammar, o: usize) -> Vec<(u32, u32)> {
         if self.waits.len() <= o {
             self.waits.resize_with(o + 1, Waits::default);
         }
@@ -687,7 +696,7 @@ impl Parser {
 
     /// The item index range of set `k`.
     #[inline]
-    fn set_range(&self, k: usize) -> (usize, usize) {
+    pub(crate) fn set_range(&self, k: usize) -> (usize, usize) {
         let s = self.sets[k].start as usize;
         let e = self
             .sets

@@ -46,8 +46,10 @@
 #![warn(missing_docs)]
 
 mod boundary;
+mod budget;
 pub mod byteset;
 pub mod compile;
+mod complete;
 mod earley;
 mod error;
 pub mod grammar;
@@ -59,7 +61,9 @@ pub mod vocab;
 
 use std::sync::Arc;
 
+pub use budget::BudgetMask;
 pub use compile::{CompiledGrammar, GrammarStats};
+pub use complete::Completion;
 pub use error::{GrammarError, MatchError, VocabError};
 pub use grammar::{Builtin, Expr, Grammar, KeyComplement};
 pub use matcher::{CheckResult, Matcher};
@@ -176,6 +180,8 @@ pub struct Constraint {
     states: states::StateIds,
     /// Boundary-walk results per parse state (see `states`).
     walks: states::WalkCache,
+    /// Budget facts per parse state and budget tables per lexeme state (see `budget`).
+    budget: budget::BudgetCache,
 }
 
 impl std::fmt::Debug for Constraint {
@@ -217,6 +223,7 @@ impl Constraint {
             limits: limits.clone(),
             states: states::StateIds::default(),
             walks: states::WalkCache::default(),
+            budget: budget::BudgetCache::default(),
         })
     }
 
@@ -243,7 +250,7 @@ impl Constraint {
     /// tables: parse-state identities and boundary-walk results (each bounded to a few
     /// MiB). Cost: two atomic loads.
     pub fn state_cache_bytes(&self) -> usize {
-        self.states.memory() + self.walks.memory()
+        self.states.memory() + self.walks.memory() + self.budget.memory()
     }
 
     /// Token tables built so far and their approximate heap bytes (tables shared with

@@ -19,14 +19,20 @@ use crate::Constraint;
 /// (O(bytes generated · items per byte)) and starts with an empty walk memo.
 #[derive(Clone)]
 pub struct Matcher {
-    c: Arc<Constraint>,
-    parser: Parser,
+    pub(crate) c: Arc<Constraint>,
+    pub(crate) parser: Parser,
     /// For each committed token: the parser set index after it, and whether it was EOS.
-    tokens: Vec<(u32, bool)>,
-    finished: bool,
+    pub(crate) tokens: Vec<(u32, bool)>,
+    pub(crate) finished: bool,
     ranges: Vec<(u32, u32)>,
     /// Parser steps of the boundary walk, remembered (see [`crate::boundary`]).
     memo: WalkMemo,
+    /// The last shortest completion computed, with the state it is for (see
+    /// [`Matcher::shortest_completion`]).
+    pub(crate) known: Option<crate::complete::Known>,
+    /// The rest of an earlier completion whose first tokens were committed since: a
+    /// completion of the current state (see `crate::complete`).
+    pub(crate) carry: Option<crate::complete::Known>,
 }
 
 /// The outcome of checking text against a grammar (see [`Matcher::check_bytes`]).
@@ -59,6 +65,8 @@ impl Matcher {
             finished: false,
             ranges: Vec::new(),
             memo: WalkMemo::default(),
+            known: None,
+            carry: None,
         })
     }
 
@@ -231,6 +239,15 @@ impl Matcher {
         self.parser.ensure_closed(&self.c.grammar).is_ok() && self.parser.top_info().accepting
     }
 
+    /// An identity of the parse state, for tests and diagnostics: two matchers of the
+    /// same constraint with equal keys accept the same continuations, unless the
+    /// grammar has semantic checks (which also read the text). Cost: an interning.
+    #[doc(hidden)]
+    pub fn state_key(&mut self) -> Result<u32, MatchError> {
+        self.parser.ensure_closed(&self.c.grammar)?;
+        Ok(self.parser.top_id(&self.c.grammar, &self.c.states))
+    }
+
     /// Whether EOS has been committed.
     pub fn is_finished(&self) -> bool {
         self.finished
@@ -288,7 +305,27 @@ impl Matcher {
             }
         }
         self.tokens.push((self.parser.top() as u32, false));
+        self.carry_over(t, before);
         Ok(())
+    }
+
+    /// After committing `t` (the output was `before` bytes long): keeps the rest of the
+    /// completion known before it when that completion started with `t`.
+    fn carry_over(&mut self, t: u32, before: usize) {
+        let at = (self.tokens.len() - 1, before);
+        let pick = |k: &Option<crate::complete::Known>| {
+            k.as_ref()
+                .filter(|k| (k.tokens, k.bytes) == at)
+                .and_then(|k| k.completion.as_ref())
+                .filter(|w| w.tokens().first() == Some(&t))
+                .and_then(|w| w.rest(&self.c.vocab))
+        };
+        let rest = pick(&self.known).or_else(|| pick(&self.carry));
+        self.carry = rest.map(|w| crate::complete::Known {
+            tokens: self.tokens.len(),
+            bytes: self.parser.top(),
+            completion: Some(w),
+        });
     }
 
     /// Undoes the last `n` committed tokens (EOS included). O(1).
@@ -304,6 +341,8 @@ impl Matcher {
         }
         self.tokens.truncate(self.tokens.len() - n);
         self.finished = false;
+        self.known = None;
+        self.carry = None;
         let k = self.tokens.last().map(|x| x.0 as usize).unwrap_or(0);
         self.parser.truncate(k);
         Ok(())
@@ -313,6 +352,8 @@ impl Matcher {
     /// The matcher is left after the accepted prefix; tokens are not recorded.
     pub fn check_bytes(&mut self, text: &[u8]) -> Result<CheckResult, MatchError> {
         let c = self.c.clone();
+        self.known = None;
+        self.carry = None;
         for (i, &b) in text.iter().enumerate() {
             if !self.parser.push_byte(&c.grammar, b)? {
                 self.parser.ensure_closed(&c.grammar)?;

@@ -262,6 +262,14 @@ pub struct GenerateParams {
     pub jump_forward: bool,
     /// Never end at EOS: generate exactly `max_tokens` (benchmarks; unconstrained only).
     pub ignore_eos: bool,
+    /// Budget-aware decoding (default `true`): a constrained generation whose
+    /// `max_tokens` is at least its shortest completion always ends complete within it.
+    /// Near the end of the budget, only tokens after which the output can still be
+    /// completed in the tokens left are allowed (the engine's budget mask), and forced
+    /// text counts against the budget. An output the budget closed says so in
+    /// [`Generation::budget_closed`]. `false`: the exact mask only, and an output cut by
+    /// `max_tokens` ends [`FinishReason::Length`], incomplete. No effect unconstrained.
+    pub budget_aware: bool,
 }
 
 impl Default for GenerateParams {
@@ -281,6 +289,7 @@ impl Default for GenerateParams {
             constraint: None,
             jump_forward: true,
             ignore_eos: false,
+            budget_aware: true,
         }
     }
 }
@@ -359,9 +368,12 @@ pub enum Prompt {
 /// Why a generation ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FinishReason {
-    /// The model (or the grammar) ended the output, or a stop sequence was met.
+    /// The output is complete: the model (or the grammar) ended it, a stop sequence was
+    /// met, or, under a constraint, `max_tokens` was reached with the output complete
+    /// (budget-aware decoding closes it in time; see [`Generation::budget_closed`]).
     Stop,
-    /// `max_tokens` was reached first.
+    /// `max_tokens` was reached first and, under a constraint, the output is not complete
+    /// (the budget was below the shortest completion, or budget-aware decoding was off).
     Length,
 }
 
@@ -396,6 +408,12 @@ pub struct Usage {
     pub total_secs: f64,
     /// Seconds spent computing grammar masks.
     pub mask_secs: f64,
+    /// Decoding steps at which budget-aware decoding narrowed the mask (or held back
+    /// forced text) so that the output could still be completed within `max_tokens`.
+    pub budget_steps: usize,
+    /// Sampled tokens refused after the fact because no completion was found within the
+    /// budget after them (only under semantic checks; each was sampled again).
+    pub budget_refusals: usize,
 }
 
 impl Usage {
@@ -456,6 +474,11 @@ pub struct Generation {
     pub json: Option<ValidatedJson>,
     /// Which path produced it.
     pub path: ResultPath,
+    /// Budget-aware decoding shaped the end of the output: at some step the budget left
+    /// the model fewer tokens than the grammar allowed, so that the output ends complete
+    /// within `max_tokens` ([`Usage::budget_steps`] says how many steps). The output is
+    /// complete and valid; the model might have written more with a larger budget.
+    pub budget_closed: bool,
 }
 
 /// A language model backend (the design record's trait).

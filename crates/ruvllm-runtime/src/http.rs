@@ -241,6 +241,7 @@ impl LlmBackend for HttpBackend {
                         seed,
                         json,
                         path,
+                        budget_closed: false,
                     });
                 }
                 Err(why) => {

@@ -399,6 +399,12 @@ struct Emitter {
     sent: usize,
     stop: Vec<String>,
     max_stop: usize,
+    /// Under a constraint, a stop sequence ends the output only where the text before it
+    /// is complete (else it is ordinary text of the constrained output: a `\n` stop
+    /// cannot cut a JSON value in half). Matches that start before `ignored` were found
+    /// incomplete.
+    constraint: Option<Arc<Constraint>>,
+    ignored: usize,
 }
 
 impl Emitter {
@@ -407,15 +413,24 @@ impl Emitter {
     /// went away.
     fn push(&mut self, bytes: &[u8], on_text: &mut dyn FnMut(&str) -> bool) -> Result<bool> {
         self.out.extend_from_slice(bytes);
-        let from = self.sent.saturating_sub(self.max_stop);
-        let mut cut = None;
-        for s in &self.stop {
-            if let Some(i) = find(&self.out[from..], s.as_bytes()) {
-                let at = from + i;
-                cut = Some(cut.map_or(at, |c: usize| c.min(at)));
+        loop {
+            let from = self.sent.saturating_sub(self.max_stop).max(self.ignored);
+            let mut cut = None;
+            for s in &self.stop {
+                if let Some(i) = find(&self.out[from.min(self.out.len())..], s.as_bytes()) {
+                    let at = from + i;
+                    cut = Some(cut.map_or(at, |c: usize| c.min(at)));
+                }
             }
-        }
-        if let Some(at) = cut {
+            let Some(at) = cut else { break };
+            if let Some(c) = &self.constraint {
+                let complete = Matcher::new(c)?.check_bytes(&self.out[..at])?
+                    == ruvllm_engine::CheckResult::Accepted;
+                if !complete {
+                    self.ignored = at + 1;
+                    continue;
+                }
+            }
             self.out.truncate(at);
             self.flush(self.out.len(), on_text)?;
             return Ok(true);
@@ -543,8 +558,16 @@ pub struct Sequence {
     /// A cached prompt prefix to copy into `cache` when the sequence first runs (so that
     /// queued sequences hold no KV memory).
     reuse: Option<(Arc<KvCache>, usize)>,
+    /// Budget-aware decoding is on: the output's shortest completion fitted in
+    /// `max_tokens` at the start, and every step keeps it so (see
+    /// [`GenerateParams::budget_aware`]).
+    budget: bool,
     t0: Instant,
 }
+
+/// Sampled tokens refused in one step (see [`Sequence::advance`]) before the first token
+/// of the shortest completion is taken instead.
+const MAX_REFUSALS: usize = 8;
 
 impl std::fmt::Debug for Sequence {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -625,9 +648,25 @@ impl Sequence {
         if let (Some(m), true) = (self.matcher.as_mut(), self.params.jump_forward) {
             let tm = Instant::now();
             let forced = m.forced_tokens()?;
-            let take = forced.len().min(self.max_tokens - self.n_out);
+            let mut take = forced.len().min(self.max_tokens - self.n_out);
             for &t in &forced[..take] {
                 m.commit_token(t)?;
+            }
+            if self.budget && take > 0 {
+                // Forced tokens count against the budget: keep as many as leave room for
+                // a completion (the canonical split of forced text may take more tokens
+                // than the shortest completion's).
+                let mut held = false;
+                loop {
+                    let left = self.max_tokens - self.n_out - take;
+                    if m.shortest_completion()?.is_some_and(|w| w.len() <= left) || take == 0 {
+                        break;
+                    }
+                    m.rollback(1)?;
+                    take -= 1;
+                    held = true;
+                }
+                self.usage.budget_steps += held as usize;
             }
             self.usage.mask_secs += tm.elapsed().as_secs_f64();
             if take > 0 {
@@ -682,9 +721,17 @@ impl Sequence {
         self.feed.clear();
         self.prompt_left = 0;
         let n_vocab = vocab.len().min(logits.len());
+        let remaining = self.max_tokens - self.n_out;
+        let mut tentative = false;
         if let Some(m) = self.matcher.as_mut() {
             let tm = Instant::now();
-            m.compute_mask(&mut self.mask)?;
+            if self.budget {
+                let info = m.compute_budget_mask(&mut self.mask, remaining)?;
+                self.usage.budget_steps += info.narrowed as usize;
+                tentative = info.tentative;
+            } else {
+                m.compute_mask(&mut self.mask)?;
+            }
             self.usage.mask_secs += tm.elapsed().as_secs_f64();
         }
         if self.params.ignore_eos && self.matcher.is_none() {
@@ -698,20 +745,60 @@ impl Sequence {
             let cfg = self.params.sampler();
             cfg.penalize(&mut logits[..n_vocab], self.recent.make_contiguous());
         }
-        let allowed = self.matcher.is_some().then_some(&self.mask[..]);
-        let t = match self.sampler.sample(&logits[..n_vocab], allowed) {
-            Some(t) => t,
-            None if self.matcher.is_some() => {
-                return Err(RuntimeError::Model(
-                    "the grammar allows no token here (a semantic check closed every \
-                     continuation); the output so far cannot be completed"
-                        .into(),
-                ))
+        let mut refusals = 0;
+        let t = loop {
+            let allowed = self.matcher.is_some().then_some(&self.mask[..]);
+            let t = match self.sampler.sample(&logits[..n_vocab], allowed) {
+                Some(t) => t,
+                None if self.matcher.is_some() => {
+                    return Err(RuntimeError::Model(
+                        "the grammar allows no token here (a semantic check closed every \
+                         continuation); the output so far cannot be completed"
+                            .into(),
+                    ))
+                }
+                None => {
+                    return Err(RuntimeError::Model(
+                        "the model produced no finite logit".into(),
+                    ))
+                }
+            };
+            let Some(m) = self.matcher.as_mut() else {
+                break t;
+            };
+            if inner.eos.contains(&t) {
+                break t;
             }
-            None => {
-                return Err(RuntimeError::Model(
-                    "the model produced no finite logit".into(),
-                ))
+            m.commit_token(t)?;
+            if !tentative {
+                break t;
+            }
+            // A token allowed on the syntax alone under a semantic check: keep it only
+            // when a completion still fits after it.
+            let tm = Instant::now();
+            let fits = m
+                .shortest_completion()?
+                .is_some_and(|w| w.len() < remaining);
+            self.usage.mask_secs += tm.elapsed().as_secs_f64();
+            if fits {
+                break t;
+            }
+            m.rollback(1)?;
+            self.usage.budget_refusals += 1;
+            refusals += 1;
+            self.mask[(t >> 5) as usize] &= !(1 << (t & 31));
+            if refusals >= MAX_REFUSALS {
+                // The first token of the shortest completion always fits.
+                let w = m.shortest_completion()?.ok_or_else(|| {
+                    RuntimeError::Model("no completion fits in the tokens left".into())
+                })?;
+                let Some(&first) = w.tokens().first() else {
+                    return Err(RuntimeError::Model(
+                        "no completion fits in the tokens left".into(),
+                    ));
+                };
+                m.commit_token(first)?;
+                break first;
             }
         };
         if inner.eos.contains(&t) || (self.matcher.is_none() && vocab.is_special(t)) {
@@ -720,9 +807,6 @@ impl Sequence {
             }
             self.finish = FinishReason::Stop;
             return Ok(false);
-        }
-        if let Some(m) = self.matcher.as_mut() {
-            m.commit_token(t)?;
         }
         self.n_out += 1;
         self.first();
@@ -739,6 +823,15 @@ impl Sequence {
     /// returns the result.
     pub fn finish(mut self, on_text: &mut dyn FnMut(&str) -> bool) -> Result<Generation> {
         self.em.finish(on_text)?;
+        // Out of tokens with the output complete (budget-aware decoding closed it in
+        // time): not a cut-off.
+        if self.finish == FinishReason::Length {
+            if let Some(m) = self.matcher.as_mut() {
+                if m.is_accepting() {
+                    self.finish = FinishReason::Stop;
+                }
+            }
+        }
         let mut usage = self.usage;
         usage.completion_tokens = self.n_out;
         usage.total_secs = self.t0.elapsed().as_secs_f64();
@@ -772,6 +865,7 @@ impl Sequence {
         Ok(Generation {
             text,
             finish: self.finish,
+            budget_closed: usage.budget_steps > 0,
             usage,
             seed: self.seed,
             json,
@@ -826,9 +920,18 @@ impl CandleBackend {
             .map(|c| self.constraint(&c))
             .transpose()?
             .flatten();
-        let matcher = match &constraint {
+        let mut matcher = match &constraint {
             Some(c) => Some(Matcher::new(c)?),
             None => None,
+        };
+        let max_tokens = params.max_tokens.min(ctx - ids.len());
+        // Budget-aware decoding keeps a promise only a budget at least the shortest
+        // completion can keep; below it, the output ends `length`, as without it.
+        let budget = match (&mut matcher, params.budget_aware) {
+            (Some(m), true) => m
+                .shortest_completion()?
+                .is_some_and(|w| w.len() <= max_tokens),
+            _ => false,
         };
         let seed = params.seed.unwrap_or_else(rand::random);
         let reuse = self.reuse_prefix(&ids);
@@ -857,10 +960,13 @@ impl CandleBackend {
                 sent: 0,
                 stop: params.stop.clone(),
                 max_stop: params.stop.iter().map(|s| s.len()).max().unwrap_or(0),
+                constraint: constraint.clone(),
+                ignored: 0,
             },
             finish: FinishReason::Length,
             n_out: 0,
-            max_tokens: params.max_tokens.min(ctx - prompt_tokens),
+            max_tokens,
+            budget,
             recent: if params.sampler().penalizes() {
                 ids[ids.len().saturating_sub(PENALTY_WINDOW)..]
                     .iter()

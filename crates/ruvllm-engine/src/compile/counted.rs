@@ -556,6 +556,104 @@ enum Part {
     C(u32, u32),
 }
 
+/// Distances to the end of a counted lexeme (see [`super::dist`]), from the parts'
+/// distances: nothing is stored per count.
+impl Counted {
+    /// Bytes of the shortest item, and of the shortest suffix (0 when `S` is nullable or
+    /// absent). Cost: two lookups.
+    fn shortest_parts(&self) -> (u32, u32) {
+        let mx = self.x.dist(self.x.start());
+        let ms = match &self.s {
+            Some(d) if !self.s_nullable => d.dist(d.start()),
+            _ => 0,
+        };
+        (mx, ms)
+    }
+
+    /// Bytes from "between items with `c` whole items read" to the end.
+    fn dist_between(&self, c: u32) -> u32 {
+        let (mx, ms) = self.shortest_parts();
+        let left = self.min.saturating_sub(c);
+        super::dist::add(super::dist::mul(left, mx), ms)
+    }
+
+    /// The fewest bytes from `id` to a whole lexeme ([`super::dist::INF`] for the dead
+    /// state). Cost: O(1) after the parts' first distance tables.
+    pub(crate) fn dist(&self, id: u32) -> u32 {
+        use super::dist::add;
+        if id == 0 {
+            return super::dist::INF;
+        }
+        match self.decode(id) {
+            Part::P(p) => match &self.p {
+                Some(d) => add(d.dist(p), self.dist_between(0)),
+                None => super::dist::INF,
+            },
+            Part::S(t) => self.s.as_ref().map_or(super::dist::INF, |d| d.dist(t)),
+            Part::C(c, 0) => self.dist_between(c),
+            Part::C(c, q) => {
+                let next = if self.bounded {
+                    c + 1
+                } else {
+                    (c + 1).min(self.min)
+                };
+                add(self.x.dist(q), self.dist_between(next))
+            }
+        }
+    }
+
+    /// The largest finite [`Counted::dist`] over its states. Cost: O(1) after the parts'.
+    pub(crate) fn max_dist(&self) -> u32 {
+        use super::dist::add;
+        let mut m = self.dist_between(0);
+        if let Some(d) = &self.p {
+            m = m.max(add(d.max_dist(), self.dist_between(0)));
+        }
+        m = m.max(add(self.x.max_dist(), self.dist_between(1.min(self.top))));
+        if let Some(d) = &self.s {
+            m = m.max(d.max_dist());
+        }
+        m
+    }
+
+    /// Appends a shortest way from `id` to a whole lexeme. Cost: O(bytes appended).
+    pub(crate) fn complete_into(&self, id: u32, out: &mut Vec<u8>) {
+        if id == 0 {
+            return;
+        }
+        let mut c = match self.decode(id) {
+            Part::P(p) => {
+                if let Some(d) = &self.p {
+                    d.complete_into(p, out);
+                }
+                0
+            }
+            Part::S(t) => {
+                if let Some(d) = &self.s {
+                    d.complete_into(t, out);
+                }
+                return;
+            }
+            Part::C(c, 0) => c,
+            Part::C(c, q) => {
+                self.x.complete_into(q, out);
+                if self.bounded {
+                    c + 1
+                } else {
+                    (c + 1).min(self.min)
+                }
+            }
+        };
+        while c < self.min {
+            self.x.complete_into(self.x.start(), out);
+            c += 1;
+        }
+        if let (Some(d), false) = (&self.s, self.s_nullable) {
+            d.complete_into(d.start(), out);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -537,6 +537,8 @@ pub struct Lexeme {
     /// tables of the complement's trie states are derived (see
     /// `crate::tables::derive_key_complement`), and the tail automaton it was built with.
     key_base: OnceLock<(Arc<Lexeme>, Arc<Lexeme>)>,
+    /// Distances to the end, for a flat DFA (see [`super::dist`]; computed on first use).
+    dist: OnceLock<super::dist::FlatDist>,
 }
 
 /// Bytes of a lexeme's printed regex kept as its name (diagnostics show 60 at most).
@@ -572,7 +574,82 @@ impl Lexeme {
             tables: Mutex::new(Vec::new()),
             name: OnceLock::new(),
             key_base: OnceLock::new(),
+            dist: OnceLock::new(),
         })
+    }
+
+    /// The flat DFA's distance table (see [`super::dist`]), built on first use.
+    fn flat_dist(&self) -> &super::dist::FlatDist {
+        self.dist
+            .get_or_init(|| super::dist::FlatDist::of(&self.dfa))
+    }
+
+    /// The fewest bytes from state `s` to a whole lexeme (0 when `s` accepts,
+    /// [`super::dist::INF`] for the dead state). Cost: a load (a counted lexeme: a few),
+    /// after a first search of O(states x byte classes) per flat DFA.
+    pub(crate) fn dist(&self, s: u32) -> u32 {
+        if s == 0 {
+            return super::dist::INF;
+        }
+        match &self.dfa.special {
+            Special::Flat => self
+                .flat_dist()
+                .dist
+                .get(s as usize)
+                .copied()
+                .unwrap_or(super::dist::INF),
+            Special::Counted(c) => c.dist(s),
+            Special::Chain(c) => {
+                let l = c.lit.len() as u32;
+                if s <= l {
+                    super::dist::add(l - s + 1, c.rest.dist(c.rest.start()))
+                } else {
+                    c.rest.dist(s - l)
+                }
+            }
+        }
+    }
+
+    /// The largest finite [`Lexeme::dist`] over the states: no token that stays inside
+    /// the lexeme can leave more than this to read. Cost: as [`Lexeme::dist`].
+    pub(crate) fn max_dist(&self) -> u32 {
+        match &self.dfa.special {
+            Special::Flat => self.flat_dist().max,
+            Special::Counted(c) => c.max_dist(),
+            Special::Chain(c) => {
+                let l = c.lit.len() as u32;
+                super::dist::add(l, c.rest.dist(c.rest.start())).max(c.rest.max_dist())
+            }
+        }
+    }
+
+    /// Appends a shortest text from state `s` to a whole lexeme (nothing for the dead
+    /// state). Cost: O(bytes appended), 256 steps per byte at worst.
+    pub(crate) fn complete_into(&self, s: u32, out: &mut Vec<u8>) {
+        if s == 0 {
+            return;
+        }
+        match &self.dfa.special {
+            Special::Flat => {
+                let d = self.flat_dist();
+                super::dist::follow(
+                    &self.dfa,
+                    s,
+                    |t| d.dist.get(t as usize).copied().unwrap_or(super::dist::INF),
+                    out,
+                );
+            }
+            Special::Counted(c) => c.complete_into(s, out),
+            Special::Chain(c) => {
+                let l = c.lit.len() as u32;
+                if s <= l {
+                    out.extend_from_slice(&c.lit[s as usize - 1..]);
+                    c.rest.complete_into(c.rest.start(), out);
+                } else {
+                    c.rest.complete_into(s - l, out);
+                }
+            }
+        }
     }
 
     /// For a key complement built from its keys, the lexeme of every JSON string of its

@@ -23,8 +23,10 @@
 mod compose;
 mod counted;
 pub(crate) mod dfa;
+pub(crate) mod dist;
 pub(crate) mod keys;
 mod setpool;
+pub(crate) mod shortest;
 mod subset;
 
 use std::collections::HashMap;
@@ -74,6 +76,8 @@ pub struct CompiledGrammar {
     /// (the rest of its alternative, and of each enclosing one up to a checked rule, is
     /// nullable). Masks re-verify such tokens with the parser.
     pub(crate) lex_check_sensitive: Vec<bool>,
+    /// Shortest derivations (see [`shortest`]), computed on first use.
+    shortest: std::sync::OnceLock<shortest::Shortest>,
 }
 
 /// Size figures of a compiled grammar.
@@ -122,6 +126,12 @@ impl CompiledGrammar {
             lexeme_states: self.n_lex_states,
             dfa_bytes: self.lexemes.iter().map(|d| d.memory()).sum(),
         }
+    }
+
+    /// The shortest derivations of every rule and position (see [`shortest`]). Cost:
+    /// O(positions · log rules) on the first call, a load after.
+    pub(crate) fn shortest(&self) -> &shortest::Shortest {
+        self.shortest.get_or_init(|| shortest::Shortest::of(self))
     }
 
     /// Describes what the parser expects at position `pos` (rule name and lexeme).
@@ -1813,6 +1823,7 @@ impl<'a> Lowerer<'a> {
             has_checks: self.rule_check.iter().any(|c| c.is_some()),
             lex_check_sensitive,
             rule_check: self.rule_check,
+            shortest: std::sync::OnceLock::new(),
         })
     }
 }

@@ -56,6 +56,8 @@ pub struct Vocabulary {
     name: String,
     /// Process-unique id: keys the token tables shared across grammars.
     id: u64,
+    /// See [`Vocabulary::bytes_are_tokens`].
+    bytes_tokens: bool,
 }
 
 impl std::fmt::Debug for Vocabulary {
@@ -100,7 +102,12 @@ impl Vocabulary {
             )));
         }
         let trie = TokenTrie::build(&tokens, &special);
+        let bytes_tokens = (0..=255u8).all(|b| {
+            trie.child(0, b)
+                .is_some_and(|n| !trie.tokens_at(n).is_empty())
+        });
         Ok(Vocabulary {
+            bytes_tokens,
             tokens,
             special,
             eos,
@@ -234,6 +241,61 @@ impl Vocabulary {
     pub fn token_id(&self, bytes: &[u8]) -> Option<u32> {
         let n = self.trie.find(bytes)?;
         self.trie.tokens_at(n).first().copied()
+    }
+
+    /// The fewest ordinary tokens whose bytes, one after the other, are exactly `text`
+    /// (any split, not only the tokenizer's own), and such tokens; `None` when no split
+    /// exists (a byte no token starts with). This is how many tokens a model needs, at
+    /// the least, to write `text` when nothing stops it from choosing any token.
+    /// Cost: O(len · longest token) trie steps and O(len) memory.
+    pub fn fewest_tokens(&self, text: &[u8]) -> Option<Vec<u32>> {
+        let n = text.len();
+        // best[i]: fewest tokens for text[..i], and the token ending there.
+        let mut best: Vec<(u32, u32)> = vec![(u32::MAX, 0); n + 1];
+        best[0] = (0, 0);
+        let trie = &self.trie;
+        for i in 0..n {
+            let here = best[i].0;
+            if here == u32::MAX {
+                continue;
+            }
+            let mut node = 0u32;
+            for (d, &b) in text[i..].iter().enumerate() {
+                match trie.child(node, b) {
+                    Some(c) => node = c,
+                    None => break,
+                }
+                if let Some(&t) = trie.tokens_at(node).first() {
+                    let j = i + d + 1;
+                    if here + 1 < best[j].0 {
+                        best[j] = (here + 1, t);
+                    }
+                }
+            }
+        }
+        if best[n].0 == u32::MAX {
+            return None;
+        }
+        let mut out = vec![0u32; best[n].0 as usize];
+        let mut j = n;
+        for slot in out.iter_mut().rev() {
+            let t = best[j].1;
+            *slot = t;
+            j -= self.tokens[t as usize].len();
+        }
+        Some(out)
+    }
+
+    /// [`Vocabulary::fewest_tokens`]' count only. Same cost.
+    pub fn fewest_token_count(&self, text: &[u8]) -> Option<usize> {
+        self.fewest_tokens(text).map(|t| t.len())
+    }
+
+    /// Whether every byte value is an ordinary token of its own (byte-level BPE and
+    /// byte-fallback vocabularies): then no text needs more tokens than it has bytes.
+    /// Cost: O(1) (found when the vocabulary is built).
+    pub fn bytes_are_tokens(&self) -> bool {
+        self.bytes_tokens
     }
 
     /// Token ids of a special token by its text.
@@ -1034,8 +1096,12 @@ impl TokenTrie {
         self.depth[n as usize] as usize
     }
 
-    /// The child of `n` along byte `b`. O(children).
+    /// The child of `n` along byte `b`. O(1) for a node with many children (the root),
+    /// O(children) for the others.
     pub fn child(&self, n: u32, b: u8) -> Option<u32> {
+        if let Some((set, kids)) = self.wide(n) {
+            return set.contains(b).then(|| kids[set.rank(b) as usize]);
+        }
         let mut c = n + 1;
         let e = self.end(n);
         while c < e {

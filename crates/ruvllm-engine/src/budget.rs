@@ -1,0 +1,587 @@
+//! Budget-aware masks: the tokens of the exact mask after which the output can still be
+//! completed within the tokens left.
+//!
+//! # The guarantee
+//!
+//! Let `R` be the tokens left, the one being chosen included, and `U(s)` the length of the
+//! shortest completion that [`Matcher::shortest_completion`] finds from state `s`. The
+//! budget mask at `s` allows
+//!
+//! * EOS, exactly when the output is complete (as the exact mask does);
+//! * a token `t` of the exact mask when a completion of at most `R - 1` tokens is
+//!   *proven* to exist after it: a certificate below shows a concrete completion text
+//!   through one of the parser's items, and `U(s·t)` is at most its token count;
+//! * the first token of the shortest completion from `s`, when `U(s) <= R`.
+//!
+//! So the mask is a subset of the exact mask, it is never empty while `U(s) <= R`, and
+//! every allowed token keeps `U <= R - 1`: a generation that starts with `max_tokens` at
+//! least `U(start)` always ends complete within it. Tokens whose certificate runs through
+//! a semantic check are allowed on the syntax alone and reported as *tentative*
+//! ([`BudgetMask::tentative`]): the caller confirms one after committing it with
+//! [`Matcher::shortest_completion`] and rolls it back if that finds nothing short enough
+//! (a check can close every way on; the exact mask has the same dead ends).
+//!
+//! # Certificates
+//!
+//! Distances here are in bytes (`crate::complete`), and a vocabulary in which every byte
+//! is a token ([`crate::Vocabulary::bytes_are_tokens`]) never needs more tokens than
+//! bytes. For an Earley item reading lexeme `l` with `c` bytes of context after it:
+//!
+//! * a token that stays inside `l` leaves at most `max_dist(l)` bytes of `l` to read,
+//!   so every such token is proven when `max_dist(l) + c <= R - 1`. This is the *far*
+//!   case: far from the end of the budget the mask is the exact mask;
+//! * nearer, the tokens are grouped by the lexeme state they end in (a *budget table*
+//!   per lexeme state, one trie walk, kept per constraint), and a group is proven by its
+//!   state's distance, or by the tokens of its state's completion plus those of the
+//!   context, counted apart;
+//! * a token that crosses a lexeme boundary is walked with the real parser once per
+//!   parse-state identity (`crate::states`), which gives the distance after it; the
+//!   token counts of those completions are computed only when a step needs them.
+//!
+//! Per identity the largest proven bound over the whole mask is kept, so at a state met
+//! before, the far case costs one lookup. Memory: at most [`MAX_STATES`] identities and
+//! [`MAX_TABLES`] budget tables per constraint (then emptied).
+
+use std::sync::{Arc, Mutex, OnceLock};
+
+use crate::compile::dist::{add, INF};
+use crate::compile::Sym;
+use crate::earley::{FastMap, Item, Parser};
+use crate::error::MatchError;
+use crate::matcher::{Deadline, Matcher};
+use crate::states::UNIQUE;
+
+/// Identities whose budget facts a constraint keeps.
+const MAX_STATES: usize = 1 << 16;
+/// Budget tables a constraint keeps.
+const MAX_TABLES: usize = 1 << 12;
+
+/// What [`Matcher::compute_budget_mask`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BudgetMask {
+    /// The budget removed tokens the exact mask allowed.
+    pub narrowed: bool,
+    /// Some allowed token is proven only up to a semantic check: confirm a committed
+    /// token with [`Matcher::shortest_completion`] (see the module docs).
+    pub tentative: bool,
+    /// The shortest completion's length, when it was computed (near the end of the
+    /// budget; `None` far from it, where it is not needed).
+    pub shortest: Option<usize>,
+}
+
+/// A token that crosses a lexeme boundary, with the distances after it.
+#[derive(Debug, Clone, Copy)]
+struct Leaf {
+    token: u32,
+    /// Bytes of the shortest completion after it that runs no semantic check.
+    unchecked: u32,
+    /// Bytes of the shortest syntactic completion after it.
+    any: u32,
+}
+
+/// The budget facts of one parse-state identity.
+#[derive(Debug)]
+struct StateBudget {
+    /// The largest proven bound (bytes) over every token of the exact mask ([`INF`] when
+    /// some token has none).
+    far: u32,
+    leaves: Vec<Leaf>,
+    /// Per leaf: the tokens of the shortest unchecked completion after it, and of the
+    /// shortest syntactic one (computed when a step first needs them).
+    tokens: OnceLock<Vec<(u32, u32)>>,
+}
+
+/// The tokens that stay inside a lexeme from one state, grouped by the state they end in.
+#[derive(Debug)]
+struct BudgetTable {
+    groups: Vec<Group>,
+}
+
+#[derive(Debug)]
+struct Group {
+    /// Bytes from the end state to the end of the lexeme.
+    dist: u32,
+    /// The end state.
+    state: u32,
+    tokens: Vec<u32>,
+    /// Tokens of the end state's shortest text (computed on first need).
+    fewest: OnceLock<u32>,
+}
+
+/// Per-constraint caches of budget facts (see the module docs).
+#[derive(Default)]
+pub(crate) struct BudgetCache {
+    states: Mutex<FastMap<u32, Arc<StateBudget>>>,
+    tables: Mutex<FastMap<(u32, u32), Arc<BudgetTable>>>,
+}
+
+impl BudgetCache {
+    /// Approximate heap bytes. Cost: a pass over the entries.
+    pub(crate) fn memory(&self) -> usize {
+        let s: usize = self
+            .states
+            .lock()
+            .map(|m| m.values().map(|x| 32 + x.leaves.len() * 20).sum())
+            .unwrap_or(0);
+        let t: usize = self
+            .tables
+            .lock()
+            .map(|m| {
+                m.values()
+                    .map(|x| {
+                        x.groups
+                            .iter()
+                            .map(|g| 32 + g.tokens.len() * 4)
+                            .sum::<usize>()
+                    })
+                    .sum()
+            })
+            .unwrap_or(0);
+        s + t
+    }
+}
+
+/// Walks the token trie over the sorted, disjoint node `ranges` with the real parser (no
+/// memo), calling `at` at each node that ends tokens the parser accepts. The parser is
+/// left as it was. Returns whether no step ran a semantic check.
+fn walk_real(
+    m: &mut Matcher,
+    ranges: &[(u32, u32)],
+    clock: &mut Deadline,
+    mut at: impl FnMut(&mut Parser, &[u32]) -> Result<(), MatchError>,
+) -> Result<bool, MatchError> {
+    let c = m.c.clone();
+    let g = &c.grammar;
+    let trie = c.vocab.trie();
+    let base = m.parser.top();
+    let checks = m.parser.checks;
+    let mut path: Vec<u32> = Vec::new();
+    let r = (|| -> Result<(), MatchError> {
+        let mut chain: Vec<u32> = Vec::new();
+        for &(a, b) in ranges {
+            let mut x = a;
+            'nodes: while x < b {
+                while let Some(&top) = path.last() {
+                    if top < x && x < trie.end(top) {
+                        break;
+                    }
+                    path.pop();
+                    m.parser.pop();
+                }
+                let top = path.last().copied().unwrap_or(0);
+                chain.clear();
+                let mut y = trie.parent(x);
+                while y != top && y != 0 {
+                    chain.push(y);
+                    y = trie.parent(y);
+                }
+                while let Some(y) = chain.pop() {
+                    clock.tick(1)?;
+                    if !m.parser.push_byte(g, trie.byte(y))? {
+                        x = trie.end(y).min(b).max(x + 1);
+                        continue 'nodes;
+                    }
+                    path.push(y);
+                }
+                clock.tick(1)?;
+                if !m.parser.push_byte(g, trie.byte(x))? {
+                    x = trie.end(x);
+                    continue;
+                }
+                path.push(x);
+                let toks = trie.tokens_at(x);
+                if !toks.is_empty() {
+                    at(&mut m.parser, toks)?;
+                }
+                x += 1;
+            }
+        }
+        Ok(())
+    })();
+    m.parser.truncate(base);
+    r.map(|()| m.parser.checks == checks)
+}
+
+impl Matcher {
+    /// Writes the **budget-aware** mask for a generation with `remaining` tokens left (the
+    /// one being chosen included): the tokens of the exact mask ([`Matcher::compute_mask`])
+    /// after which a completion is proven to fit in `remaining - 1` tokens, EOS when the
+    /// output is complete, and the first token of the shortest completion when that fits
+    /// (see the `budget` module docs for the exact statement). Far from the end of the
+    /// budget it is the exact mask. With `remaining == 0` only EOS may be allowed.
+    ///
+    /// Cost: the exact mask, plus, the first time a parse state is met, a walk of its
+    /// boundary-crossing tokens with the real parser; far from the end, one lookup after
+    /// that. Near the end, a budget table per lexeme state met (one trie walk, kept) and
+    /// the shortest completion.
+    pub fn compute_budget_mask(
+        &mut self,
+        mask: &mut [u32],
+        remaining: usize,
+    ) -> Result<BudgetMask, MatchError> {
+        self.compute_mask(mask)?;
+        if self.finished {
+            return Ok(BudgetMask::default());
+        }
+        let eos: Vec<u32> = self.c.vocab.eos_tokens().to_vec();
+        let keep_eos = |mask: &mut [u32], allowed: &[u32]| -> bool {
+            let mut narrowed = false;
+            for (i, w) in mask.iter_mut().enumerate() {
+                let mut keep = allowed.get(i).copied().unwrap_or(0);
+                for &e in &eos {
+                    if (e >> 5) as usize == i {
+                        keep |= 1 << (e & 31);
+                    }
+                }
+                let nw = *w & keep;
+                narrowed |= nw != *w;
+                *w = nw;
+            }
+            narrowed
+        };
+        if remaining == 0 {
+            let narrowed = keep_eos(mask, &[]);
+            return Ok(BudgetMask {
+                narrowed,
+                tentative: false,
+                shortest: None,
+            });
+        }
+        let left = (remaining - 1).min(INF as usize - 1) as u32;
+        let bytes_ok = self.c.vocab.bytes_are_tokens();
+        let mut clock = Deadline::new(self.c.limits.max_mask_time);
+        let facts = match self.state_budget(&mut clock) {
+            Ok(f) => f,
+            Err(MatchError::MaskTime { .. }) => {
+                // Out of time: the exact mask, every token to be confirmed.
+                return Ok(BudgetMask {
+                    narrowed: false,
+                    tentative: true,
+                    shortest: None,
+                });
+            }
+            Err(e) => return Err(e),
+        };
+        if bytes_ok && facts.far <= left {
+            return Ok(BudgetMask::default());
+        }
+        let mut allowed = vec![0u32; mask.len()];
+        let mut tentative = self.allow_in_lexemes(&mut allowed, left, bytes_ok)?;
+        tentative |= self.allow_leaves(&facts, &mut allowed, left, bytes_ok, &mut clock)?;
+        let shortest = self.shortest_completion()?;
+        if let Some(w) = &shortest {
+            if let Some(&first) = w.tokens().first() {
+                if w.len() <= remaining {
+                    allowed[(first >> 5) as usize] |= 1 << (first & 31);
+                }
+            }
+        }
+        let narrowed = keep_eos(mask, &allowed);
+        Ok(BudgetMask {
+            narrowed,
+            tentative,
+            shortest: shortest.map(|w| w.len()),
+        })
+    }
+
+    /// The budget facts of the current parse state: from the constraint's cache, or
+    /// computed (and kept when they depend on the state alone).
+    fn state_budget(&mut self, clock: &mut Deadline) -> Result<Arc<StateBudget>, MatchError> {
+        let c = self.c.clone();
+        let g = &c.grammar;
+        self.parser.ensure_closed(g)?;
+        let id = self.parser.top_id(g, &c.states);
+        if id & UNIQUE == 0 {
+            if let Some(f) = c
+                .budget
+                .states
+                .lock()
+                .ok()
+                .and_then(|m| m.get(&id).cloned())
+            {
+                return Ok(f);
+            }
+        }
+        let sh = g.shortest();
+        // Tokens inside each item's lexeme.
+        let mut far = 0u32;
+        let k = self.parser.top();
+        let items: Vec<Item> = self.parser.set(k).to_vec();
+        let mut ranges: Vec<(u32, u32)> = Vec::new();
+        for it in items {
+            let Sym::Lex(l) = g.syms[it.pos as usize] else {
+                continue;
+            };
+            let (ctx, checked) = self.parser.ctx_cost(g, sh, it);
+            if ctx == INF {
+                continue;
+            }
+            let lexeme = &g.lexemes[l as usize];
+            far = far.max(if checked {
+                INF
+            } else {
+                add(lexeme.max_dist(), ctx)
+            });
+            if let Some(t) = c.tables[l as usize].known(lexeme, it.state) {
+                ranges.extend_from_slice(&t.uncertain);
+            }
+        }
+        ranges.sort_unstable();
+        let mut merged: Vec<(u32, u32)> = Vec::with_capacity(ranges.len());
+        for (a, b) in ranges {
+            match merged.last_mut() {
+                Some(last) if a <= last.1 => last.1 = last.1.max(b),
+                _ => merged.push((a, b)),
+            }
+        }
+        // Tokens that cross a boundary: the real parser.
+        let mut leaves: Vec<Leaf> = Vec::new();
+        let clean = walk_real(self, &merged, clock, |p, toks| {
+            let (any, unchecked) = p.distance(g, sh);
+            for &t in toks {
+                leaves.push(Leaf {
+                    token: t,
+                    unchecked,
+                    any,
+                });
+            }
+            Ok(())
+        })?;
+        for l in &leaves {
+            far = far.max(l.unchecked);
+        }
+        let facts = Arc::new(StateBudget {
+            far,
+            leaves,
+            tokens: OnceLock::new(),
+        });
+        if clean && id & UNIQUE == 0 {
+            if let Ok(mut m) = c.budget.states.lock() {
+                if m.len() >= MAX_STATES {
+                    m.clear();
+                }
+                m.insert(id, facts.clone());
+            }
+        }
+        Ok(facts)
+    }
+
+    /// Near the end: sets in `allowed` the tokens that stay inside a lexeme and are
+    /// proven (or, under a semantic check, fit syntactically: then returns `true`).
+    fn allow_in_lexemes(
+        &mut self,
+        allowed: &mut [u32],
+        left: u32,
+        bytes_ok: bool,
+    ) -> Result<bool, MatchError> {
+        let c = self.c.clone();
+        let g = &c.grammar;
+        let sh = g.shortest();
+        let vocab = &c.vocab;
+        let k = self.parser.top();
+        let items: Vec<Item> = self.parser.set(k).to_vec();
+        let mut seen: Vec<(u32, u32, u32)> = Vec::new();
+        let mut tentative = false;
+        for it in items {
+            let Sym::Lex(l) = g.syms[it.pos as usize] else {
+                continue;
+            };
+            if seen.contains(&(it.pos, it.origin, it.state)) {
+                continue;
+            }
+            seen.push((it.pos, it.origin, it.state));
+            let (ctx, checked) = self.parser.ctx_cost(g, sh, it);
+            if ctx == INF {
+                continue;
+            }
+            let lexeme = &g.lexemes[l as usize];
+            if bytes_ok && add(lexeme.max_dist(), ctx) <= left {
+                if let Some(t) = c.tables[l as usize].known(lexeme, it.state) {
+                    t.accept.or_into(allowed);
+                    tentative |= checked;
+                    continue;
+                }
+            }
+            let table = self.budget_table(l, it.state);
+            // The context's tokens, counted apart (computed when a group needs them).
+            let mut ctx_tokens: Option<u32> = None;
+            for grp in &table.groups {
+                let mut ok = bytes_ok && add(grp.dist, ctx) <= left;
+                if !ok {
+                    let ct = *ctx_tokens.get_or_insert_with(|| {
+                        let mut text = Vec::new();
+                        self.parser.ctx_text(g, sh, it, &mut text);
+                        vocab.fewest_token_count(&text).map_or(INF, |n| n as u32)
+                    });
+                    let gt = *grp.fewest.get_or_init(|| {
+                        let mut text = Vec::new();
+                        lexeme.complete_into(grp.state, &mut text);
+                        vocab.fewest_token_count(&text).map_or(INF, |n| n as u32)
+                    });
+                    ok = add(gt, ct) <= left;
+                }
+                if ok {
+                    for &t in &grp.tokens {
+                        allowed[(t >> 5) as usize] |= 1 << (t & 31);
+                    }
+                    tentative |= checked;
+                }
+            }
+        }
+        Ok(tentative)
+    }
+
+    /// Near the end: sets in `allowed` the boundary-crossing tokens that are proven (or fit
+    /// syntactically under a semantic check: then returns `true`).
+    fn allow_leaves(
+        &mut self,
+        facts: &StateBudget,
+        allowed: &mut [u32],
+        left: u32,
+        bytes_ok: bool,
+        clock: &mut Deadline,
+    ) -> Result<bool, MatchError> {
+        let mut tentative = false;
+        let needs_tokens = facts
+            .leaves
+            .iter()
+            .any(|l| !(bytes_ok && l.unchecked <= left));
+        if !needs_tokens {
+            for l in &facts.leaves {
+                allowed[(l.token >> 5) as usize] |= 1 << (l.token & 31);
+            }
+            return Ok(false);
+        }
+        let counts = match facts.tokens.get() {
+            Some(c) => c.clone(),
+            None => {
+                let c = self.leaf_token_counts(facts, clock)?;
+                let _ = facts.tokens.set(c.clone());
+                c
+            }
+        };
+        for (l, &(unchecked, any)) in facts.leaves.iter().zip(&counts) {
+            let proven = (bytes_ok && l.unchecked <= left) || unchecked <= left;
+            let fits = proven || (bytes_ok && l.any <= left) || any <= left;
+            if fits {
+                allowed[(l.token >> 5) as usize] |= 1 << (l.token & 31);
+                tentative |= !proven;
+            }
+        }
+        Ok(tentative)
+    }
+
+    /// The token counts of [`StateBudget::tokens`]: the boundary walk again, now counting
+    /// the tokens of the best completions after each leaf (by the ranked candidates, as
+    /// [`Matcher::shortest_completion`] counts them, without its checks).
+    fn leaf_token_counts(
+        &mut self,
+        facts: &StateBudget,
+        clock: &mut Deadline,
+    ) -> Result<Vec<(u32, u32)>, MatchError> {
+        let c = self.c.clone();
+        let g = &c.grammar;
+        let sh = g.shortest();
+        let vocab = &c.vocab;
+        let longest = vocab.trie().max_depth().max(1) as u32;
+        let mut by_token: FastMap<u32, (u32, u32)> = FastMap::default();
+        let ranges = leaf_ranges(&c, facts);
+        walk_real(self, &ranges, clock, |p, toks| {
+            let ranked = p.ranked_core(g, sh);
+            let (mut unchecked, mut any) = (INF, INF);
+            let mut text = Vec::new();
+            for &(cost, checked, it) in &ranked {
+                let bound = unchecked.min(any);
+                if bound != INF
+                    && bound <= cost.div_ceil(longest)
+                    && unchecked <= cost.div_ceil(longest)
+                {
+                    break;
+                }
+                text.clear();
+                p.item_text(g, sh, it, &mut text);
+                let n = vocab.fewest_token_count(&text).map_or(INF, |n| n as u32);
+                any = any.min(n);
+                if !checked {
+                    unchecked = unchecked.min(n);
+                }
+            }
+            for &t in toks {
+                by_token.insert(t, (unchecked, any));
+            }
+            Ok(())
+        })?;
+        Ok(facts
+            .leaves
+            .iter()
+            .map(|l| by_token.get(&l.token).copied().unwrap_or((INF, INF)))
+            .collect())
+    }
+
+    /// The budget table of lexeme `l`'s state `s` (see the module docs): kept per
+    /// constraint. Cost on a miss: a pass over the trie, a DFA step per live node.
+    fn budget_table(&self, l: u32, s: u32) -> Arc<BudgetTable> {
+        let c = &self.c;
+        if let Some(t) = c
+            .budget
+            .tables
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&(l, s)).cloned())
+        {
+            return t;
+        }
+        let lexeme = &c.grammar.lexemes[l as usize];
+        let trie = c.vocab.trie();
+        let mut path: Vec<u32> = vec![0; trie.max_depth() + 2];
+        path[0] = s;
+        let mut by_state: FastMap<u32, Vec<u32>> = FastMap::default();
+        let total = trie.len() as u32;
+        let mut n = 1;
+        while n < total {
+            let d = trie.depth(n);
+            let t = lexeme.next(path[d - 1], trie.byte(n));
+            if t == 0 {
+                n = trie.end(n);
+                continue;
+            }
+            let toks = trie.tokens_at(n);
+            if !toks.is_empty() {
+                by_state.entry(t).or_default().extend_from_slice(toks);
+            }
+            path[d] = t;
+            n += 1;
+        }
+        let mut groups: Vec<Group> = by_state
+            .into_iter()
+            .map(|(state, tokens)| Group {
+                dist: lexeme.dist(state),
+                state,
+                tokens,
+                fewest: OnceLock::new(),
+            })
+            .collect();
+        groups.sort_by_key(|g| (g.dist, g.state));
+        let table = Arc::new(BudgetTable { groups });
+        if let Ok(mut m) = c.budget.tables.lock() {
+            if m.len() >= MAX_TABLES {
+                m.clear();
+            }
+            m.insert((l, s), table.clone());
+        }
+        table
+    }
+}
+
+/// The trie ranges holding the leaves' tokens: each token's node, as a range of one.
+fn leaf_ranges(c: &crate::Constraint, facts: &StateBudget) -> Vec<(u32, u32)> {
+    let trie = c.vocab.trie();
+    let mut nodes: Vec<u32> = facts
+        .leaves
+        .iter()
+        .filter_map(|l| trie.find(c.vocab.token_bytes(l.token)))
+        .collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    nodes.into_iter().map(|n| (n, n + 1)).collect()
+}

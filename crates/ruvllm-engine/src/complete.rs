@@ -1,0 +1,684 @@
+//! Shortest completions: from any matcher state, the fewest tokens that make the output a
+//! complete sentence, and those tokens.
+//!
+//! # What is computed
+//!
+//! A completion must finish every open piece of the parse: the lexeme being read, the
+//! rest of its rule's alternative, and, through the Earley sets' origins, the rest of each
+//! enclosing rule up to the start rule. The Earley parser keeps every possible parse, so
+//! the shortest completion *in bytes* is exact and cheap:
+//!
+//! ```text
+//! cost(item)  = dist(lexeme state) + suffix(pos + 1) + wait(origin, rule)
+//! wait(o, r)  = min over the items p of set o waiting for r of
+//!               suffix(p.pos + 1) + wait(p.origin, rule(p))        (0 at the start rule)
+//! D(state)    = min over the core items of the top set of cost(item)
+//! ```
+//!
+//! `dist` comes from the lexeme (`compile::dist`), `suffix` from the grammar's shortest
+//! derivations (`compile::shortest`), and `wait` is computed once per Earley set and kept
+//! until the set is rolled back (a Dijkstra over the rules the set waits for, since items
+//! predicted in a set wait for each other). Only core items count: every completion goes
+//! through one of them.
+//!
+//! **Tokens.** The budget is in tokens. A completion's text is counted with the fewest
+//! tokens of the real vocabulary that spell it ([`crate::Vocabulary::fewest_tokens`]: any
+//! split, since the mask allows any), for the text of every core item that could still
+//! win (one needs at least `bytes / longest token` tokens), and the best is kept. The
+//! result is an **upper bound** on the true minimum, with a real witness: it never
+//! undercounts, and it is exact whenever the shortest text in bytes is also the one that
+//! needs the fewest tokens, which is the usual case for JSON (the gap is measured by the
+//! engine's `completion` tests against a brute-force search over tokens).
+//!
+//! **Semantic checks.** A text through a rule with a check (`uniqueItems`, an exclusive
+//! `oneOf`, `multipleOf`, ...) is only a candidate: it is fed to the real parser, which
+//! runs the checks, and kept only if the output then accepts. When no candidate passes,
+//! a best-first search over bytes (ordered by bytes so far plus the syntactic distance,
+//! which never overestimates; ties deepest first) tries continuations, each followed by
+//! its syntactic completion, within a bounded number of steps ([`SEARCH_NODES`]) and
+//! time. It first keeps the failing candidate's text up to the start of the value whose
+//! check failed (the parser records it), so it only changes what can fix that check
+//! (`"responses": {}` under `minProperties: 1` becomes `"responses": {"000": {}}`);
+//! failing that, it searches from the current output.
+//!
+//! **Monotone.** A matcher remembers its last completion; after the token it starts with
+//! is committed, the rest is still a completion (`Matcher`'s carry), so the count after
+//! that token is at most one less than before, whatever the search finds. The budget mask
+//! (`crate::budget`) relies on this.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use crate::compile::dist::{add, INF};
+use crate::compile::shortest::Shortest;
+use crate::compile::{CompiledGrammar, Sym};
+use crate::earley::{FastMap, Item, Parser, ROOT};
+use crate::error::MatchError;
+use crate::matcher::{Deadline, Matcher};
+
+/// The cheapest way to finish the parse once rule `r` completes at set `o` (see the module
+/// docs): its cost in bytes, the waiting item it goes through (an index into the parser's
+/// items), and whether it completes a checked rule on the way.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WaitCost {
+    pub(crate) cost: u32,
+    pub(crate) via: u32,
+    pub(crate) checked: bool,
+}
+
+const NO_WAIT: WaitCost = WaitCost {
+    cost: INF,
+    via: u32::MAX,
+    checked: false,
+};
+
+/// Byte-level search nodes tried per completion when every syntactic candidate fails a
+/// semantic check (each node costs its path pushed on the parser, a candidate fed, and its
+/// children's distances).
+pub(crate) const SEARCH_NODES: usize = 256;
+
+/// Checked candidates fed to the parser before searching.
+const CHECKED_CANDIDATES: usize = 8;
+
+impl Parser {
+    /// [`WaitCost`] of rule `r` completing at set `o` ([`ROOT`]: the start rule's own
+    /// items, which complete the parse). Cost: a lookup, after a Dijkstra over the waiting
+    /// items of `o` and of the sets below it that were not asked before.
+    pub(crate) fn wait_cost(
+        &mut self,
+        g: &CompiledGrammar,
+        sh: &Shortest,
+        o: u32,
+        r: u32,
+    ) -> WaitCost {
+        if o == ROOT {
+            return if r == g.root {
+                WaitCost {
+                    cost: 0,
+                    via: u32::MAX,
+                    checked: false,
+                }
+            } else {
+                NO_WAIT
+            };
+        }
+        self.ensure_costs(g, sh, o as usize);
+        self.waits[o as usize]
+            .costs
+            .as_ref()
+            .and_then(|m| m.get(&r).copied())
+            .unwrap_or(NO_WAIT)
+    }
+
+    /// Computes the waiting costs of set `o` and of every set below that they need, lower
+    /// sets first (an explicit stack: origins can nest thousands deep).
+    fn ensure_costs(&mut self, g: &CompiledGrammar, sh: &Shortest, o: usize) {
+        let has = |p: &Parser, x: usize| p.waits.get(x).is_some_and(|w| w.costs.is_some());
+        if has(self, o) {
+            return;
+        }
+        let mut stack = vec![o];
+        while let Some(&x) = stack.last() {
+            if has(self, x) {
+                stack.pop();
+                continue;
+            }
+            let index = self.wait_index(g, x);
+            let before = stack.len();
+            for &(_, j) in &index {
+                let p = self.items[j as usize];
+                if p.origin != ROOT && p.origin as usize != x && !has(self, p.origin as usize) {
+                    let po = p.origin as usize;
+                    if !stack[before..].contains(&po) {
+                        stack.push(po);
+                    }
+                }
+            }
+            if stack.len() > before {
+                self.waits[x].index = Some(index);
+                continue;
+            }
+            let costs = self.set_costs(g, sh, x, &index);
+            self.waits[x].index = Some(index);
+            self.waits[x].costs = Some(Box::new(costs));
+            stack.pop();
+        }
+    }
+
+    /// The waiting costs of set `x` from its waiting items (`index`: (rule, item) sorted),
+    /// the costs of the sets below being known. Cost: O(waiting items · log).
+    fn set_costs(
+        &self,
+        g: &CompiledGrammar,
+        sh: &Shortest,
+        x: usize,
+        index: &[(u32, u32)],
+    ) -> FastMap<u32, WaitCost> {
+        let mut dist: FastMap<u32, WaitCost> = FastMap::default();
+        // Items predicted in `x` itself: (their rule, the rule they wait for, item).
+        let mut inner: Vec<(u32, u32, u32)> = Vec::new();
+        let relax = |dist: &mut FastMap<u32, WaitCost>, r: u32, w: WaitCost| {
+            let e = dist.entry(r).or_insert(NO_WAIT);
+            if w.cost < e.cost {
+                *e = w;
+            }
+        };
+        for &(r, j) in index {
+            let p = self.items[j as usize];
+            let pr = g.pos_rule[p.pos as usize];
+            if p.origin as usize == x && p.origin != ROOT {
+                inner.push((pr, r, j));
+                continue;
+            }
+            let parent = if p.origin == ROOT {
+                if pr == g.root {
+                    WaitCost {
+                        cost: 0,
+                        via: u32::MAX,
+                        checked: false,
+                    }
+                } else {
+                    NO_WAIT
+                }
+            } else {
+                self.waits[p.origin as usize]
+                    .costs
+                    .as_ref()
+                    .and_then(|m| m.get(&pr).copied())
+                    .unwrap_or(NO_WAIT)
+            };
+            let next = p.pos as usize + 1;
+            let w = WaitCost {
+                cost: add(sh.suffix[next], parent.cost),
+                via: j,
+                checked: sh.suffix_checked[next]
+                    || g.rule_check[pr as usize].is_some()
+                    || parent.checked,
+            };
+            relax(&mut dist, r, w);
+        }
+        if inner.is_empty() {
+            return dist;
+        }
+        inner.sort_unstable();
+        let mut heap: BinaryHeap<Reverse<(u32, u32)>> =
+            dist.iter().map(|(&r, w)| Reverse((w.cost, r))).collect();
+        let mut done: crate::earley::FastSet<u32> = Default::default();
+        while let Some(Reverse((c, r))) = heap.pop() {
+            if c == INF || !done.insert(r) {
+                continue;
+            }
+            let from = dist[&r];
+            let at = inner.partition_point(|e| e.0 < r);
+            for &(_, r2, j) in inner[at..].iter().take_while(|e| e.0 == r) {
+                let p = self.items[j as usize];
+                let next = p.pos as usize + 1;
+                let w = WaitCost {
+                    cost: add(sh.suffix[next], from.cost),
+                    via: j,
+                    checked: sh.suffix_checked[next]
+                        || g.rule_check[r as usize].is_some()
+                        || from.checked,
+                };
+                let cur = dist.get(&r2).map_or(INF, |e| e.cost);
+                if w.cost < cur {
+                    dist.insert(r2, w);
+                    heap.push(Reverse((w.cost, r2)));
+                }
+            }
+        }
+        dist
+    }
+
+    /// The bytes a shortest completion through item `it` needs after its lexeme (the rest
+    /// of its alternative and of the enclosing rules), and whether it completes a checked
+    /// rule. Cost: as [`Parser::wait_cost`].
+    pub(crate) fn ctx_cost(&mut self, g: &CompiledGrammar, sh: &Shortest, it: Item) -> (u32, bool) {
+        let r = g.pos_rule[it.pos as usize];
+        let after = match g.syms[it.pos as usize] {
+            Sym::Lex(_) => it.pos as usize + 1,
+            _ => it.pos as usize,
+        };
+        let w = self.wait_cost(g, sh, it.origin, r);
+        (
+            add(sh.suffix[after], w.cost),
+            sh.suffix_checked[after] || g.rule_check[r as usize].is_some() || w.checked,
+        )
+    }
+
+    /// The bytes of a shortest completion through item `it` (its lexeme finished from its
+    /// state, then [`Parser::ctx_cost`]), and whether it completes a checked rule.
+    pub(crate) fn item_cost(
+        &mut self,
+        g: &CompiledGrammar,
+        sh: &Shortest,
+        it: Item,
+    ) -> (u32, bool) {
+        let (ctx, checked) = self.ctx_cost(g, sh, it);
+        let head = match g.syms[it.pos as usize] {
+            Sym::Lex(l) => g.lexemes[l as usize].dist(it.state),
+            _ => 0,
+        };
+        (add(head, ctx), checked)
+    }
+
+    /// Appends the text of [`Parser::ctx_cost`]. The waiting costs it follows must have
+    /// been computed (by `ctx_cost` or `item_cost` of the same item, with no push since).
+    pub(crate) fn ctx_text(&self, g: &CompiledGrammar, sh: &Shortest, it: Item, out: &mut Vec<u8>) {
+        let after = match g.syms[it.pos as usize] {
+            Sym::Lex(_) => it.pos + 1,
+            _ => it.pos,
+        };
+        sh.suffix_text(g, after, out);
+        let (mut o, mut r) = (it.origin, g.pos_rule[it.pos as usize]);
+        while o != ROOT {
+            let Some(w) = self
+                .waits
+                .get(o as usize)
+                .and_then(|w| w.costs.as_ref())
+                .and_then(|m| m.get(&r).copied())
+            else {
+                return;
+            };
+            if w.via == u32::MAX {
+                return;
+            }
+            let p = self.items[w.via as usize];
+            sh.suffix_text(g, p.pos + 1, out);
+            o = p.origin;
+            r = g.pos_rule[p.pos as usize];
+        }
+    }
+
+    /// Appends the text of [`Parser::item_cost`] (same conditions as
+    /// [`Parser::ctx_text`]).
+    pub(crate) fn item_text(
+        &self,
+        g: &CompiledGrammar,
+        sh: &Shortest,
+        it: Item,
+        out: &mut Vec<u8>,
+    ) {
+        if let Sym::Lex(l) = g.syms[it.pos as usize] {
+            g.lexemes[l as usize].complete_into(it.state, out);
+        }
+        self.ctx_text(g, sh, it, out);
+    }
+
+    /// The core items of the top set with their [`Parser::item_cost`], cheapest first
+    /// (ties in item order), live ones only.
+    pub(crate) fn ranked_core(
+        &mut self,
+        g: &CompiledGrammar,
+        sh: &Shortest,
+    ) -> Vec<(u32, bool, Item)> {
+        let core: Vec<Item> = self.top_core().to_vec();
+        let mut out: Vec<(u32, bool, Item)> = Vec::with_capacity(core.len());
+        for it in core {
+            let (c, k) = self.item_cost(g, sh, it);
+            if c != INF {
+                out.push((c, k, it));
+            }
+        }
+        out.sort_by_key(|x| x.0);
+        out
+    }
+
+    /// The syntactic distance of the top set: the cheapest [`Parser::item_cost`] of its
+    /// core items, and the cheapest of those that complete no checked rule.
+    pub(crate) fn distance(&mut self, g: &CompiledGrammar, sh: &Shortest) -> (u32, u32) {
+        let (mut any, mut unchecked) = (INF, INF);
+        let n = self.top_core().len();
+        for i in 0..n {
+            let it = self.top_core()[i];
+            let (c, k) = self.item_cost(g, sh, it);
+            any = any.min(c);
+            if !k {
+                unchecked = unchecked.min(c);
+            }
+        }
+        (any, unchecked)
+    }
+}
+
+/// A way to finish the output: tokens that, committed one after the other, make it a
+/// complete sentence (then only EOS is left), and their text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Completion {
+    tokens: Vec<u32>,
+    text: Vec<u8>,
+}
+
+impl Completion {
+    /// The tokens, in order (none when the output is complete already).
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    /// Their bytes, concatenated.
+    pub fn text(&self) -> &[u8] {
+        &self.text
+    }
+
+    /// How many tokens.
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// Whether the output is complete already.
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    /// The completion after its first token (`None` when empty).
+    pub(crate) fn rest(&self, vocab: &crate::Vocabulary) -> Option<Completion> {
+        let (&first, rest) = self.tokens.split_first()?;
+        let cut = vocab.token_bytes(first).len().min(self.text.len());
+        Some(Completion {
+            tokens: rest.to_vec(),
+            text: self.text[cut..].to_vec(),
+        })
+    }
+}
+
+/// A completion known at a matcher state: the state (committed tokens, output bytes)
+/// and the completion.
+#[derive(Debug, Clone)]
+pub(crate) struct Known {
+    pub(crate) tokens: usize,
+    pub(crate) bytes: usize,
+    pub(crate) completion: Option<Completion>,
+}
+
+impl Matcher {
+    /// The shortest completion found from the current state: the fewest tokens of the
+    /// vocabulary after which the output is a complete sentence (semantic checks
+    /// included), and those tokens. `None` when none is found: the output cannot be
+    /// completed (a semantic check closed every way), or the bounded search for a way
+    /// past a semantic check gave up. After EOS, or when the output is complete already,
+    /// an empty completion.
+    ///
+    /// The count is an upper bound on the true minimum that is exact in the usual case
+    /// (see the `complete` module docs for how it is found and where it can be above).
+    /// It is monotone: right after committing the first token of a completion, the next
+    /// answer is at most one token shorter than it.
+    ///
+    /// Cost: O(core items) plus, for the first use of each Earley set, a Dijkstra over its
+    /// waiting items; then the text of each candidate that could still win and its
+    /// split into tokens (O(bytes · longest token)). With semantic checks, each candidate
+    /// is fed to the parser, and a failing state runs a search of up to
+    /// [`SEARCH_NODES`] nodes. The answer is kept until the state changes.
+    pub fn shortest_completion(&mut self) -> Result<Option<Completion>, MatchError> {
+        if self.finished {
+            return Ok(Some(Completion {
+                tokens: Vec::new(),
+                text: Vec::new(),
+            }));
+        }
+        let here = (self.tokens.len(), self.parser.top());
+        if let Some(k) = &self.known {
+            if (k.tokens, k.bytes) == here {
+                return Ok(k.completion.clone());
+            }
+        }
+        let found = self.find_completion()?;
+        self.known = Some(Known {
+            tokens: here.0,
+            bytes: here.1,
+            completion: found.clone(),
+        });
+        Ok(found)
+    }
+
+    /// The search behind [`Matcher::shortest_completion`] (nothing cached).
+    fn find_completion(&mut self) -> Result<Option<Completion>, MatchError> {
+        let c = self.c.clone();
+        let g = &c.grammar;
+        let sh = g.shortest();
+        let vocab = &c.vocab;
+        let longest = vocab.trie().max_depth().max(1) as u32;
+        let mut best: Option<Completion> = self.carried();
+        let ranked = self.parser.ranked_core(g, sh);
+        let mut checked: Vec<Item> = Vec::new();
+        let beats = |best: &Option<Completion>, bytes: u32| match best {
+            Some(b) => (b.len() as u32) > bytes.div_ceil(longest),
+            None => true,
+        };
+        let mut text = Vec::new();
+        for &(cost, is_checked, it) in &ranked {
+            if !beats(&best, cost) {
+                break;
+            }
+            if is_checked {
+                if checked.len() < CHECKED_CANDIDATES {
+                    checked.push(it);
+                }
+                continue;
+            }
+            text.clear();
+            self.parser.item_text(g, sh, it, &mut text);
+            consider(&mut best, vocab, &text);
+        }
+        // Where the first failing candidate's check starts its value: a search that keeps
+        // the candidate's text up to there changes only what can fix it.
+        let mut fix: Option<Vec<u8>> = None;
+        let start = self.parser.top();
+        for it in checked {
+            text.clear();
+            let cost = self.parser.item_cost(g, sh, it).0;
+            if !beats(&best, cost) {
+                break;
+            }
+            self.parser.item_text(g, sh, it, &mut text);
+            self.parser.failed = None;
+            if self.accepts_after(&text)? {
+                consider(&mut best, vocab, &text);
+            } else if fix.is_none() {
+                if let Some(o) = self.parser.failed {
+                    let keep = (o as usize).saturating_sub(start).min(text.len());
+                    fix = Some(text[..keep].to_vec());
+                }
+            }
+        }
+        if best.is_none() && g.has_checks {
+            let mut found = None;
+            if let Some(prefix) = fix.filter(|p| !p.is_empty()) {
+                found = self.search(&prefix)?;
+            }
+            if found.is_none() {
+                found = self.search(&[])?;
+            }
+            if let Some(text) = found {
+                consider(&mut best, vocab, &text);
+            }
+        }
+        Ok(best)
+    }
+
+    /// The rest of the last completion, when the tokens committed since are its first
+    /// ones (see [`Matcher::shortest_completion`]'s monotonicity).
+    fn carried(&self) -> Option<Completion> {
+        let carry = self.carry.as_ref()?;
+        (carry.tokens == self.tokens.len() && carry.bytes == self.parser.top())
+            .then(|| carry.completion.clone())
+            .flatten()
+    }
+
+    /// Whether the output followed by `text` is a complete sentence (semantic checks
+    /// run). The parser is left as it was. Cost: a parser step per byte.
+    pub(crate) fn accepts_after(&mut self, text: &[u8]) -> Result<bool, MatchError> {
+        let start = self.parser.top();
+        let g = &self.c.grammar;
+        let mut ok = true;
+        for &b in text {
+            match self.parser.push_byte(g, b) {
+                Ok(true) => {}
+                Ok(false) => {
+                    ok = false;
+                    break;
+                }
+                Err(e) => {
+                    self.parser.truncate(start);
+                    return Err(e);
+                }
+            }
+        }
+        if ok {
+            ok = match self.parser.ensure_closed(g) {
+                Ok(()) => self.parser.top_info().accepting,
+                Err(e) => {
+                    self.parser.truncate(start);
+                    return Err(e);
+                }
+            };
+        }
+        self.parser.truncate(start);
+        Ok(ok)
+    }
+
+    /// A best-first search over bytes for a completion that passes the semantic checks
+    /// (see the module docs), from the output followed by `prefix`: nodes in order of
+    /// bytes so far plus syntactic distance (ties deepest first); at each, the syntactic
+    /// candidates are fed to the parser; at most [`SEARCH_NODES`] nodes and an eighth of
+    /// the mask time limit. Returns the completion's text (`prefix` included).
+    fn search(&mut self, prefix: &[u8]) -> Result<Option<Vec<u8>>, MatchError> {
+        let c = self.c.clone();
+        let g = &c.grammar;
+        let sh = g.shortest();
+        let start = self.parser.top();
+        let clock = Deadline::new(c.limits.max_mask_time / 8);
+        let mut paths: Vec<Vec<u8>> = vec![prefix.to_vec()];
+        // (f, deeper first among equal f, insertion order): ties go depth-first, so a
+        // key that must be three digits is reached in three steps, not 256^3.
+        let mut heap: BinaryHeap<Reverse<(u32, Reverse<u32>, u32)>> = BinaryHeap::new();
+        heap.push(Reverse((0, Reverse(0), 0)));
+        let mut expanded = 0;
+        let r = (|| -> Result<Option<Vec<u8>>, MatchError> {
+            while let Some(Reverse((_, _, id))) = heap.pop() {
+                if expanded >= SEARCH_NODES || clock.check().is_err() {
+                    return Ok(None);
+                }
+                expanded += 1;
+                let path = paths[id as usize].clone();
+                self.parser.truncate(start);
+                for &b in &path {
+                    if !self.parser.push_byte(g, b)? {
+                        return Ok(None);
+                    }
+                }
+                self.parser.ensure_closed(g)?;
+                if self.parser.top_info().accepting {
+                    return Ok(Some(path));
+                }
+                // The syntactic candidates from here.
+                if let Some(text) = self.passing_candidate()? {
+                    let mut full = path.clone();
+                    full.extend_from_slice(&text);
+                    return Ok(Some(full));
+                }
+                // A dive: the first preferred byte again and again, with the candidates
+                // after each (a key that must be three digits is `000`, which a search
+                // by extra bytes reaches only after every shorter key).
+                let depth0 = self.parser.top();
+                let mut dive = Vec::new();
+                let dive_len = if expanded <= DIVES { DIVE } else { 0 };
+                for _ in 0..dive_len {
+                    expanded += 1;
+                    self.parser.ensure_closed(g)?;
+                    let allowed = self.parser.top_info().allowed;
+                    let mut stepped = false;
+                    for &b in crate::compile::dist::PREFERRED.iter() {
+                        if allowed.contains(b) && self.parser.push_byte(g, b)? {
+                            if self.parser.distance(g, sh).0 == INF {
+                                self.parser.pop();
+                                continue;
+                            }
+                            dive.push(b);
+                            stepped = true;
+                            break;
+                        }
+                    }
+                    if !stepped {
+                        break;
+                    }
+                    self.parser.ensure_closed(g)?;
+                    let done = if self.parser.top_info().accepting {
+                        Some(Vec::new())
+                    } else {
+                        self.passing_candidate()?
+                    };
+                    if let Some(text) = done {
+                        let mut full = path.clone();
+                        full.extend_from_slice(&dive);
+                        full.extend_from_slice(&text);
+                        return Ok(Some(full));
+                    }
+                }
+                self.parser.truncate(depth0);
+                // Children, in the preferred byte order.
+                let allowed = self.parser.top_info().allowed;
+                for &b in crate::compile::dist::PREFERRED.iter() {
+                    if !allowed.contains(b) {
+                        continue;
+                    }
+                    if !self.parser.push_byte(g, b)? {
+                        continue;
+                    }
+                    let (d, _) = self.parser.distance(g, sh);
+                    self.parser.pop();
+                    if d == INF {
+                        continue;
+                    }
+                    let mut p = path.clone();
+                    p.push(b);
+                    let f = add(p.len() as u32, d);
+                    let depth = p.len() as u32;
+                    paths.push(p);
+                    heap.push(Reverse((f, Reverse(depth), (paths.len() - 1) as u32)));
+                }
+            }
+            Ok(None)
+        })();
+        self.parser.truncate(start);
+        r
+    }
+}
+
+impl Matcher {
+    /// The text of the first of the four cheapest syntactic candidates from the current
+    /// state that passes the semantic checks, if any.
+    fn passing_candidate(&mut self) -> Result<Option<Vec<u8>>, MatchError> {
+        let c = self.c.clone();
+        let g = &c.grammar;
+        let sh = g.shortest();
+        let ranked = self.parser.ranked_core(g, sh);
+        let mut text = Vec::new();
+        for &(_, _, it) in ranked.iter().take(4) {
+            text.clear();
+            self.parser.item_text(g, sh, it, &mut text);
+            if self.accepts_after(&text)? {
+                return Ok(Some(text));
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// Bytes of a search's dive (see [`Matcher::search`]).
+const DIVE: usize = 12;
+
+/// Search nodes that dive (the first ones).
+const DIVES: usize = 4;
+
+/// Keeps `text` as `best` when it needs fewer tokens.
+fn consider(best: &mut Option<Completion>, vocab: &crate::Vocabulary, text: &[u8]) {
+    let Some(tokens) = vocab.fewest_tokens(text) else {
+        return;
+    };
+    if best.as_ref().is_none_or(|b| tokens.len() < b.len()) {
+        *best = Some(Completion {
+            tokens,
+            text: text.to_vec(),
+        });
+    }
+}

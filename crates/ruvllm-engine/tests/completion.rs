@@ -1,0 +1,374 @@
+//! Shortest completions and budget-aware masks.
+//!
+//! * The shortest completion never undercounts: on small grammars and a small vocabulary
+//!   it is compared with a brute-force search over tokens (how often, and by how much, it
+//!   is above is printed: `cargo test -p ruvllm-engine --test completion -- --nocapture`).
+//! * The budget invariant, on random walks over the repository's grammars and a MaskBench
+//!   sample with a real tokenizer: every budget mask is a subset of the exact mask, never
+//!   empty while the shortest completion fits, and a walk that starts with a budget at
+//!   least its shortest completion ends complete within it.
+
+mod common;
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
+
+use ruvllm_engine::schema::{schema_to_grammar, SchemaOptions};
+use ruvllm_engine::{Constraint, Grammar, Limits, Matcher, Vocabulary};
+
+/// A small vocabulary: single characters, some longer pieces, and EOS.
+fn small_vocab() -> Arc<Vocabulary> {
+    let mut toks: Vec<Vec<u8>> = Vec::new();
+    for b in b"{}[]\":,0123456789abcxyz-. tfnrule" {
+        let v = vec![*b];
+        if !toks.contains(&v) {
+            toks.push(v);
+        }
+    }
+    for s in [
+        "\"}", "\"]", "\":", "\",", "},", "],", "{\"", "[\"", "true", "false", "null", "ab", "abc",
+        "12", "00", "\"a", "}]", "]}", "}}", "xyz", ", ", ": ",
+    ] {
+        toks.push(s.as_bytes().to_vec());
+    }
+    let n = toks.len();
+    toks.push(b"</s>".to_vec());
+    let mut special = vec![false; n];
+    special.push(true);
+    Arc::new(Vocabulary::new("small", toks, special, vec![n as u32]).unwrap())
+}
+
+/// The true fewest tokens to a complete sentence, by breadth-first search over tokens
+/// (matchers cloned), up to `depth`; `None` past it.
+fn brute_force(m: &Matcher, vocab: &Vocabulary, depth: usize, by_text: bool) -> Option<usize> {
+    let mut queue: VecDeque<(Matcher, usize, Vec<u8>)> =
+        VecDeque::from([(m.clone(), 0, Vec::new())]);
+    let mut seen: HashSet<Vec<u8>> = HashSet::new();
+    while let Some((mut x, d, text)) = queue.pop_front() {
+        if x.is_accepting() {
+            return Some(d);
+        }
+        if d == depth {
+            continue;
+        }
+        let mut mask = vec![0u32; vocab.mask_words()];
+        x.compute_mask(&mut mask).unwrap();
+        for t in 0..vocab.len() as u32 {
+            if mask[(t >> 5) as usize] & (1 << (t & 31)) == 0 || vocab.eos_tokens().contains(&t) {
+                continue;
+            }
+            let mut y = x.clone();
+            y.commit_token(t).unwrap();
+            // States are told apart by the text added under semantic checks, else by
+            // the parse state's identity.
+            let mut key = text.clone();
+            key.extend_from_slice(vocab.token_bytes(t));
+            let seen_key = if by_text {
+                key.clone()
+            } else {
+                y.state_key().unwrap().to_le_bytes().to_vec()
+            };
+            if seen.insert(seen_key) {
+                queue.push_back((y, d + 1, key));
+            }
+        }
+    }
+    None
+}
+
+/// Drives every prefix of `text` (by single-byte tokens where they exist, else by the
+/// fewest tokens) and compares the shortest completion with the brute force.
+#[test]
+fn shortest_completion_never_undercounts() {
+    let vocab = small_vocab();
+    let cases: Vec<(Grammar, &str, bool)> = vec![
+        (
+            Grammar::from_gbnf(r#"root ::= "{" ( "\"a\":" v ( ",\"b\":" v )? )? "}"
+v ::= "0" | "12" | "true" | "[" v ( "," v )* "]""#, &Limits::default())
+            .unwrap(),
+            r#"{"a":[12,[0,true]],"b":0}"#,
+            false,
+        ),
+        (
+            Grammar::from_gbnf(r#"root ::= "abc" ("x" | "yz")* "-" [0-9]{2,3}"#, &Limits::default())
+                .unwrap(),
+            "abcxyzx-123",
+            false,
+        ),
+        (
+            schema_to_grammar(
+                &serde_json::json!({"type":"object","properties":{"a":{"type":"string","minLength":3},
+                    "b":{"type":"array","items":{"type":"integer"},"minItems":2}},"required":["a","b"]}),
+                &SchemaOptions::default(),
+            )
+            .unwrap(),
+            r#"{"a": "xyzab", "b": [1, 2, 3]}"#,
+            false,
+        ),
+        (
+            schema_to_grammar(
+                &serde_json::json!({"type":"array","items":{"enum":[1,2,3]},"uniqueItems":true,"minItems":2}),
+                &SchemaOptions::default(),
+            )
+            .unwrap(),
+            "[1, 3, 2]",
+            true,
+        ),
+        (
+            schema_to_grammar(
+                &serde_json::json!({"type":"integer","multipleOf":7,"minimum":1}),
+                &SchemaOptions::default(),
+            )
+            .unwrap(),
+            "21",
+            true,
+        ),
+    ];
+    let (mut states, mut above, mut by) = (0, 0, 0);
+    for (g, text, by_text) in cases {
+        let c = Constraint::new(&g, vocab.clone(), &Limits::default()).unwrap();
+        let mut m = Matcher::new(&c).unwrap();
+        let bytes = text.as_bytes();
+        for i in 0..=bytes.len() {
+            let got = m.shortest_completion().unwrap().map(|w| w.len());
+            let want = brute_force(&m, &vocab, 14, by_text);
+            if let (Some(got), Some(want)) = (got, want) {
+                assert!(
+                    got >= want,
+                    "{text:?} after {i} bytes: {got} < brute force {want}"
+                );
+                states += 1;
+                if got > want {
+                    above += 1;
+                    by += got - want;
+                }
+            }
+            if let Some(want) = want {
+                assert!(
+                    got.is_some(),
+                    "{text:?} after {i} bytes: none found, {want} exist"
+                );
+            }
+            // The completion is a completion.
+            if let Some(w) = m.shortest_completion().unwrap() {
+                let mut x = m.clone();
+                for &t in w.tokens() {
+                    x.commit_token(t).unwrap();
+                }
+                assert!(x.is_accepting(), "{text:?} after {i} bytes");
+            }
+            if i < bytes.len() {
+                let t = vocab.token_id(&bytes[i..=i]).unwrap();
+                m.commit_token(t).unwrap();
+            }
+        }
+    }
+    println!(
+        "shortest completion vs brute force: {states} states, {above} above the minimum, \
+         by {by} tokens in all"
+    );
+    assert!(states > 40);
+}
+
+fn llama3() -> Arc<Vocabulary> {
+    static V: std::sync::OnceLock<Arc<Vocabulary>> = std::sync::OnceLock::new();
+    V.get_or_init(|| Arc::new(Vocabulary::from_file(common::tokenizer("llama3_1")).unwrap()))
+        .clone()
+}
+
+/// A fixed-seed xorshift generator (failures repeat).
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() >> 11) as usize % n.max(1)
+    }
+}
+
+/// What the walks saw.
+#[derive(Default, Debug)]
+struct WalkStats {
+    walks: usize,
+    complete: usize,
+    narrowed_steps: usize,
+    steps: usize,
+    refused_tentative: usize,
+    no_completion: usize,
+}
+
+/// One random walk under the budget masks, with `extra` tokens beyond the shortest
+/// completion. Checks the invariant at every step; the walk must end complete.
+fn budget_walk(c: &Arc<Constraint>, rng: &mut Rng, extra: usize, what: &str, st: &mut WalkStats) {
+    let vocab = c.vocab().clone();
+    let words = vocab.mask_words();
+    let mut m = Matcher::new(c).unwrap();
+    let Some(start) = m.shortest_completion().unwrap() else {
+        st.no_completion += 1;
+        if std::env::var("DEBUG_WALKS").is_ok() {
+            eprintln!("no completion: {what}");
+        }
+        return;
+    };
+    let t0 = std::time::Instant::now();
+    let refused0 = st.refused_tentative;
+    let budget = start.len() + extra;
+    st.walks += 1;
+    let (mut exact, mut mask) = (vec![0u32; words], vec![0u32; words]);
+    let mut n = 0;
+    let mut ended = false;
+    while n < budget {
+        let remaining = budget - n;
+        m.compute_mask(&mut exact).unwrap();
+        let info = m.compute_budget_mask(&mut mask, remaining).unwrap();
+        st.steps += 1;
+        st.narrowed_steps += info.narrowed as usize;
+        for (i, (&b, &e)) in mask.iter().zip(&exact).enumerate() {
+            assert_eq!(
+                b & !e,
+                0,
+                "{what}: budget mask not in the exact mask (word {i})"
+            );
+        }
+        let mut allowed: Vec<u32> = (0..vocab.len() as u32)
+            .filter(|&t| mask[(t >> 5) as usize] >> (t & 31) & 1 == 1)
+            .collect();
+        assert!(
+            !allowed.is_empty(),
+            "{what}: empty budget mask with {remaining} left"
+        );
+        // EOS now and then; otherwise a random token (long ones too: they use the budget).
+        if m.is_accepting() && rng.below(4) == 0 {
+            ended = true;
+            break;
+        }
+        loop {
+            let pool: Vec<u32> = allowed
+                .iter()
+                .copied()
+                .filter(|t| !vocab.eos_tokens().contains(t))
+                .collect();
+            if pool.is_empty() {
+                assert!(
+                    m.is_accepting(),
+                    "{what}: only EOS allowed but not complete"
+                );
+                ended = true;
+                break;
+            }
+            let t = pool[rng.below(pool.len())];
+            m.commit_token(t).unwrap();
+            let fits = m
+                .shortest_completion()
+                .unwrap()
+                .is_some_and(|w| w.len() < remaining);
+            if fits {
+                break;
+            }
+            // Only a tentative token may fail to be confirmed.
+            assert!(
+                info.tentative,
+                "{what}: proven token {t} has no completion in {remaining} - 1"
+            );
+            st.refused_tentative += 1;
+            m.rollback(1).unwrap();
+            allowed.retain(|&x| x != t);
+            assert!(!allowed.is_empty(), "{what}: every tentative token refused");
+            // After a few refusals, the first token of the shortest completion (as the
+            // runtime does): it is in the mask and always confirmed.
+            if st.refused_tentative.is_multiple_of(16) {
+                let w = m.shortest_completion().unwrap().expect("a completion fits");
+                let first = w.tokens()[0];
+                assert!(
+                    allowed.contains(&first),
+                    "{what}: the completion's first token is not allowed"
+                );
+                allowed = vec![first];
+            }
+        }
+        if ended {
+            break;
+        }
+        n += 1;
+    }
+    assert!(
+        m.is_accepting(),
+        "{what}: the walk ended incomplete after {n} of {budget} tokens"
+    );
+    let _ = ended;
+    if std::env::var("DEBUG_WALKS").is_ok() {
+        eprintln!(
+            "{:>8.1} ms {:>6} refused  budget {budget:>4} {what}",
+            t0.elapsed().as_secs_f64() * 1e3,
+            st.refused_tentative - refused0
+        );
+    }
+    st.complete += 1;
+}
+
+/// The budget invariant over the repository's GBNF grammars, llama.cpp's, the built-ins
+/// and MaskBench schemas, with Llama 3.1's vocabulary.
+#[test]
+fn budget_walks_end_complete_within_the_budget() {
+    let vocab = llama3();
+    let limits = Limits::default();
+    let mut grammars: Vec<(String, Grammar)> = Vec::new();
+    for dir in [
+        common::repo().join("tests/grammars/own"),
+        common::shared_data().join("gbnf/llama.cpp"),
+    ] {
+        let mut files: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "gbnf"))
+            .collect();
+        files.sort();
+        for f in files {
+            let text = std::fs::read_to_string(&f).unwrap();
+            if let Ok(g) = Grammar::from_gbnf(&text, &limits) {
+                grammars.push((f.display().to_string(), g));
+            }
+        }
+    }
+    for name in ["json", "json_object", "jsonl", "csv", "xml"] {
+        let b = ruvllm_engine::Builtin::from_name(name).unwrap();
+        grammars.push((
+            format!("builtin {name}"),
+            Grammar::builtin(b, &limits).unwrap(),
+        ));
+    }
+    let dir = common::shared_data().join("maskbench/data");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    let mut schemas = 0;
+    for f in files.iter().step_by(97) {
+        let doc: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(f).unwrap()).unwrap();
+        if let Ok(g) = schema_to_grammar(&doc["schema"], &SchemaOptions::default()) {
+            grammars.push((f.display().to_string(), g));
+            schemas += 1;
+        }
+    }
+    assert!(schemas >= 80, "only {schemas} MaskBench schemas compiled");
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut st = WalkStats::default();
+    for (what, g) in &grammars {
+        let Ok(c) = Constraint::new(g, vocab.clone(), &limits) else {
+            continue;
+        };
+        for extra in [0, 1, 3, 12] {
+            let extra = extra + rng.below(3);
+            budget_walk(&c, &mut rng, extra, what, &mut st);
+        }
+    }
+    eprintln!("{} grammars: {st:?}", grammars.len());
+    assert!(st.walks >= 400, "{st:?}");
+    assert_eq!(st.walks, st.complete);
+}
