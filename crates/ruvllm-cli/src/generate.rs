@@ -171,6 +171,11 @@ pub struct GenerateArgs {
     /// Sample forced text token by token instead of appending it (jump-forward off).
     #[arg(long)]
     no_jump_forward: bool,
+    /// Budget-aware decoding off: by default a constrained output always ends complete
+    /// within --max-tokens when that is at least its shortest completion; with this, an
+    /// output cut by --max-tokens is incomplete (and the command exits with status 3).
+    #[arg(long)]
+    no_budget: bool,
     /// Print timings and token counts to stderr.
     #[arg(long, short)]
     verbose: bool,
@@ -195,6 +200,7 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         seed: a.seed,
         stop: a.stop.clone(),
         jump_forward: !a.no_jump_forward,
+        budget_aware: !a.no_budget,
         ..Default::default()
     };
     if let Some(p) = &c.schema {
@@ -257,10 +263,12 @@ pub fn run(a: GenerateArgs) -> Result<()> {
     if a.verbose {
         let u = &g.usage;
         eprintln!(
-            "finish={} seed={} prompt_tokens={} completion_tokens={} forced_tokens={} \
-             forward_passes={} prefill={:.3}s first_token={:.3}s total={:.3}s decode={:.1} tok/s \
-             mask={:.1} ms path={:?}",
+            "finish={} budget_closed={} budget_steps={} seed={} prompt_tokens={} \
+             completion_tokens={} forced_tokens={} forward_passes={} prefill={:.3}s \
+             first_token={:.3}s total={:.3}s decode={:.1} tok/s mask={:.1} ms path={:?}",
             g.finish.as_str(),
+            g.budget_closed,
+            u.budget_steps,
             g.seed,
             u.prompt_tokens,
             u.completion_tokens,
@@ -274,5 +282,49 @@ pub fn run(a: GenerateArgs) -> Result<()> {
             g.path,
         );
     }
+    let constrained = params.effective_constraint()?.is_some();
+    if constrained && g.finish == ruvllm_runtime::FinishReason::Length {
+        drop(o);
+        return Err(Incomplete {
+            max_tokens: a.max_tokens,
+            budget: !a.no_budget,
+        }
+        .into());
+    }
     Ok(())
 }
+
+/// A constrained output that `--max-tokens` cut before it was complete: `main` exits
+/// with [`Incomplete::EXIT_CODE`].
+#[derive(Debug)]
+pub struct Incomplete {
+    max_tokens: usize,
+    budget: bool,
+}
+
+impl Incomplete {
+    /// The exit status of an incomplete constrained output.
+    pub const EXIT_CODE: i32 = 3;
+}
+
+impl std::fmt::Display for Incomplete {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.budget {
+            write!(
+                f,
+                "the output is incomplete: --max-tokens {} is below the shortest completion \
+                 of the constraint; raise it",
+                self.max_tokens
+            )
+        } else {
+            write!(
+                f,
+                "the output is incomplete: --max-tokens {} cut it (budget-aware decoding is \
+                 off: drop --no-budget to have it closed in time)",
+                self.max_tokens
+            )
+        }
+    }
+}
+
+impl std::error::Error for Incomplete {}

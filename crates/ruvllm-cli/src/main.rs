@@ -226,7 +226,11 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::from(2)
+            if e.downcast_ref::<generate::Incomplete>().is_some() {
+                ExitCode::from(generate::Incomplete::EXIT_CODE as u8)
+            } else {
+                ExitCode::from(2)
+            }
         }
     }
 }
