@@ -44,6 +44,8 @@ pub fn run_file(
         strict: false,
         any_order: true,
         plain_integers: false,
+        unique_keys: false,
+        closed_objects: false,
     };
     let Ok(g) = schema_to_grammar(&case.schema, &opts) else {
         return Ok(());

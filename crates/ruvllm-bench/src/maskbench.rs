@@ -361,6 +361,8 @@ pub fn run_ruvllm(vocab: &Arc<Vocabulary>, case: &FileCase, st: &mut EngineStats
         strict: false,
         any_order: true,
         plain_integers: false,
+        unique_keys: false,
+        closed_objects: false,
     };
     let t0 = Instant::now();
     let compiled = schema_to_grammar(&case.schema, &opts)

@@ -162,6 +162,11 @@ pub struct GenerateArgs {
     /// With --no-constrain: repair output that is not valid.
     #[arg(long)]
     repair: bool,
+    /// With --schema: objects that declare properties but leave additionalProperties
+    /// unsaid take only their declared properties (as Ollama and llama.cpp do); by
+    /// default they also take other keys (the JSON Schema default). Keys never repeat.
+    #[arg(long)]
+    closed_objects: bool,
     /// Give the prompt to the model as is, without the chat template.
     #[arg(long)]
     raw: bool,
@@ -211,6 +216,7 @@ pub fn run(a: GenerateArgs) -> Result<()> {
             schema: Some(schema),
             constrained_decoding: !a.no_constrain,
             repair: a.repair,
+            close_objects: a.closed_objects,
             ..Default::default()
         });
     } else if c.json {

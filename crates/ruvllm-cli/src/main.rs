@@ -152,6 +152,19 @@ enum GrammarCmd {
         #[arg(long, default_value_t = 20)]
         sample: usize,
     },
+    /// Print the shortest completion after a text prefix: the fewest tokens of the
+    /// vocabulary that make the output complete (what budget-aware decoding needs at
+    /// least), and their text. Exit status 1 when none is found.
+    Complete {
+        #[command(flatten)]
+        grammar: GrammarArgs,
+        /// tokenizer.json, GGUF model, or *.tiktoken file.
+        #[arg(long)]
+        tokenizer: PathBuf,
+        /// Output so far (raw text, need not end on a token boundary).
+        #[arg(long, default_value = "")]
+        prefix: String,
+    },
 }
 
 /// Where the grammar comes from: exactly one of these.
@@ -433,6 +446,50 @@ fn run() -> Result<ExitCode> {
             if allowed.len() > sample {
                 println!("... and {} more", allowed.len() - sample);
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Grammar(GrammarCmd::Complete {
+            grammar,
+            tokenizer,
+            prefix,
+        }) => {
+            let g = grammar.load(&limits)?;
+            let vocab = Arc::new(
+                Vocabulary::from_file(&tokenizer)
+                    .with_context(|| format!("loading {}", tokenizer.display()))?,
+            );
+            let c = Constraint::new(&g, vocab.clone(), &limits)?;
+            let mut m = Matcher::new(&c)?;
+            if let CheckResult::Rejected { at, expected } = m.check_bytes(prefix.as_bytes())? {
+                bail!(
+                    "the prefix is rejected at byte {at}; expected: {}",
+                    expected.join(" | ")
+                );
+            }
+            let t0 = std::time::Instant::now();
+            let w = m.shortest_completion()?;
+            let elapsed = t0.elapsed();
+            let Some(w) = w else {
+                println!(
+                    "no completion found (a semantic check closes every way on, or the \
+                     search past one gave up); {:.1} us",
+                    elapsed.as_secs_f64() * 1e6
+                );
+                return Ok(ExitCode::from(1));
+            };
+            println!(
+                "shortest completion: {} tokens, {} bytes; computed in {:.1} us",
+                w.len(),
+                w.text().len(),
+                elapsed.as_secs_f64() * 1e6
+            );
+            println!("{}", String::from_utf8_lossy(w.text()));
+            let pieces: Vec<String> = w
+                .tokens()
+                .iter()
+                .map(|&t| format!("{:?}", String::from_utf8_lossy(vocab.token_bytes(t))))
+                .collect();
+            println!("tokens: {}", pieces.join(" "));
             Ok(ExitCode::SUCCESS)
         }
     }

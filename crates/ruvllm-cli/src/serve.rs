@@ -3,6 +3,7 @@
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use ruvllm_runtime::SchedulerOptions;
+use ruvllm_server::params::ObjectPolicy;
 use ruvllm_server::ServerConfig;
 
 use crate::generate::ModelArgs;
@@ -46,6 +47,24 @@ pub struct ServeArgs {
     /// modes, LangChain output parsers) as constraints.
     #[arg(long)]
     no_prompt_schema: bool,
+    /// Objects whose schema declares properties but leaves additionalProperties unsaid:
+    /// `dialect` closes them where that field's own server does (Ollama `format`,
+    /// llama.cpp `json_schema`, Ollama tools) and leaves them open elsewhere (OpenAI,
+    /// vLLM, SGLang fields); `open` and `closed` decide for every field. OpenAI `strict`
+    /// always closes them; a request's `additional_properties` (a boolean) overrides.
+    #[arg(long, value_enum, default_value_t = Objects::Dialect)]
+    additional_properties: Objects,
+}
+
+/// `--additional-properties` values.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Objects {
+    /// As each dialect's own server does.
+    Dialect,
+    /// The JSON Schema default: any other key too.
+    Open,
+    /// Only the declared properties.
+    Closed,
 }
 
 /// Loads the model and serves until ctrl-c.
@@ -70,6 +89,11 @@ pub fn run(a: ServeArgs) -> Result<()> {
             ..Default::default()
         },
         prompt_schema: !a.no_prompt_schema,
+        objects: match a.additional_properties {
+            Objects::Dialect => ObjectPolicy::Dialect,
+            Objects::Open => ObjectPolicy::Open,
+            Objects::Closed => ObjectPolicy::Closed,
+        },
     };
     let model = backend.name().to_string();
     let rt = tokio::runtime::Builder::new_multi_thread()

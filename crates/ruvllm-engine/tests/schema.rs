@@ -682,6 +682,8 @@ fn whitespace_policies() {
             strict: true,
             any_order: false,
             plain_integers: false,
+            unique_keys: false,
+            closed_objects: false,
         },
     )
     .unwrap();

@@ -46,6 +46,12 @@ pub struct JsonModeConfig {
     pub whitespace: Whitespace,
     /// Object properties in any order rather than schema order (default `false`).
     pub any_order: bool,
+    /// Objects whose schema declares `properties` but leaves `additionalProperties`
+    /// unsaid take only their declared properties, as if it said `false` (default
+    /// `false`: the JSON Schema default, any other key too). Small models invent keys when
+    /// they may; Ollama and llama.cpp close such objects. Either way generated objects
+    /// never repeat a key.
+    pub close_objects: bool,
 }
 
 impl Default for JsonModeConfig {
@@ -58,6 +64,7 @@ impl Default for JsonModeConfig {
             constrained_decoding: true,
             whitespace: Whitespace::Compact,
             any_order: false,
+            close_objects: false,
         }
     }
 }
@@ -81,8 +88,10 @@ impl JsonModeConfig {
                 options: SchemaOptions {
                     whitespace: self.whitespace,
                     strict: false,
+                    closed_objects: self.close_objects,
                     any_order: self.any_order,
                     plain_integers: true,
+                    unique_keys: true,
                 },
             },
             (None, None) => OutputConstraint::Json {
@@ -180,6 +189,7 @@ impl OutputConstraint {
     pub fn grammar(&self, limits: &Limits) -> Result<Option<Grammar>> {
         let json_opts = |whitespace| SchemaOptions {
             whitespace,
+            unique_keys: true,
             ..Default::default()
         };
         Ok(Some(match self {

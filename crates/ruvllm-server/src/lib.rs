@@ -72,6 +72,11 @@ pub struct ServerConfig {
     /// requests that ask for a ```json block (default on; see
     /// [`params::apply_prompt_schema`]).
     pub prompt_schema: bool,
+    /// What objects whose schema declares `properties` but leaves `additionalProperties`
+    /// unsaid accept (default: as each dialect's own server does; see
+    /// [`params::ObjectPolicy`]). A request's `additional_properties` (a boolean) decides
+    /// for that request.
+    pub objects: params::ObjectPolicy,
 }
 
 impl Default for ServerConfig {
@@ -85,6 +90,7 @@ impl Default for ServerConfig {
             max_tokens_limit: 8192,
             scheduler: SchedulerOptions::default(),
             prompt_schema: true,
+            objects: params::ObjectPolicy::Dialect,
         }
     }
 }
@@ -166,6 +172,26 @@ impl AppState {
         }
     }
 
+    /// The object policy of a request (see [`ServerConfig::objects`]).
+    pub fn objects(&self, f: &params::Fields) -> ApiResult<params::Objects> {
+        params::Objects::of(self.config.objects, f)
+    }
+
+    /// Budget-aware decoding for a request: its `budget_aware` field (a boolean; for
+    /// Ollama also `options.budget_aware`), on by default (see
+    /// [`GenerateParams::budget_aware`]).
+    pub fn budget_aware(&self, f: &params::Fields) -> ApiResult<bool> {
+        if let Some(b) = f.bool("budget_aware")? {
+            return Ok(b);
+        }
+        if let Some(o) = f.obj("options")? {
+            if let Some(b) = o.bool("budget_aware")? {
+                return Ok(b);
+            }
+        }
+        Ok(true)
+    }
+
     /// `max_tokens` from a request value (`None` = the default), bounded by the limit.
     pub fn max_tokens(&self, asked: Option<i64>, param: &str) -> ApiResult<usize> {
         match asked {
@@ -216,6 +242,26 @@ impl AppState {
             .map_err(|e| ApiError::from_runtime(&e, &constraint_param))?;
         Ok(self.sched.submit(ticket, seq))
     }
+}
+
+/// Seconds since the Unix epoch.
+/// The `ruvllm` extension object every dialect adds to a finished answer (the last chunk
+/// of a stream): `budget_closed`, whether budget-aware decoding shaped the end of a
+/// complete output (see [`ruvllm_runtime::Generation::budget_closed`]), and
+/// `budget_steps`, at how many steps.
+pub fn extension(g: &ruvllm_runtime::Generation) -> Value {
+    json!({"budget_closed": g.budget_closed, "budget_steps": g.usage.budget_steps})
+}
+
+/// Adds `x-ruvllm-budget-closed: true` to a non-streamed answer the budget closed.
+pub fn with_budget_header(mut r: Response, g: &ruvllm_runtime::Generation) -> Response {
+    if g.budget_closed {
+        r.headers_mut().insert(
+            "x-ruvllm-budget-closed",
+            axum::http::HeaderValue::from_static("true"),
+        );
+    }
+    r
 }
 
 /// Seconds since the Unix epoch.

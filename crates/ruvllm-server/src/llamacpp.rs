@@ -40,6 +40,7 @@ fn final_fields(g: &Generation, model: &str, stop: &[String]) -> Value {
         "tokens_predicted": g.usage.completion_tokens,
         "tokens_evaluated": g.usage.prompt_tokens,
         "truncated": false,
+        "ruvllm": crate::extension(g),
         "timings": {
             "prompt_n": g.usage.prompt_tokens,
             "prompt_ms": ms(g.usage.prompt_secs),
@@ -83,7 +84,7 @@ async fn inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResult<Res
         Some(n) => st.max_tokens(Some(n), "n_predict")?,
     };
     let stop = f.stop("stop")?;
-    let format = params::constraint(&f, false)?;
+    let format = params::constraint(&f, false, &st.objects(&f)?)?;
     let param = format.as_ref().map(|c| c.param.clone()).unwrap_or_default();
     let gp = GenerateParams {
         max_tokens,
@@ -109,6 +110,7 @@ async fn inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResult<Res
             .filter(|&s| s != u32::MAX as u64 && s != u64::MAX),
         stop: stop.clone(),
         constraint: format.map(|c| c.c),
+        budget_aware: st.budget_aware(&f)?,
         ..Default::default()
     };
     let stream = f.bool("stream")?.unwrap_or(false);
@@ -116,7 +118,8 @@ async fn inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResult<Res
     let model = st.model_id.clone();
     if !stream {
         let g = collect(s).await?;
-        return Ok(Json(final_fields(&g, &model, &stop)).into_response());
+        let r = Json(final_fields(&g, &model, &stop)).into_response();
+        return Ok(crate::with_budget_header(r, &g));
     }
     let (tx, rx) = channel::<Result<Event, Infallible>>();
     let mut s = s;

@@ -13,7 +13,6 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use ruvllm_engine::schema::{SchemaOptions, Whitespace};
 use ruvllm_runtime::tools::parse_output;
 use ruvllm_runtime::{
     GenerateParams, Generation, Message, OutputConstraint, Prompt, ToolCall, ToolCalling,
@@ -52,6 +51,7 @@ fn options(st: &Shared, f: &Fields) -> ApiResult<GenerateParams> {
     let mut gp = GenerateParams {
         max_tokens: st.config.default_max_tokens,
         temperature: 0.8,
+        budget_aware: st.budget_aware(f)?,
         ..Default::default()
     };
     let Some(o) = f.obj("options")? else {
@@ -101,6 +101,7 @@ fn done_fields(g: &Generation) -> Value {
         "prompt_eval_duration": ns(g.usage.prompt_secs),
         "eval_count": g.usage.completion_tokens,
         "eval_duration": ns(g.usage.decode_secs()),
+        "ruvllm": crate::extension(g),
     })
 }
 
@@ -157,8 +158,9 @@ async fn chat_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResul
     st.check_model(f.str("model")?, Dialect::Ollama)?;
     let msgs = messages(&f)?;
     let tools = params::tools(&f)?;
-    let format = params::constraint(&f, true)?;
-    let (format, note) = crate::openai::prompt_schema(&st, &msgs, format, tools.as_ref());
+    let objects = st.objects(&f)?;
+    let format = params::constraint(&f, true, &objects)?;
+    let (format, note) = crate::openai::prompt_schema(&st, &msgs, format, tools.as_ref(), &objects);
     let mut gp = options(&st, &f)?;
     let stream = f.bool("stream")?.unwrap_or(true);
     let calling: Option<ToolCalling> = tools.filter(|t| t.choice != ToolChoice::None);
@@ -169,11 +171,7 @@ async fn chat_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResul
         Some(t) => Some(OutputConstraint::Tools {
             calling: t.clone(),
             text: format.map(|c| Box::new(c.c)),
-            options: SchemaOptions {
-                whitespace: Whitespace::Compact,
-                plain_integers: true,
-                ..Default::default()
-            },
+            options: params::generation_options(false, objects.closed("ollama tools", false)),
         }),
         None => format.map(|c| c.c),
     };
@@ -198,7 +196,10 @@ async fn chat_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResul
         }
         let head = json!({"model": model, "created_at": rfc3339_now(), "message": message});
         let r = Json(merge(head, done_fields(&g))).into_response();
-        return Ok(crate::openai::with_note(r, note));
+        return Ok(crate::openai::with_note(
+            crate::with_budget_header(r, &g),
+            note,
+        ));
     }
     let (tx, rx) = channel();
     let tools = calling.is_some();
@@ -294,7 +295,7 @@ async fn generate_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiR
             tools: None,
         }
     };
-    let format = params::constraint(&f, true)?;
+    let format = params::constraint(&f, true, &st.objects(&f)?)?;
     let mut gp = options(&st, &f)?;
     let param = format.as_ref().map(|c| c.param.clone()).unwrap_or_default();
     gp.constraint = format.map(|c| c.c);
@@ -303,7 +304,8 @@ async fn generate_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiR
     if !stream {
         let g = collect(s).await?;
         let head = json!({"model": model, "created_at": rfc3339_now(), "response": g.text});
-        return Ok(Json(merge(head, done_fields(&g))).into_response());
+        let r = Json(merge(head, done_fields(&g))).into_response();
+        return Ok(crate::with_budget_header(r, &g));
     }
     let (tx, rx) = channel();
     let mut s = s;

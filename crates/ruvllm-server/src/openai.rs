@@ -18,7 +18,6 @@ use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures::{Stream, StreamExt};
-use ruvllm_engine::schema::{SchemaOptions, Whitespace};
 use ruvllm_runtime::tools::parse_output;
 use ruvllm_runtime::{
     FinishReason, GenerateParams, Generation, OutputConstraint, Prompt, RuntimeError, TextStream,
@@ -98,6 +97,7 @@ fn sampling(st: &Shared, f: &Fields, max_keys: &[&str]) -> ApiResult<GeneratePar
         frequency_penalty: f.num("frequency_penalty", -2.0, 2.0)?.unwrap_or(0.0),
         seed: f.seed("seed")?,
         stop: f.stop("stop")?,
+        budget_aware: st.budget_aware(f)?,
         ..Default::default()
     })
 }
@@ -106,6 +106,7 @@ fn sampling(st: &Shared, f: &Fields, max_keys: &[&str]) -> ApiResult<GeneratePar
 fn chat_constraint(
     tools: Option<&ToolCalling>,
     format: Option<params::Constraint>,
+    objects: &params::Objects,
 ) -> (Option<OutputConstraint>, String) {
     match tools {
         Some(t) if t.choice != ToolChoice::None => {
@@ -116,11 +117,7 @@ fn chat_constraint(
                 Some(OutputConstraint::Tools {
                     calling: t.clone(),
                     text: format.map(|c| Box::new(c.c)),
-                    options: SchemaOptions {
-                        whitespace: Whitespace::Compact,
-                        plain_integers: true,
-                        ..Default::default()
-                    },
+                    options: params::generation_options(false, objects.closed("tools", false)),
                 }),
                 param,
             )
@@ -175,15 +172,16 @@ async fn chat_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResul
     params::refuse_unsupported(&f)?;
     let messages = params::messages(&f)?;
     let tools = params::tools(&f)?;
-    let format = params::constraint(&f, false)?;
-    let (format, note) = prompt_schema(&st, &messages, format, tools.as_ref());
+    let objects = st.objects(&f)?;
+    let format = params::constraint(&f, false, &objects)?;
+    let (format, note) = prompt_schema(&st, &messages, format, tools.as_ref(), &objects);
     let mut gp = sampling(&st, &f, &["max_tokens", "max_completion_tokens"])?;
     let stream = f.bool("stream")?.unwrap_or(false);
     let include_usage = match f.obj("stream_options")? {
         Some(o) => o.bool("include_usage")?.unwrap_or(false),
         None => false,
     };
-    let (constraint, param) = chat_constraint(tools.as_ref(), format);
+    let (constraint, param) = chat_constraint(tools.as_ref(), format, &objects);
     let calling = tools.filter(|t| t.choice != ToolChoice::None);
     gp.constraint = constraint;
     let prompt = Prompt::Chat {
@@ -228,9 +226,10 @@ async fn chat_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResul
             "finish_reason": finish_reason(g.finish, !calls.is_empty()),
         }],
         "usage": usage_json(&g),
+        "ruvllm": crate::extension(&g),
     }))
     .into_response();
-    Ok(with_note(r, note))
+    Ok(with_note(crate::with_budget_header(r, &g), note))
 }
 
 /// The prompt-declared schema rule ([`params::apply_prompt_schema`]) when the server has
@@ -240,6 +239,7 @@ pub(crate) fn prompt_schema(
     messages: &[ruvllm_runtime::Message],
     format: Option<params::Constraint>,
     tools: Option<&ToolCalling>,
+    objects: &params::Objects,
 ) -> (Option<params::Constraint>, Option<String>) {
     let tools_on = tools.is_some_and(|t| t.choice != ToolChoice::None);
     if !st.config.prompt_schema || tools_on {
@@ -251,7 +251,13 @@ pub(crate) fn prompt_schema(
             OutputConstraint::JsonObject { .. } | OutputConstraint::Json { .. }
         )
     });
-    params::apply_prompt_schema(messages, format, json_object, st.sched.backend().limits())
+    params::apply_prompt_schema(
+        messages,
+        format,
+        json_object,
+        st.sched.backend().limits(),
+        objects,
+    )
 }
 
 /// Adds the `x-ruvllm-constraint` header saying where the constraint came from.
@@ -342,7 +348,9 @@ fn chat_stream(
             _ => return,
         };
         let fr = finish_reason(g.finish, !parser.calls().is_empty());
-        let _ = tx.send(sse(&chunk(json!({}), json!(fr)))).await;
+        let mut last = chunk(json!({}), json!(fr));
+        last["ruvllm"] = crate::extension(&g);
+        let _ = tx.send(sse(&last)).await;
         if include_usage {
             let _ = tx
                 .send(sse(&json!({"id": id, "object": "chat.completion.chunk",
@@ -390,7 +398,7 @@ async fn completions_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> A
         // OpenAI's legacy default.
         gp.max_tokens = 16;
     }
-    let format = params::constraint(&f, false)?;
+    let format = params::constraint(&f, false, &st.objects(&f)?)?;
     let param = format.as_ref().map(|c| c.param.clone()).unwrap_or_default();
     gp.constraint = format.map(|c| c.c);
     let stream = f.bool("stream")?.unwrap_or(false);
@@ -404,14 +412,16 @@ async fn completions_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> A
     let model = st.model_id.clone();
     if !stream {
         let g = collect(s).await?;
-        return Ok(Json(json!({
+        let r = Json(json!({
             "id": id, "object": "text_completion", "created": created, "model": model,
             "system_fingerprint": "ruvllm",
             "choices": [{"text": g.text, "index": 0, "logprobs": null,
                          "finish_reason": g.finish.as_str()}],
             "usage": usage_json(&g),
+            "ruvllm": crate::extension(&g),
         }))
-        .into_response());
+        .into_response();
+        return Ok(crate::with_budget_header(r, &g));
     }
     let (tx, rx) = channel();
     let mut s = s;
@@ -432,7 +442,9 @@ async fn completions_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> A
             }
         }
         if let Some(Ok(g)) = s.outcome() {
-            let _ = tx.send(sse(&chunk("", json!(g.finish.as_str())))).await;
+            let mut last = chunk("", json!(g.finish.as_str()));
+            last["ruvllm"] = crate::extension(&g);
+            let _ = tx.send(sse(&last)).await;
             if include_usage {
                 let _ = tx
                     .send(sse(&json!({"id": id, "object": "text_completion",

@@ -188,7 +188,81 @@ pub struct Constraint {
     pub param: String,
 }
 
-fn schema_constraint(schema: &Value, param: &str, strict: bool) -> ApiResult<Constraint> {
+/// What objects whose schema leaves `additionalProperties` unsaid accept (see
+/// [`ObjectPolicy`]), resolved for one request.
+#[derive(Debug, Clone, Copy)]
+pub struct Objects {
+    /// The server's policy.
+    pub policy: ObjectPolicy,
+    /// The request's `additional_properties` field: `true` open, `false` closed.
+    pub request: Option<bool>,
+}
+
+/// The server's policy for objects whose schema declares `properties` but leaves
+/// `additionalProperties` unsaid (`ruvllm serve --additional-properties`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ObjectPolicy {
+    /// As each field's own server does (the default): closed for Ollama's `format` and
+    /// llama.cpp's `json_schema` (both close them), open (the JSON Schema default) for
+    /// OpenAI's `response_format` and vLLM's and SGLang's fields; closed under OpenAI's
+    /// `strict`, always.
+    #[default]
+    Dialect,
+    /// Always open (the JSON Schema default), but under `strict`.
+    Open,
+    /// Always closed.
+    Closed,
+}
+
+impl Objects {
+    /// Whether a schema from `param` closes its objects (`strict` always does). Tool
+    /// parameters are `param` `tools` under OpenAI and `ollama tools` under Ollama
+    /// (whose server closes them).
+    pub fn closed(&self, param: &str, strict: bool) -> bool {
+        if strict {
+            return true;
+        }
+        if let Some(open) = self.request {
+            return !open;
+        }
+        match self.policy {
+            ObjectPolicy::Open => false,
+            ObjectPolicy::Closed => true,
+            ObjectPolicy::Dialect => {
+                matches!(param, "format" | "json_schema" | "ollama tools")
+            }
+        }
+    }
+
+    /// The policy for a request: the server's, and the request's `additional_properties`
+    /// (a boolean) if it has one.
+    pub fn of(policy: ObjectPolicy, f: &Fields) -> ApiResult<Objects> {
+        Ok(Objects {
+            policy,
+            request: f.bool("additional_properties")?,
+        })
+    }
+}
+
+/// Schema options for generation: compact, plain integers, unique keys; `strict` closes
+/// every object, `closed` those that declare properties.
+pub fn generation_options(strict: bool, closed: bool) -> SchemaOptions {
+    SchemaOptions {
+        whitespace: Whitespace::Compact,
+        strict,
+        closed_objects: closed,
+        any_order: false,
+        plain_integers: true,
+        unique_keys: true,
+    }
+}
+
+fn schema_constraint(
+    schema: &Value,
+    param: &str,
+    strict: bool,
+    objects: &Objects,
+) -> ApiResult<Constraint> {
     if !schema.is_object() && !schema.is_boolean() {
         return Err(ApiError::bad(
             param,
@@ -203,12 +277,7 @@ fn schema_constraint(schema: &Value, param: &str, strict: bool) -> ApiResult<Con
     Ok(Constraint {
         c: OutputConstraint::JsonSchema {
             schema: js,
-            options: SchemaOptions {
-                whitespace: Whitespace::Compact,
-                strict,
-                any_order: false,
-                plain_integers: true,
-            },
+            options: generation_options(strict, objects.closed(param, strict)),
         },
         param: param.into(),
     })
@@ -222,7 +291,7 @@ fn json_object() -> OutputConstraint {
 
 /// OpenAI's `response_format` (with the shapes other servers accept: a `schema` beside
 /// `json_object`, a flat `json_schema`). `None` for `text`.
-pub fn response_format(f: &Fields) -> ApiResult<Option<Constraint>> {
+pub fn response_format(f: &Fields, objects: &Objects) -> ApiResult<Option<Constraint>> {
     let Some(rf) = f.get("response_format") else {
         return Ok(None);
     };
@@ -233,7 +302,7 @@ pub fn response_format(f: &Fields) -> ApiResult<Option<Constraint>> {
     match ty {
         "text" => Ok(None),
         "json_object" => match rf.get("schema") {
-            Some(s) => schema_constraint(s, "response_format.schema", false).map(Some),
+            Some(s) => schema_constraint(s, "response_format.schema", false, objects).map(Some),
             None => Ok(Some(Constraint {
                 c: json_object(),
                 param: "response_format".into(),
@@ -250,9 +319,15 @@ pub fn response_format(f: &Fields) -> ApiResult<Option<Constraint>> {
                         "`response_format.json_schema.schema` is required",
                     )
                 })?;
-                schema_constraint(schema, "response_format.json_schema.schema", strict).map(Some)
+                schema_constraint(
+                    schema,
+                    "response_format.json_schema.schema",
+                    strict,
+                    objects,
+                )
+                .map(Some)
             } else if let Some(s) = rf.get("schema") {
-                schema_constraint(s, "response_format.schema", false).map(Some)
+                schema_constraint(s, "response_format.schema", false, objects).map(Some)
             } else {
                 Err(ApiError::bad(
                     "response_format.json_schema",
@@ -298,9 +373,13 @@ fn text_field(f: &Fields, k: &str) -> ApiResult<Option<(String, String)>> {
 /// (OpenAI), `structured_outputs` and `guided_*` (vLLM), `regex` and `ebnf` (SGLang),
 /// `grammar` and `json_schema` (llama.cpp), `format` (Ollama, when `ollama_format`).
 /// At most one may be given.
-pub fn constraint(f: &Fields, ollama_format: bool) -> ApiResult<Option<Constraint>> {
+pub fn constraint(
+    f: &Fields,
+    ollama_format: bool,
+    objects: &Objects,
+) -> ApiResult<Option<Constraint>> {
     let mut found: Vec<Constraint> = Vec::new();
-    if let Some(c) = response_format(f)? {
+    if let Some(c) = response_format(f, objects)? {
         found.push(c);
     }
     if let Some(so) = f.obj("structured_outputs")? {
@@ -312,7 +391,12 @@ pub fn constraint(f: &Fields, ollama_format: bool) -> ApiResult<Option<Constrain
                 })?,
                 other => other.clone(),
             };
-            found.push(schema_constraint(&v, "structured_outputs.json", false)?);
+            found.push(schema_constraint(
+                &v,
+                "structured_outputs.json",
+                false,
+                objects,
+            )?);
         }
         if let Some((r, p)) = text_field(&so, "regex")? {
             found.push(Constraint {
@@ -345,7 +429,7 @@ pub fn constraint(f: &Fields, ollama_format: bool) -> ApiResult<Option<Constrain
                 .map_err(|e| ApiError::bad("guided_json", format!("not JSON: {e}")))?,
             other => other.clone(),
         };
-        found.push(schema_constraint(&v, "guided_json", false)?);
+        found.push(schema_constraint(&v, "guided_json", false, objects)?);
     }
     for (k, make) in [
         (
@@ -376,7 +460,7 @@ pub fn constraint(f: &Fields, ollama_format: bool) -> ApiResult<Option<Constrain
         });
     }
     if let Some(s) = f.get("json_schema") {
-        found.push(schema_constraint(s, "json_schema", false)?);
+        found.push(schema_constraint(s, "json_schema", false, objects)?);
     }
     if ollama_format {
         match f.get("format") {
@@ -388,7 +472,9 @@ pub fn constraint(f: &Fields, ollama_format: bool) -> ApiResult<Option<Constrain
                 param: "format".into(),
             }),
             Some(Value::String(s)) if s.is_empty() => {}
-            Some(s @ Value::Object(_)) => found.push(schema_constraint(s, "format", false)?),
+            Some(s @ Value::Object(_)) => {
+                found.push(schema_constraint(s, "format", false, objects)?)
+            }
             Some(other) => {
                 return Err(ApiError::bad(
                     "format",
@@ -678,6 +764,7 @@ pub fn apply_prompt_schema(
     format: Option<Constraint>,
     json_object: bool,
     limits: &ruvllm_engine::Limits,
+    objects: &Objects,
 ) -> (Option<Constraint>, Option<String>) {
     let fence = format.is_none() && asks_for_json_fence(messages);
     if !(json_object || fence) {
@@ -694,7 +781,7 @@ pub fn apply_prompt_schema(
     if let Err(e) = compiled {
         return (format, Some(format!("prompt-schema ignored: {e}")));
     }
-    let Ok(c) = schema_constraint(&schema, "messages", false) else {
+    let Ok(c) = schema_constraint(&schema, "messages", false, objects) else {
         return (
             format,
             Some("prompt-schema ignored: not a valid JSON Schema".into()),
@@ -720,6 +807,11 @@ mod tests {
     use super::*;
     use ruvllm_engine::Limits;
     use serde_json::json;
+
+    const OPEN: Objects = Objects {
+        policy: ObjectPolicy::Dialect,
+        request: None,
+    };
 
     fn sys(text: &str) -> Message {
         Message::system(text)
@@ -753,16 +845,16 @@ mod tests {
             },
             param: "response_format".into(),
         });
-        let (c, note) = apply_prompt_schema(&msgs, json_object, true, &Limits::default());
+        let (c, note) = apply_prompt_schema(&msgs, json_object, true, &Limits::default(), &OPEN);
         assert!(matches!(c.unwrap().c, OutputConstraint::JsonSchema { .. }));
         assert_eq!(note.as_deref(), Some("prompt-schema"));
         // No format and no ```json request: untouched.
-        let (c, note) = apply_prompt_schema(&msgs, None, false, &Limits::default());
+        let (c, note) = apply_prompt_schema(&msgs, None, false, &Limits::default(), &OPEN);
         assert!(c.is_none() && note.is_none());
         // No format, but the user asks for a ```json block: a fenced instance.
         let mut fenced = msgs.clone();
         fenced[1] = Message::user("Answer in a ```json codeblock.");
-        let (c, _) = apply_prompt_schema(&fenced, None, false, &Limits::default());
+        let (c, _) = apply_prompt_schema(&fenced, None, false, &Limits::default(), &OPEN);
         match c.unwrap().c {
             OutputConstraint::Wrapped { prefix, suffix, .. } => {
                 assert_eq!((prefix.as_str(), suffix.as_str()), ("```json\n", "\n```"))
@@ -771,7 +863,7 @@ mod tests {
         }
         // A declared schema that does not compile leaves the request as it was.
         let bad = vec![sys("json_schema: {\"type\": \"object\", \"properties\": {\"a\": {\"$dynamicRef\": \"#x\"}}}")];
-        let (c, note) = apply_prompt_schema(&bad, None, true, &Limits::default());
+        let (c, note) = apply_prompt_schema(&bad, None, true, &Limits::default(), &OPEN);
         assert!(c.is_none());
         assert!(note.unwrap().starts_with("prompt-schema ignored"));
     }

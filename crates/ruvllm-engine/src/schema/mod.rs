@@ -72,6 +72,11 @@ pub struct SchemaOptions {
     pub whitespace: Whitespace,
     /// OpenAI-style strict mode: `additionalProperties: false` wherever it is not given.
     pub strict: bool,
+    /// `additionalProperties: false` wherever it is not given in an object schema that
+    /// declares `properties` (an object schema without them stays open: there is nothing
+    /// to close it to). What Ollama's `format` and llama.cpp's `json_schema` do; small
+    /// models otherwise invent keys. Off by default (the JSON Schema default).
+    pub closed_objects: bool,
     /// Whether object properties must come in schema order (the default: fewer choices
     /// for the model, one canonical output) or may come in any order (what a validator
     /// accepts; required keys, duplicates and property counts are then enforced by a
@@ -83,6 +88,13 @@ pub struct SchemaOptions {
     /// from looping on `1.000…` until the token limit. Off by default (the exact
     /// language); generation (`JsonModeConfig`, the server) turns it on.
     pub plain_integers: bool,
+    /// Objects never repeat a key: an object that may take keys beyond the declared ones
+    /// gets a semantic check that its keys are unique (declared keys are written once by
+    /// the grammar already). RFC 8259 says names should be unique and no reader keeps
+    /// both values, but JSON Schema says nothing of it, so it is off by default (the
+    /// conformance runs keep the spec's semantics); generation (`JsonModeConfig`, the
+    /// server) turns it on.
+    pub unique_keys: bool,
 }
 
 /// Why a schema cannot be compiled.
@@ -1869,6 +1881,7 @@ impl<'a> Compiler<'a> {
         let additional: Value = match m.get("additionalProperties") {
             Some(v) => v.clone(),
             None if self.opts.strict => Value::Bool(false),
+            None if self.opts.closed_objects && m.contains_key("properties") => Value::Bool(false),
             None => Value::Bool(true),
         };
         // Required keys not in properties: they must come from additionalProperties.
@@ -1978,7 +1991,25 @@ impl<'a> Compiler<'a> {
                 Expr::Literal(b"}".to_vec()),
             ]));
         }
+        if addl_allowed && self.opts.unique_keys {
+            // Additional keys may repeat each other: a check keeps them unique.
+            let c = self.unique_keys_check();
+            let name = format!("object{}", ptr.replace('/', "-"));
+            return Ok(self.checked_rule(&name, Expr::Alt(alts), c));
+        }
         Ok(Expr::Alt(alts))
+    }
+
+    /// The check that an object's keys are unique ([`SchemaOptions::unique_keys`]), one
+    /// per schema.
+    fn unique_keys_check(&mut self) -> Check {
+        let key = "object keys unique".to_string();
+        if let Some(c) = self.check_memo.get(&key) {
+            return c.clone();
+        }
+        let c = check::object_keys(Vec::new(), 0, usize::MAX);
+        self.check_memo.insert(key, c.clone());
+        c
     }
 
     /// Properties in any order: a repetition of "one of the declared key/value pairs, or an
@@ -2190,7 +2221,11 @@ impl<'a> Compiler<'a> {
             ws.clone(),
             v.clone(),
         ]);
-        let object = delimited(b'{', member, b'}', &ws, &sep);
+        let mut object = delimited(b'{', member, b'}', &ws, &sep);
+        if self.opts.unique_keys {
+            let c = self.unique_keys_check();
+            object = self.checked_rule("any-object", object, c);
+        }
         let array = delimited(b'[', v, b']', &ws, &sep);
         let body = Expr::Alt(vec![
             object,
