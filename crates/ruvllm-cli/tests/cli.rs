@@ -262,6 +262,11 @@ fn validate_and_repair() {
     assert!(err.contains("/age"), "{err}");
     let (code, _, _) = ruvllm_stdin(&["repair"], "no JSON at all");
     assert_eq!(code, 1);
+    // A number cut by the end of the output may have been longer: dropped, never passed
+    // off as complete (then the required `age` is missing).
+    let (code, _, err) = ruvllm_stdin(&["repair", "--schema", s], r#"{"name": "Ada", "age": 3"#);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("age"), "{err}");
     // A missing schema file is an error (exit 2).
     let (code, _, err) = ruvllm(&["validate", "--schema", "/nonexistent.json", "-"]);
     assert_eq!(code, 2, "{err}");
@@ -310,6 +315,105 @@ fn generate_validates_schema_output() {
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     let n = v["n"].as_i64().unwrap();
     assert!((1..=9).contains(&n), "{v}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Budget-aware decoding: a schema whose values run on is closed within --max-tokens, and
+/// the output is complete; below the shortest completion, or with --no-budget, the output
+/// is cut and the command says so with exit status 3.
+#[test]
+fn generate_keeps_max_tokens_complete() {
+    let dir = std::env::temp_dir().join(format!("ruvllm-cli-budget-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let schema = dir.join("s.json");
+    std::fs::write(
+        &schema,
+        r#"{"type":"object","properties":{"title":{"type":"string"},"story":{"type":"string"},"tags":{"type":"array","items":{"type":"string"}}},"required":["title","story","tags"]}"#,
+    )
+    .unwrap();
+    let s = schema.to_str().unwrap();
+    let prompt = "Write a very long story as JSON with a title, the story and many tags.";
+    let (code, out, err) = ruvllm(&[
+        "generate",
+        "--seed",
+        "2",
+        "-v",
+        "--max-tokens",
+        "24",
+        "--schema",
+        s,
+        prompt,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).expect("complete JSON");
+    assert!(v["story"].is_string() && v["tags"].is_array(), "{v}");
+    assert!(
+        err.contains("finish=stop") && err.contains("budget_closed=true"),
+        "{err}"
+    );
+    // The shortest completion, and a budget below it.
+    let (code, out, err) = ruvllm(&[
+        "grammar",
+        "complete",
+        "--schema",
+        s,
+        "--tokenizer",
+        "assets/models/SmolLM2-135M-Instruct.Q4_1.gguf",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let n: usize = out
+        .split("shortest completion: ")
+        .nth(1)
+        .and_then(|x| x.split(' ').next())
+        .and_then(|x| x.parse().ok())
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        out.contains(r#"{"title":"","story":"","tags":[]}"#),
+        "{out}"
+    );
+    let below = (n - 1).to_string();
+    let (code, _, err) = ruvllm(&[
+        "generate",
+        "--seed",
+        "2",
+        "--max-tokens",
+        &below,
+        "--schema",
+        s,
+        prompt,
+    ]);
+    assert_eq!(code, 3, "{err}");
+    assert!(
+        err.contains("incomplete") && err.contains("below the shortest completion"),
+        "{err}"
+    );
+    // One token above it: complete with the budget, cut without.
+    let above = (n + 1).to_string();
+    let (code, out, err) = ruvllm(&[
+        "generate",
+        "--seed",
+        "2",
+        "--max-tokens",
+        &above,
+        "--schema",
+        s,
+        prompt,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str::<serde_json::Value>(out.trim()).expect("complete JSON");
+    let (code, _, err) = ruvllm(&[
+        "generate",
+        "--seed",
+        "2",
+        "--max-tokens",
+        &above,
+        "--no-budget",
+        "--schema",
+        s,
+        prompt,
+    ]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("--no-budget"), "{err}");
     std::fs::remove_dir_all(&dir).ok();
 }
 

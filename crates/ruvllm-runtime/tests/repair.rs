@@ -25,8 +25,9 @@ fn corpus() -> Vec<(&'static str, Value, Option<Repair>)> {
         // A value before a fenced block does not hold its fence: the block is the answer.
         // Nor does a value cut off by the end of the text, which would swallow the block.
         ("{'note': 'see below\n```json\n{\"b\": 2}\n```\n", json!({"b": 2}), Some(CodeFence)),
-        // A cut-off value holding a fence, with nothing after it: still that value.
-        ("{'a': 'see ```", json!({"a": "see ```"}), Some(UnclosedString)),
+        // A cut-off value holding a fence, with nothing after it: still that value, its
+        // cut string dropped.
+        ("{'a': 'see ```", json!({}), Some(UnclosedString)),
         ("{\"a\": 1}\n```json\n{\"b\": 2}\n```", json!({"b": 2}), Some(CodeFence)),
         ("Sure! {\"ok\": true} Hope this helps.", json!({"ok": true}), Some(SurroundingText)),
         ("The answer is: [1, 2, 3].", json!([1, 2, 3]), Some(SurroundingText)),
@@ -67,13 +68,20 @@ fn corpus() -> Vec<(&'static str, Value, Option<Repair>)> {
         ("{\"a\": +1, \"b\": .5, \"c\": 2.}", json!({"a": 1, "b": 0.5, "c": 2}), Some(NumberFormat)),
         ("{\"n\": -.25}", json!({"n": -0.25}), Some(NumberFormat)),
         // Output cut off by max_tokens.
-        ("{\"name\": \"Ada\", \"bio\": \"Mathematici", json!({"name": "Ada", "bio": "Mathematici"}), Some(UnclosedString)),
-        ("{\"a\": [1, 2, {\"b\": 3", json!({"a": [1, 2, {"b": 3}]}), Some(UnclosedContainer)),
+        // A cut value is never passed off as complete: "Mathematici" may have been
+        // "Mathematician", 3 may have been 35.
+        ("{\"name\": \"Ada\", \"bio\": \"Mathematici", json!({"name": "Ada"}), Some(UnclosedString)),
+        ("{\"a\": [1, 2, {\"b\": 3", json!({"a": [1, 2, {}]}), Some(IncompleteMember)),
+        ("{\"a\": [1, 2, {\"b\": 3}", json!({"a": [1, 2, {"b": 3}]}), Some(UnclosedContainer)),
+        ("{\"name\": \"Ada\", \"age\": 3", json!({"name": "Ada"}), Some(IncompleteMember)),
+        ("[1, 2, 3", json!([1, 2]), Some(IncompleteMember)),
+        ("[1, 2, 3 ", json!([1, 2, 3]), Some(UnclosedContainer)),
+        ("{\"a\": 1, \"ok\": true", json!({"a": 1, "ok": true}), Some(UnclosedContainer)),
         ("{\"a\": 1, \"b\": tr", json!({"a": 1}), Some(IncompleteMember)),
         ("{\"a\": 1, \"b\":", json!({"a": 1}), Some(IncompleteMember)),
         ("{\"a\": 1, \"b", json!({"a": 1}), Some(IncompleteMember)),
         ("[1, 2, ", json!([1, 2]), Some(UnclosedContainer)),
-        ("[\"x\", \"y", json!(["x", "y"]), Some(UnclosedString)),
+        ("[\"x\", \"y", json!(["x"]), Some(UnclosedString)),
         ("{\"items\": [{\"id\": 1}, {\"id\": 2}, {\"id\"", json!({"items": [{"id": 1}, {"id": 2}, {}]}), Some(IncompleteMember)),
         // Several at once.
         (

@@ -13,10 +13,14 @@
 //! | a raw newline or tab inside a string | the character itself |
 //! | `{"a": 1 "b": 2}` | missing comma inserted |
 //! | `+1`, `.5`, `1.` | `1`, `0.5`, `1` |
-//! | output cut off: `{"a": "hel` | `{"a": "hel"}` (string and brackets closed) |
+//! | output cut off: `{"a": 1, "b": "hel` | `{"a": 1}` (brackets closed, the cut string dropped with its member) |
 //! | cut off mid-member: `{"a": 1, "b": tr` | `{"a": 1}` (incomplete member dropped) |
+//! | cut off after a number: `{"a": "x", "age": 3` | `{"a": "x"}` (`3` may have been `35`) |
 //!
-//! It never invents content beyond closing what was opened. Cost: linear in the input;
+//! It never invents content beyond closing what was opened, and never passes off a value
+//! the end of the output cut as complete: a string without its closing quote, a number or
+//! a literal running into the end are dropped with their member or element (a value cut
+//! at the top level is not JSON at all). Cost: linear in the input;
 //! nesting deeper than [`MAX_DEPTH`] or input over [`MAX_INPUT`] bytes is refused.
 
 use serde_json::{Map, Number, Value};
@@ -56,11 +60,12 @@ pub enum Repair {
     MissingComma,
     /// A number in a non-JSON notation (`+1`, `.5`, `1.`) was normalized.
     NumberFormat,
-    /// A string cut off by the end of the output was closed.
+    /// A string cut off by the end of the output was dropped with its member or element.
     UnclosedString,
     /// An object or array cut off by the end of the output was closed.
     UnclosedContainer,
-    /// A member or element cut off before its value was complete was dropped.
+    /// A member or element cut off before its value was complete was dropped (a number
+    /// running into the end of the output counts as cut: it may have had more digits).
     IncompleteMember,
 }
 
@@ -394,6 +399,10 @@ impl<'a> Reader<'a> {
             }
         }
         let raw = &self.text[start..self.i];
+        if self.i == self.s.len() {
+            // A number that runs into the end of the output may have been cut short.
+            return Err(Stop::Eof);
+        }
         if let Ok(n) = serde_json::from_str::<Number>(raw) {
             return Ok(Value::Number(n));
         }
@@ -434,7 +443,7 @@ impl<'a> Reader<'a> {
         loop {
             let Some(c) = self.text[self.i..].chars().next() else {
                 self.repairs.push(Repair::UnclosedString);
-                return Ok(out);
+                return Err(Stop::Eof);
             };
             self.i += c.len_utf8();
             match c {
@@ -442,7 +451,7 @@ impl<'a> Reader<'a> {
                 '\\' => {
                     let Some(e) = self.text[self.i..].chars().next() else {
                         self.repairs.push(Repair::UnclosedString);
-                        return Ok(out);
+                        return Err(Stop::Eof);
                     };
                     self.i += e.len_utf8();
                     match e {
@@ -531,16 +540,16 @@ impl<'a> Reader<'a> {
             }
             // Key.
             let key = match c {
-                b'"' | b'\'' => {
-                    let k = self.string()?;
-                    if self.i == self.s.len() {
-                        // The key itself was cut off.
+                b'"' | b'\'' => match self.string() {
+                    Ok(k) if self.i < self.s.len() => k,
+                    // The key itself was cut off, or nothing follows it.
+                    Ok(_) | Err(Stop::Eof) => {
                         self.repairs.push(Repair::IncompleteMember);
                         self.repairs.push(Repair::UnclosedContainer);
                         return Ok(Value::Object(m));
                     }
-                    k
-                }
+                    Err(e) => return Err(e),
+                },
                 c if c.is_ascii_alphabetic() || c == b'_' || c == b'$' => {
                     self.repairs.push(Repair::UnquotedKey);
                     self.ident().to_string()
