@@ -46,6 +46,7 @@ pub fn run_file(
         plain_integers: false,
         unique_keys: false,
         closed_objects: false,
+        number_digits: None,
     };
     let Ok(g) = schema_to_grammar(&case.schema, &opts) else {
         return Ok(());

@@ -1,13 +1,19 @@
 //! `ruvllm-bench e2e`: generation on a real model, end to end.
 //!
 //! * **Validity**: 30 MaskBench schemas (recursive, anyOf, enum, pattern, formats, oneOf,
-//!   bounds) and 5 llama.cpp GBNF grammars, each at temperature 0.7 with several seeds:
-//!   every output that ends with `stop` must parse and validate (schemas: `jsonschema`;
-//!   grammars: the grammar recognizer, plus `serde_json` for the JSON ones); an output that
-//!   ends with `length` must really be cut (the grammar not complete); no output may contain
-//!   runaway whitespace: a run longer than [`RUNAWAY_WS`] characters outside strings
-//!   (schemas decode with no whitespace at all; the llama.cpp grammars allow at most a
-//!   newline plus 20 indentation characters per `ws`, 22 in a row after `"[\n"`).
+//!   bounds) and 5 llama.cpp GBNF grammars, each at temperature 0.7 with several seeds and
+//!   at each `max_tokens` asked (512 and 64 by default). A generation is **complete and
+//!   valid** when it ends `stop` and parses and validates (schemas: `jsonschema`; grammars:
+//!   the grammar recognizer, plus `serde_json` for the JSON ones); an output cut by the
+//!   token limit is at best a **valid prefix**, and that is counted apart, never as valid.
+//!   Each case's shortest completion (in tokens, from the engine) is reported: budget-aware
+//!   decoding (on) must end complete and valid whenever the budget is at least it, and
+//!   `length` (a valid prefix) otherwise. No output may contain runaway whitespace: a run
+//!   longer than [`RUNAWAY_WS`] characters outside strings (schemas decode with no
+//!   whitespace at all; the llama.cpp grammars allow at most a newline plus 20 indentation
+//!   characters per `ws`, 22 in a row after `"[\n"`). The per-step mask cost is reported
+//!   apart near the end of the budget (where budget masks narrow the exact mask) and far
+//!   from it.
 //! * **Speed**: on schemas with fixed keys, decode tokens/s unconstrained (exactly N tokens,
 //!   EOS ignored) vs constrained vs constrained with jump-forward, forward passes per output
 //!   token and per 100 output bytes, and time to first token.
@@ -96,9 +102,22 @@ pub struct ValidityRow {
     pub feature: String,
     /// Seed.
     pub seed: u64,
+    /// `max_tokens`.
+    pub budget: usize,
+    /// The shortest completion of the constraint from the start, in tokens (`None`: none
+    /// found).
+    pub shortest: Option<usize>,
     /// `stop` or `length`.
     pub finish: String,
-    /// Parsed and validated (for `stop`), or truly cut (for `length`).
+    /// Ended `stop`, parses and validates.
+    pub complete_valid: bool,
+    /// What was generated is a prefix of a valid output (true of every complete and valid
+    /// output, and of a cut one that stayed inside the constraint).
+    pub valid_prefix: bool,
+    /// Budget-aware decoding narrowed the mask at some step.
+    pub budget_closed: bool,
+    /// As expected: complete and valid when the budget is at least the shortest
+    /// completion, else `length` with a valid prefix; and no runaway whitespace.
     pub ok: bool,
     /// What was wrong, if anything.
     pub problem: Option<String>,
@@ -106,6 +125,9 @@ pub struct ValidityRow {
     pub tokens: usize,
     /// Longest whitespace run outside strings.
     pub max_ws_run: usize,
+    /// Per sampled step: mask microseconds, and whether the end of the budget was near.
+    #[serde(skip)]
+    pub mask_steps: Vec<(f32, bool)>,
     /// The output (first 300 characters).
     pub output: String,
 }
@@ -171,8 +193,17 @@ fn grammar_complete(b: &CandleBackend, grammar: &str, text: &str) -> Result<(boo
     })
 }
 
+/// The shortest completion of `c` from the start, in tokens, on the backend's vocabulary.
+fn shortest(b: &CandleBackend, c: &OutputConstraint) -> Result<Option<usize>> {
+    let Some(cons) = b.constraint(c)? else {
+        return Ok(Some(0));
+    };
+    let mut m = Matcher::new(&cons)?;
+    Ok(m.shortest_completion()?.map(|w| w.len()))
+}
+
 /// Runs the validity part over `schemas` (MaskBench file, feature) and `grammars`
-/// (llama.cpp grammar file, prompt).
+/// (llama.cpp grammar file, prompt), at each budget of `budgets`.
 #[allow(clippy::too_many_arguments)]
 pub fn validity(
     b: &CandleBackend,
@@ -182,94 +213,137 @@ pub fn validity(
     grammars: &[(&str, &str)],
     seeds: u64,
     temperature: f32,
-    max_tokens: usize,
+    budgets: &[usize],
     mut progress: impl FnMut(&ValidityRow),
 ) -> Result<Vec<ValidityRow>> {
     let mut rows = Vec::new();
-    for (file, feature) in schemas {
-        let path = maskbench.join(file);
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("reading {}", path.display()))?;
-        let doc: Value = serde_json::from_str(&text)?;
-        let schema_v = doc["schema"].clone();
-        let schema = JsonSchema::from_value(schema_v.clone())
-            .with_context(|| format!("schema of {file}"))?;
-        for seed in 0..seeds {
-            let mut p = params(seed, temperature, max_tokens);
-            p.json_mode = Some(JsonModeConfig {
+    for &max_tokens in budgets {
+        for (file, feature) in schemas {
+            let path = maskbench.join(file);
+            let text = std::fs::read_to_string(&path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            let doc: Value = serde_json::from_str(&text)?;
+            let schema_v = doc["schema"].clone();
+            let schema = JsonSchema::from_value(schema_v.clone())
+                .with_context(|| format!("schema of {file}"))?;
+            let mode = JsonModeConfig {
                 schema: Some(schema.clone()),
                 ..Default::default()
-            });
-            let g = b
-                .complete(&Prompt::User(schema_prompt(&schema_v)), &p, &mut |_| true)
-                .with_context(|| format!("{file} seed {seed}"))?;
-            let problem = match g.finish {
-                FinishReason::Stop => match serde_json::from_str::<Value>(&g.text) {
-                    Ok(v) => schema.validate(&v).err().map(|e| e.to_string()),
-                    Err(e) => Some(format!("not JSON: {e}")),
-                },
-                FinishReason::Length => {
-                    if serde_json::from_str::<Value>(&g.text).is_ok_and(|v| schema.is_valid(&v)) {
+            };
+            let least = match mode.constraint() {
+                Some(c) => shortest(b, &c)?,
+                None => None,
+            };
+            for seed in 0..seeds {
+                let mut p = params(seed, temperature, max_tokens);
+                p.json_mode = Some(mode.clone());
+                let g = b
+                    .complete(&Prompt::User(schema_prompt(&schema_v)), &p, &mut |_| true)
+                    .with_context(|| format!("{file} seed {seed}"))?;
+                let valid = serde_json::from_str::<Value>(&g.text)
+                    .map_err(|e| format!("not JSON: {e}"))
+                    .and_then(|v| schema.validate(&v).map_err(|e| e.to_string()));
+                let complete_valid = g.finish == FinishReason::Stop && valid.is_ok();
+                // Constrained output is a valid prefix by construction; a stop that does
+                // not validate is not.
+                let valid_prefix = g.finish == FinishReason::Length || valid.is_ok();
+                let problem = match (&g.finish, &valid) {
+                    (FinishReason::Stop, Err(e)) => Some(e.clone()),
+                    (FinishReason::Length, Ok(())) => {
                         Some("finish=length but the value was complete".into())
-                    } else {
-                        None
+                    }
+                    _ => None,
+                };
+                let row = row(
+                    (file, feature, seed, max_tokens, least),
+                    &g,
+                    (complete_valid, valid_prefix),
+                    problem,
+                );
+                progress(&row);
+                rows.push(row);
+            }
+        }
+        for (file, prompt) in grammars {
+            let path = gbnf.join(file);
+            let grammar = std::fs::read_to_string(&path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            let c = OutputConstraint::Gbnf(grammar.clone());
+            let least = shortest(b, &c)?;
+            for seed in 0..seeds {
+                let mut p = params(seed, temperature, max_tokens);
+                p.constraint = Some(c.clone());
+                let g = b
+                    .complete(&Prompt::User(prompt.to_string()), &p, &mut |_| true)
+                    .with_context(|| format!("{file} seed {seed}"))?;
+                let (prefix_ok, complete) = grammar_complete(b, &grammar, &g.text)?;
+                let mut problem = match (g.finish, prefix_ok, complete) {
+                    (_, false, _) => Some("output leaves the grammar".to_string()),
+                    (FinishReason::Stop, true, false) => Some("finish=stop but incomplete".into()),
+                    (FinishReason::Length, true, true) => {
+                        Some("finish=length but the output was complete".into())
+                    }
+                    _ => None,
+                };
+                if problem.is_none() && g.finish == FinishReason::Stop && file.starts_with("json") {
+                    if let Err(e) = serde_json::from_str::<Value>(&g.text) {
+                        problem = Some(format!("not JSON: {e}"));
                     }
                 }
-            };
-            let row = row(file, feature, seed, &g, problem);
-            progress(&row);
-            rows.push(row);
-        }
-    }
-    for (file, prompt) in grammars {
-        let path = gbnf.join(file);
-        let grammar = std::fs::read_to_string(&path)
-            .with_context(|| format!("reading {}", path.display()))?;
-        for seed in 0..seeds {
-            let mut p = params(seed, temperature, max_tokens);
-            p.constraint = Some(OutputConstraint::Gbnf(grammar.clone()));
-            let g = b
-                .complete(&Prompt::User(prompt.to_string()), &p, &mut |_| true)
-                .with_context(|| format!("{file} seed {seed}"))?;
-            let (prefix_ok, complete) = grammar_complete(b, &grammar, &g.text)?;
-            let mut problem = match (g.finish, prefix_ok, complete) {
-                (_, false, _) => Some("output leaves the grammar".to_string()),
-                (FinishReason::Stop, true, false) => Some("finish=stop but incomplete".into()),
-                // A complete sentence cut by max_tokens is fine here: every one of these
-                // grammars repeats, so a complete output can still be extended.
-                _ => None,
-            };
-            if problem.is_none() && g.finish == FinishReason::Stop && file.starts_with("json") {
-                if let Err(e) = serde_json::from_str::<Value>(&g.text) {
-                    problem = Some(format!("not JSON: {e}"));
-                }
+                let complete_valid = g.finish == FinishReason::Stop && problem.is_none();
+                let row = row(
+                    (file, "gbnf", seed, max_tokens, least),
+                    &g,
+                    (complete_valid, prefix_ok),
+                    problem,
+                );
+                progress(&row);
+                rows.push(row);
             }
-            let row = row(file, "gbnf", seed, &g, problem);
-            progress(&row);
-            rows.push(row);
         }
     }
     Ok(rows)
 }
 
 fn row(
-    file: &str,
-    feature: &str,
-    seed: u64,
+    (file, feature, seed, budget, shortest): (&str, &str, u64, usize, Option<usize>),
     g: &Generation,
+    (complete_valid, valid_prefix): (bool, bool),
     problem: Option<String>,
 ) -> ValidityRow {
     let ws = max_ws_outside_strings(&g.text);
-    let problem = problem.or_else(|| (ws > RUNAWAY_WS).then(|| format!("whitespace run of {ws}")));
+    let fits = shortest.is_some_and(|n| n <= budget);
+    let problem = problem
+        .or_else(|| (ws > RUNAWAY_WS).then(|| format!("whitespace run of {ws}")))
+        .or_else(|| {
+            (fits && !complete_valid).then(|| {
+                format!(
+                    "not complete and valid though the shortest completion ({} tokens) fits",
+                    shortest.unwrap_or(0)
+                )
+            })
+        })
+        .or_else(|| (!valid_prefix).then(|| "not even a valid prefix".to_string()));
     ValidityRow {
         case: file.to_string(),
         feature: feature.to_string(),
         seed,
+        budget,
+        shortest,
         finish: g.finish.as_str().into(),
+        complete_valid,
+        valid_prefix,
+        budget_closed: g.budget_closed,
         ok: problem.is_none(),
         problem,
         tokens: g.usage.completion_tokens,
         max_ws_run: ws,
+        mask_steps: g
+            .usage
+            .mask_steps
+            .iter()
+            .map(|&(s, near)| (s * 1e6, near))
+            .collect(),
         output: short(&g.text),
     }
 }
@@ -405,6 +479,15 @@ pub fn raw_llamacpp(bin: &Path, model: &Path, n: usize, threads: usize) -> Resul
     Ok(row)
 }
 
+/// The `q` quantile of a sorted slice (0 when empty).
+pub fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * q).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
 /// Median of a non-empty slice.
 pub fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
@@ -434,6 +517,42 @@ pub struct Report {
 impl Report {
     /// A summary as JSON (what the note quotes).
     pub fn summary(&self) -> Value {
+        let mut budgets: Vec<usize> = self.validity.iter().map(|r| r.budget).collect();
+        budgets.sort_unstable_by(|a, b| b.cmp(a));
+        budgets.dedup();
+        let per_budget: Vec<Value> = budgets
+            .iter()
+            .map(|&b| {
+                let rows: Vec<&ValidityRow> =
+                    self.validity.iter().filter(|r| r.budget == b).collect();
+                let count = |f: &dyn Fn(&ValidityRow) -> bool| rows.iter().filter(|r| f(r)).count();
+                let fit = |r: &ValidityRow| r.shortest.is_some_and(|n| n <= b);
+                json!({
+                    "max_tokens": b,
+                    "generations": rows.len(),
+                    "ok": count(&|r| r.ok),
+                    "complete_valid": count(&|r| r.complete_valid),
+                    "valid_prefix_only": count(&|r| r.valid_prefix && !r.complete_valid),
+                    "finish_length": count(&|r| r.finish == "length"),
+                    "budget_closed": count(&|r| r.budget_closed),
+                    "fitting": count(&fit),
+                    "fitting_complete_valid": count(&|r| fit(r) && r.complete_valid),
+                })
+            })
+            .collect();
+        let steps = |near: bool| {
+            let mut v: Vec<f64> = self
+                .validity
+                .iter()
+                .flat_map(|r| r.mask_steps.iter())
+                .filter(|x| x.1 == near)
+                .map(|x| x.0 as f64)
+                .collect();
+            v.sort_by(|a, b| a.total_cmp(b));
+            let mean = v.iter().sum::<f64>() / v.len().max(1) as f64;
+            json!({"steps": v.len(), "mean_us": mean, "p99_us": percentile(&v, 0.99),
+                   "max_us": v.last().copied().unwrap_or(0.0)})
+        };
         let n = self.validity.len();
         let ok = self.validity.iter().filter(|r| r.ok).count();
         let stop = self.validity.iter().filter(|r| r.finish == "stop").count();
@@ -477,7 +596,8 @@ impl Report {
         let lc = raw("llama.cpp");
         json!({
             "validity": {"generations": n, "ok": ok, "finish_stop": stop,
-                         "finish_length": n - stop},
+                         "finish_length": n - stop, "budgets": per_budget,
+                         "mask_near_end": steps(true), "mask_far_from_end": steps(false)},
             "speed": {"unconstrained": u, "constrained": c, "constrained_jf": j,
                       "constrained_over_unconstrained_tok_s": ratio(&c, &u, "median_decode_tok_s"),
                       "jf_over_unconstrained_tok_s": ratio(&j, &u, "median_decode_tok_s"),
@@ -513,13 +633,59 @@ pub fn markdown(report: &Report, command: &str, commit: &str) -> String {
     let v = &s["validity"];
     if v["generations"].as_u64().unwrap_or(0) > 0 {
         m.push_str("## Validity of constrained generations\n\n");
+        m.push_str(
+            "30 MaskBench schemas and 5 llama.cpp grammars, temperature 0.7, several seeds, \
+             budget-aware decoding on (the default). **Complete and valid** means the \
+             generation ended `stop` and its output parses and validates; an output cut by \
+             `max_tokens` is at most a **valid prefix**, counted apart and never as valid. \
+             Budget-aware decoding promises complete and valid output whenever `max_tokens` \
+             is at least the case's shortest completion (listed below).\n\n",
+        );
+        m.push_str("| max_tokens | generations | complete and valid | valid prefix only (cut) | ended `length` | shortest completion fits | complete and valid where it fits | closed by the budget |\n|---|---|---|---|---|---|---|---|\n");
+        for b in v["budgets"].as_array().into_iter().flatten() {
+            m.push_str(&format!(
+                "| {} | {} | **{}** | {} | {} | {} | **{} of {}** | {} |\n",
+                b["max_tokens"],
+                b["generations"],
+                b["complete_valid"],
+                b["valid_prefix_only"],
+                b["finish_length"],
+                b["fitting"],
+                b["fitting_complete_valid"],
+                b["fitting"],
+                b["budget_closed"],
+            ));
+        }
+        let (near, far) = (&v["mask_near_end"], &v["mask_far_from_end"]);
         m.push_str(&format!(
-            "{} generations (30 MaskBench schemas and 5 llama.cpp grammars, temperature 0.7, \
-             several seeds): **{} valid**; {} ended with `stop`, {} with `length` (each \
-             checked to be really cut, not complete).\n\n",
-            v["generations"], v["ok"], v["finish_stop"], v["finish_length"]
+            "\nMask cost per sampled step (budget mask included), all budgets: near the end \
+             of the budget (the budget mask narrows the exact one token by token) {} steps, \
+             mean **{} us**, p99 **{} us**, max {} us; far from it (the exact mask) {} \
+             steps, mean {} us, p99 {} us.\n\n",
+            near["steps"],
+            f(&near["mean_us"]),
+            f(&near["p99_us"]),
+            f(&near["max_us"]),
+            far["steps"],
+            f(&far["mean_us"]),
+            f(&far["p99_us"]),
         ));
-        m.push_str("| case | picked for | seed | finish | tokens | ok | output (start) |\n|---|---|---|---|---|---|---|\n");
+        // Shortest completions per case.
+        let mut cases: Vec<(&str, Option<usize>)> = Vec::new();
+        for r in &report.validity {
+            if !cases.iter().any(|c| c.0 == r.case) {
+                cases.push((&r.case, r.shortest));
+            }
+        }
+        m.push_str("Shortest completion of each case from the start (tokens of the model's vocabulary):\n\n| case | shortest completion |\n|---|---|\n");
+        for (case, n) in cases {
+            m.push_str(&format!(
+                "| {case} | {} |\n",
+                n.map_or("none found".to_string(), |n| n.to_string())
+            ));
+        }
+        m.push('\n');
+        m.push_str("| case | picked for | max_tokens | seed | finish | tokens | complete and valid | ok | output (start) |\n|---|---|---|---|---|---|---|---|---|\n");
         for r in &report.validity {
             let out: String = r
                 .output
@@ -529,12 +695,19 @@ pub fn markdown(report: &Report, command: &str, commit: &str) -> String {
                 .replace('|', "\\|")
                 .replace('\n', "\\n");
             m.push_str(&format!(
-                "| {} | {} | {} | {} | {} | {} | `{}` |\n",
+                "| {} | {} | {} | {} | {}{} | {} | {} | {} | `{}` |\n",
                 r.case,
                 r.feature,
+                r.budget,
                 r.seed,
                 r.finish,
+                if r.budget_closed {
+                    " (closed by the budget)"
+                } else {
+                    ""
+                },
                 r.tokens,
+                if r.complete_valid { "yes" } else { "no" },
                 if r.ok {
                     "yes"
                 } else {

@@ -350,8 +350,33 @@ fn judge(st: &mut EngineStats, case: &FileCase, verdicts: &[bool]) {
     }
 }
 
+/// The budget of the `ruvllm-budget` engine: far from every MaskBench instance (the
+/// longest is about 2,200 tokens), so its budget masks must equal the exact masks.
+pub const FAR_BUDGET: usize = 8192;
+
 /// Runs the ruvllm engine on one file.
 pub fn run_ruvllm(vocab: &Arc<Vocabulary>, case: &FileCase, st: &mut EngineStats) -> Result<()> {
+    run_ruvllm_with(vocab, case, st, None)
+}
+
+/// Runs the ruvllm engine on one file with budget-aware masks
+/// ([`ruvllm_engine::Matcher::compute_budget_mask`]) of [`FAR_BUDGET`] tokens: the cost of
+/// budget-aware decoding far from the end of the budget. A budget mask that differs from
+/// the exact mask there is an error.
+pub fn run_ruvllm_budget(
+    vocab: &Arc<Vocabulary>,
+    case: &FileCase,
+    st: &mut EngineStats,
+) -> Result<()> {
+    run_ruvllm_with(vocab, case, st, Some(FAR_BUDGET))
+}
+
+fn run_ruvllm_with(
+    vocab: &Arc<Vocabulary>,
+    case: &FileCase,
+    st: &mut EngineStats,
+    budget: Option<usize>,
+) -> Result<()> {
     st.schemas += 1;
     let limits = Limits::default();
     // A validator's view of the instances: any JSON whitespace (up to a bound) and
@@ -363,6 +388,7 @@ pub fn run_ruvllm(vocab: &Arc<Vocabulary>, case: &FileCase, st: &mut EngineStats
         plain_integers: false,
         unique_keys: false,
         closed_objects: false,
+        number_digits: None,
     };
     let t0 = Instant::now();
     let compiled = schema_to_grammar(&case.schema, &opts)
@@ -397,7 +423,17 @@ pub fn run_ruvllm(vocab: &Arc<Vocabulary>, case: &FileCase, st: &mut EngineStats
             let c1 = if trace { thread_cpu_us() } else { 0.0 };
             let u1 = trace.then(ThreadUsage::now);
             let t1 = Instant::now();
-            let r = m.compute_mask(&mut mask);
+            let r = match budget {
+                None => m.compute_mask(&mut mask),
+                Some(b) => m.compute_budget_mask(&mut mask, b - ti).map(|info| {
+                    if info.narrowed {
+                        st.errors.push((
+                            case.name.clone(),
+                            format!("budget mask narrowed far from the end (token {ti})"),
+                        ));
+                    }
+                }),
+            };
             let allowed = r.is_ok() && mask[(tok >> 5) as usize] >> (tok & 31) & 1 == 1;
             let committed = allowed && m.commit_token(tok).is_ok();
             let us = t1.elapsed().as_secs_f64() * 1e6;

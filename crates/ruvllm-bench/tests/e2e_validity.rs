@@ -1,7 +1,8 @@
 //! A CI-sized slice of `ruvllm-bench e2e`'s validity run, through the same code: every
-//! 5th schema of the 30 and two of the grammars, one seed, on the default model. Every
-//! output must parse and validate (or be truly cut by max_tokens), with no runaway
-//! whitespace. Fails, not skips, when the model or the shared data is missing.
+//! 5th schema of the 30 and two of the grammars, one seed, on the default model, at 96
+//! and at 40 tokens. Every output must be complete and valid when the budget is at least
+//! its shortest completion (else truly cut, a valid prefix), with no runaway whitespace.
+//! Fails, not skips, when the model or the shared data is missing.
 
 use std::path::PathBuf;
 
@@ -34,13 +35,25 @@ fn constrained_generations_validate() {
         &grammars,
         1,
         0.7,
-        96,
+        &[96, 40],
         |_| {},
     )
     .unwrap();
-    assert_eq!(rows.len(), schemas.len() + grammars.len());
+    assert_eq!(rows.len(), 2 * (schemas.len() + grammars.len()));
     let bad: Vec<_> = rows.iter().filter(|r| !r.ok).collect();
     assert!(bad.is_empty(), "invalid outputs: {bad:#?}");
+    // Budget-aware decoding is what keeps them complete: at 40 tokens some had to close.
+    let fitting = rows
+        .iter()
+        .filter(|r| r.shortest.is_some_and(|n| n <= r.budget))
+        .count();
+    assert!(fitting >= rows.len() - 2, "{rows:#?}");
+    assert!(
+        rows.iter()
+            .filter(|r| r.budget == 40)
+            .any(|r| r.budget_closed && r.complete_valid),
+        "{rows:#?}"
+    );
 }
 
 #[test]

@@ -23,13 +23,16 @@
 //!
 //! # Certificates
 //!
-//! Distances here are in bytes (`crate::complete`), and a vocabulary in which every byte
-//! is a token ([`crate::Vocabulary::bytes_are_tokens`]) never needs more tokens than
-//! bytes. For an Earley item reading lexeme `l` with `c` bytes of context after it:
+//! Distances here are in bytes (`crate::complete`). When every byte a shortest completion
+//! of the grammar can write is a token of its own
+//! ([`crate::Vocabulary::byte_tokens`]), no completion text needs more tokens than bytes,
+//! so byte bounds are token bounds. For an Earley item reading lexeme `l` with `c` bytes
+//! of context after it:
 //!
 //! * a token that stays inside `l` leaves at most `max_dist(l)` bytes of `l` to read,
 //!   so every such token is proven when `max_dist(l) + c <= R - 1`. This is the *far*
-//!   case: far from the end of the budget the mask is the exact mask;
+//!   case: far from the end of the budget the mask is the exact mask (tentative when a
+//!   bound runs through a semantic check);
 //! * nearer, the tokens are grouped by the lexeme state they end in (a *budget table*
 //!   per lexeme state, one trie walk, kept per constraint), and a group is proven by its
 //!   state's distance, or by the tokens of its state's completion plus those of the
@@ -85,6 +88,9 @@ struct StateBudget {
     /// The largest proven bound (bytes) over every token of the exact mask ([`INF`] when
     /// some token has none).
     far: u32,
+    /// The largest syntactic bound (bytes) over every token of the exact mask, semantic
+    /// checks left aside: within it every token fits, tentatively.
+    far_any: u32,
     leaves: Vec<Leaf>,
     /// Per leaf: the tokens of the shortest unchecked completion after it, and of the
     /// shortest syntactic one (computed when a step first needs them).
@@ -248,7 +254,10 @@ impl Matcher {
             });
         }
         let left = (remaining - 1).min(INF as usize - 1) as u32;
-        let bytes_ok = self.c.vocab.bytes_are_tokens();
+        // Every text a shortest completion writes is made of single-token bytes: no text
+        // needs more tokens than bytes, and byte bounds are token bounds.
+        let written = self.c.grammar.completion_bytes();
+        let bytes_ok = written.intersection(self.c.vocab.byte_tokens()) == written;
         let mut clock = Deadline::new(self.c.limits.max_mask_time);
         let facts = match self.state_budget(&mut clock) {
             Ok(f) => f,
@@ -264,6 +273,15 @@ impl Matcher {
         };
         if bytes_ok && facts.far <= left {
             return Ok(BudgetMask::default());
+        }
+        if bytes_ok && facts.far_any <= left {
+            // Far from the end, but some token's proof runs through a semantic check: the
+            // exact mask, each sampled token to be confirmed.
+            return Ok(BudgetMask {
+                narrowed: false,
+                tentative: true,
+                shortest: None,
+            });
         }
         let mut allowed = vec![0u32; mask.len()];
         let mut tentative = self.allow_in_lexemes(&mut allowed, left, bytes_ok)?;
@@ -304,7 +322,7 @@ impl Matcher {
         }
         let sh = g.shortest();
         // Tokens inside each item's lexeme.
-        let mut far = 0u32;
+        let (mut far, mut far_any) = (0u32, 0u32);
         let k = self.parser.top();
         let items: Vec<Item> = self.parser.set(k).to_vec();
         let mut ranges: Vec<(u32, u32)> = Vec::new();
@@ -317,11 +335,9 @@ impl Matcher {
                 continue;
             }
             let lexeme = &g.lexemes[l as usize];
-            far = far.max(if checked {
-                INF
-            } else {
-                add(lexeme.max_dist(), ctx)
-            });
+            let bound = add(lexeme.max_dist(), ctx);
+            far = far.max(if checked { INF } else { bound });
+            far_any = far_any.max(bound);
             if let Some(t) = c.tables[l as usize].known(lexeme, it.state) {
                 ranges.extend_from_slice(&t.uncertain);
             }
@@ -349,9 +365,11 @@ impl Matcher {
         })?;
         for l in &leaves {
             far = far.max(l.unchecked);
+            far_any = far_any.max(l.any);
         }
         let facts = Arc::new(StateBudget {
             far,
+            far_any,
             leaves,
             tokens: OnceLock::new(),
         });

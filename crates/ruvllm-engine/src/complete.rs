@@ -73,9 +73,8 @@ const NO_WAIT: WaitCost = WaitCost {
 };
 
 /// Byte-level search nodes tried per completion when every syntactic candidate fails a
-/// semantic check (each node costs its path pushed on the parser, a candidate fed, and its
-/// children's distances).
-pub(crate) const SEARCH_NODES: usize = 256;
+/// semantic check (each node costs its path pushed on the parser and a candidate fed).
+pub(crate) const SEARCH_NODES: usize = 2048;
 
 /// Checked candidates fed to the parser before searching.
 const CHECKED_CANDIDATES: usize = 8;
@@ -539,8 +538,8 @@ impl Matcher {
     /// A best-first search over bytes for a completion that passes the semantic checks
     /// (see the module docs), from the output followed by `prefix`: nodes in order of
     /// bytes so far plus syntactic distance (ties deepest first); at each, the syntactic
-    /// candidates are fed to the parser; at most [`SEARCH_NODES`] nodes and an eighth of
-    /// the mask time limit. Returns the completion's text (`prefix` included).
+    /// candidates are fed to the parser, and each child's too; at most [`SEARCH_NODES`]
+    /// nodes and an eighth of the mask time limit. Returns the completion's text (`prefix` included).
     fn search(&mut self, prefix: &[u8]) -> Result<Option<Vec<u8>>, MatchError> {
         let c = self.c.clone();
         let g = &c.grammar;
@@ -615,19 +614,40 @@ impl Matcher {
                     }
                 }
                 self.parser.truncate(depth0);
-                // Children, in the preferred byte order.
+                // Children, in the preferred byte order, each with its own syntactic
+                // candidate tried at once: one byte off the failing text and its shortest
+                // way on (`{"v` then `alue":0}` where `{"":0}` fails an exclusive `oneOf`
+                // whose branches differ on `value`; a lexeme's shortest completion is one
+                // text, so the other keys of an object are only reached this way).
                 let allowed = self.parser.top_info().allowed;
                 for &b in crate::compile::dist::PREFERRED.iter() {
                     if !allowed.contains(b) {
                         continue;
                     }
+                    if expanded >= SEARCH_NODES || clock.check().is_err() {
+                        return Ok(None);
+                    }
                     if !self.parser.push_byte(g, b)? {
                         continue;
                     }
+                    expanded += 1;
                     let (d, _) = self.parser.distance(g, sh);
-                    self.parser.pop();
                     if d == INF {
+                        self.parser.pop();
                         continue;
+                    }
+                    self.parser.ensure_closed(g)?;
+                    let found = if self.parser.top_info().accepting {
+                        Some(Vec::new())
+                    } else {
+                        self.passing_candidate()?
+                    };
+                    self.parser.pop();
+                    if let Some(text) = found {
+                        let mut full = path.clone();
+                        full.push(b);
+                        full.extend_from_slice(&text);
+                        return Ok(Some(full));
                     }
                     let mut p = path.clone();
                     p.push(b);

@@ -684,6 +684,7 @@ fn whitespace_policies() {
             plain_integers: false,
             unique_keys: false,
             closed_objects: false,
+            number_digits: None,
         },
     )
     .unwrap();

@@ -87,11 +87,9 @@ impl JsonModeConfig {
                 schema: s.clone(),
                 options: SchemaOptions {
                     whitespace: self.whitespace,
-                    strict: false,
                     closed_objects: self.close_objects,
                     any_order: self.any_order,
-                    plain_integers: true,
-                    unique_keys: true,
+                    ..SchemaOptions::generation()
                 },
             },
             (None, None) => OutputConstraint::Json {
@@ -189,8 +187,7 @@ impl OutputConstraint {
     pub fn grammar(&self, limits: &Limits) -> Result<Option<Grammar>> {
         let json_opts = |whitespace| SchemaOptions {
             whitespace,
-            unique_keys: true,
-            ..Default::default()
+            ..SchemaOptions::generation()
         };
         Ok(Some(match self {
             OutputConstraint::Json { whitespace } => {
@@ -424,6 +421,10 @@ pub struct Usage {
     /// Sampled tokens refused after the fact because no completion was found within the
     /// budget after them (only under semantic checks; each was sampled again).
     pub budget_refusals: usize,
+    /// Per sampled step of a budget-aware generation: the seconds its mask took, and
+    /// whether the end of the budget was near (the budget mask then narrowed the exact
+    /// one token by token and computed the shortest completion). For benchmarks.
+    pub mask_steps: Vec<(f32, bool)>,
 }
 
 impl Usage {

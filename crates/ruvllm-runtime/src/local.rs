@@ -729,6 +729,8 @@ impl Sequence {
                 let info = m.compute_budget_mask(&mut self.mask, remaining)?;
                 self.usage.budget_steps += info.narrowed as usize;
                 tentative = info.tentative;
+                let secs = tm.elapsed().as_secs_f32();
+                self.usage.mask_steps.push((secs, info.shortest.is_some()));
             } else {
                 m.compute_mask(&mut self.mask)?;
             }

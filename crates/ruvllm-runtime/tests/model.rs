@@ -200,6 +200,22 @@ fn stop_sequences_cut_the_output() {
 #[test]
 fn max_tokens_cut_is_reported_as_length() {
     let b = backend();
+    // Budget-aware decoding off: the JSON is cut, and said to be.
+    let g = b
+        .complete(
+            &Prompt::User("Describe a cat as JSON.".into()),
+            &GenerateParams {
+                json_mode: Some(JsonModeConfig::default()),
+                budget_aware: false,
+                ..greedy(3)
+            },
+            &mut |_| true,
+        )
+        .unwrap();
+    assert_eq!(g.finish, FinishReason::Length);
+    assert_eq!(g.usage.completion_tokens, 3);
+    assert!(serde_json::from_str::<serde_json::Value>(&g.text).is_err());
+    // On (the default): the same 3 tokens end in a complete value.
     let g = b
         .complete(
             &Prompt::User("Describe a cat as JSON.".into()),
@@ -210,8 +226,114 @@ fn max_tokens_cut_is_reported_as_length() {
             &mut |_| true,
         )
         .unwrap();
+    assert_eq!(g.finish, FinishReason::Stop, "{}", g.text);
+    assert!(g.usage.completion_tokens <= 3);
+    serde_json::from_str::<serde_json::Value>(&g.text).unwrap();
+}
+
+/// A schema whose strings run on: with a small budget, every entry point (`generate_json`,
+/// a stream, the scheduler) ends with a complete, valid value that the budget closed;
+/// below the shortest completion the output is cut and ends `length`.
+#[test]
+fn budget_aware_outputs_end_complete_within_max_tokens() {
+    use ruvllm_runtime::{Scheduler, SchedulerOptions};
+    let b = backend();
+    let schema = JsonSchema::from_str(
+        r#"{"type":"object","properties":{"title":{"type":"string"},"story":{"type":"string"},
+            "tags":{"type":"array","items":{"type":"string"}}},"required":["title","story","tags"]}"#,
+    )
+    .unwrap();
+    let prompt = "Write a very long story as JSON with a title, the story and many tags.";
+    let params = |max_tokens: usize, seed: u64| GenerateParams {
+        max_tokens,
+        seed: Some(seed),
+        temperature: 0.7,
+        json_mode: Some(JsonModeConfig {
+            schema: Some(schema.clone()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    // generate_json: a value, never an error about cut JSON.
+    for seed in 0..3 {
+        let v = b
+            .generate_json(prompt, Some(schema.clone()), params(20, seed))
+            .unwrap();
+        schema.validate(&v).unwrap();
+    }
+    // A stream.
+    let mut st = b.stream(Prompt::User(prompt.into()), params(20, 7));
+    let text: String = st.by_ref().map(|c| c.unwrap()).collect();
+    let g = st.outcome().unwrap().unwrap();
+    assert_eq!(g.text, text);
+    assert_eq!(g.finish, FinishReason::Stop);
+    assert!(g.budget_closed && g.usage.budget_steps > 0, "{g:?}");
+    schema
+        .validate(&serde_json::from_str(&text).unwrap())
+        .unwrap();
+    // The scheduler, several at once.
+    let sched = Scheduler::new(
+        b.clone(),
+        SchedulerOptions {
+            max_batch: 3,
+            ..Default::default()
+        },
+    );
+    let streams: Vec<_> = (0..3)
+        .map(|seed| {
+            sched
+                .generate(&Prompt::User(prompt.into()), &params(24, seed))
+                .unwrap()
+        })
+        .collect();
+    for mut s in streams {
+        for c in s.by_ref() {
+            c.unwrap();
+        }
+        let g = s.outcome().unwrap().unwrap();
+        assert_eq!(g.finish, FinishReason::Stop);
+        assert!(g.usage.completion_tokens <= 24);
+        schema
+            .validate(&serde_json::from_str(&g.text).unwrap())
+            .unwrap();
+    }
+    // Below the shortest completion (`{"title":"","story":"","tags":[]}` is more than 5
+    // tokens): cut, and said to be.
+    let g = b
+        .complete(&Prompt::User(prompt.into()), &params(5, 1), &mut |_| true)
+        .unwrap();
     assert_eq!(g.finish, FinishReason::Length);
-    assert_eq!(g.usage.completion_tokens, 3);
+    assert!(!g.budget_closed);
+}
+
+/// Under a constraint a stop sequence ends the output only where it is complete: a `"`
+/// stop cannot cut a JSON value in half.
+#[test]
+fn stop_sequences_under_a_constraint_wait_for_a_complete_output() {
+    let b = backend();
+    let schema = JsonSchema::from_str(
+        r#"{"type":"object","properties":{"name":{"type":"string"}},"required":["name"],
+            "additionalProperties":false}"#,
+    )
+    .unwrap();
+    let g = b
+        .complete(
+            &Prompt::User("Name a city as JSON.".into()),
+            &GenerateParams {
+                stop: vec!["\"".into(), "}".into()],
+                json_mode: Some(JsonModeConfig {
+                    schema: Some(schema.clone()),
+                    ..Default::default()
+                }),
+                ..greedy(40)
+            },
+            &mut |_| true,
+        )
+        .unwrap();
+    assert_eq!(g.finish, FinishReason::Stop);
+    schema
+        .validate(&serde_json::from_str(&g.text).unwrap())
+        .unwrap();
 }
 
 #[test]

@@ -244,16 +244,13 @@ impl Objects {
     }
 }
 
-/// Schema options for generation: compact, plain integers, unique keys; `strict` closes
-/// every object, `closed` those that declare properties.
+/// Schema options for generation ([`SchemaOptions::generation`]); `strict` closes every
+/// object, `closed` those that declare properties.
 pub fn generation_options(strict: bool, closed: bool) -> SchemaOptions {
     SchemaOptions {
-        whitespace: Whitespace::Compact,
         strict,
         closed_objects: closed,
-        any_order: false,
-        plain_integers: true,
-        unique_keys: true,
+        ..SchemaOptions::generation()
     }
 }
 

@@ -616,6 +616,15 @@ impl Counted {
         m
     }
 
+    /// Every byte [`Counted::complete_into`] can write: its parts'. Cost: as theirs.
+    pub(crate) fn completion_bytes(&self) -> ByteSet {
+        let mut b = self.x.completion_bytes();
+        for part in [&self.p, &self.s].into_iter().flatten() {
+            b.union_with(&part.completion_bytes());
+        }
+        b
+    }
+
     /// Appends a shortest way from `id` to a whole lexeme. Cost: O(bytes appended).
     pub(crate) fn complete_into(&self, id: u32, out: &mut Vec<u8>) {
         if id == 0 {

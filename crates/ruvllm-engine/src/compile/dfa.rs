@@ -623,6 +623,22 @@ impl Lexeme {
         }
     }
 
+    /// Every byte [`Lexeme::complete_into`] can write, from any state. Cost: as
+    /// [`Lexeme::max_dist`].
+    pub(crate) fn completion_bytes(&self) -> ByteSet {
+        match &self.dfa.special {
+            Special::Flat => self.flat_dist().bytes,
+            Special::Counted(c) => c.completion_bytes(),
+            Special::Chain(c) => {
+                let mut b = c.rest.completion_bytes();
+                for &x in c.lit.iter() {
+                    b.insert(x);
+                }
+                b
+            }
+        }
+    }
+
     /// Appends a shortest text from state `s` to a whole lexeme (nothing for the dead
     /// state). Cost: O(bytes appended), 256 steps per byte at worst.
     pub(crate) fn complete_into(&self, s: u32, out: &mut Vec<u8>) {

@@ -65,11 +65,13 @@ const fn preferred() -> [u8; 256] {
     out
 }
 
-/// The distance table of a flat DFA, and its largest finite entry.
+/// The distance table of a flat DFA, its largest finite entry, and the bytes its shortest
+/// texts are made of ([`chosen_bytes`]).
 #[derive(Debug)]
 pub(crate) struct FlatDist {
     pub(crate) dist: Box<[u32]>,
     pub(crate) max: u32,
+    pub(crate) bytes: crate::byteset::ByteSet,
 }
 
 impl FlatDist {
@@ -133,8 +135,32 @@ impl FlatDist {
                 }
             }
         }
-        FlatDist { dist, max }
+        let bytes = chosen_bytes(d, |t| dist.get(t as usize).copied().unwrap_or(INF));
+        FlatDist { dist, max, bytes }
     }
+}
+
+/// The bytes [`follow`] can choose from any state of `d`: the first preferred byte that
+/// keeps to a shortest path, over every live state. Cost: O(states x 256) at worst.
+pub(crate) fn chosen_bytes(d: &Dfa, dist: impl Fn(u32) -> u32) -> crate::byteset::ByteSet {
+    let mut out = crate::byteset::ByteSet::EMPTY;
+    for s in 1..d.num_states() as u32 {
+        let left = dist(s);
+        if left == 0 || left == INF {
+            continue;
+        }
+        let allowed = d.allowed(s);
+        for &b in PREFERRED.iter() {
+            if allowed.contains(b) {
+                let t = d.next(s, b);
+                if t != 0 && dist(t) == left - 1 {
+                    out.insert(b);
+                    break;
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Appends a shortest text from state `s` of `d` to acceptance, given `dist` (a function

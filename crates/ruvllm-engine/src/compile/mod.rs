@@ -78,6 +78,9 @@ pub struct CompiledGrammar {
     pub(crate) lex_check_sensitive: Vec<bool>,
     /// Shortest derivations (see [`shortest`]), computed on first use.
     shortest: std::sync::OnceLock<shortest::Shortest>,
+    /// Every byte a shortest completion can write (see
+    /// [`CompiledGrammar::completion_bytes`]), computed on first use.
+    completion_bytes: std::sync::OnceLock<crate::byteset::ByteSet>,
 }
 
 /// Size figures of a compiled grammar.
@@ -132,6 +135,19 @@ impl CompiledGrammar {
     /// O(positions · log rules) on the first call, a load after.
     pub(crate) fn shortest(&self) -> &shortest::Shortest {
         self.shortest.get_or_init(|| shortest::Shortest::of(self))
+    }
+
+    /// Every byte a shortest completion (`crate::complete`) can write: the union of the
+    /// lexemes' [`Lexeme::completion_bytes`]. Cost: a pass over the lexemes' states on the
+    /// first call, a load after.
+    pub(crate) fn completion_bytes(&self) -> crate::byteset::ByteSet {
+        *self.completion_bytes.get_or_init(|| {
+            let mut b = crate::byteset::ByteSet::EMPTY;
+            for l in &self.lexemes {
+                b.union_with(&l.completion_bytes());
+            }
+            b
+        })
     }
 
     /// Describes what the parser expects at position `pos` (rule name and lexeme).
@@ -1824,6 +1840,7 @@ impl<'a> Lowerer<'a> {
             lex_check_sensitive,
             rule_check: self.rule_check,
             shortest: std::sync::OnceLock::new(),
+            completion_bytes: std::sync::OnceLock::new(),
         })
     }
 }

@@ -95,6 +95,32 @@ pub struct SchemaOptions {
     /// conformance runs keep the spec's semantics); generation (`JsonModeConfig`, the
     /// server) turns it on.
     pub unique_keys: bool,
+    /// At most this many digits in the integer part and in the fraction of a number,
+    /// and two in its exponent, wherever the schema leaves that open (`None`, the
+    /// default: any number of digits). A subset of the valid documents, like
+    /// [`Whitespace::Compact`]: what JSON encoders write (a 64-bit integer has at most 20
+    /// digits, a double at most 17 significant ones and a 3-digit exponent, which 2
+    /// digits keep within a double's range), so that every reader can represent the
+    /// value and a model cannot run on writing digits. Generation turns it on (20).
+    pub number_digits: Option<u32>,
+}
+
+impl SchemaOptions {
+    /// The options of generation (`JsonModeConfig`, the server, the CLI): the subsets
+    /// that keep a model from running on (compact whitespace, plain integers, numbers of
+    /// at most 20 digits) and objects that never repeat a key; objects open, properties in
+    /// schema order. Cost: O(1).
+    pub fn generation() -> SchemaOptions {
+        SchemaOptions {
+            whitespace: Whitespace::Compact,
+            strict: false,
+            closed_objects: false,
+            any_order: false,
+            plain_integers: true,
+            unique_keys: true,
+            number_digits: Some(20),
+        }
+    }
 }
 
 /// Why a schema cannot be compiled.
@@ -1425,15 +1451,28 @@ impl<'a> Compiler<'a> {
             tighten_hi(&mut hi, v, true);
         }
         let frac0 = zero_fraction;
-        let digits = |min: u32| Expr::Repeat {
+        let cap = self.opts.number_digits;
+        let digits = move |min: u32| Expr::Repeat {
             e: Box::new(Expr::Chars(vec![('0', '9')])),
             min,
-            max: None,
+            max: cap.map(|c| c.max(min)),
         };
-        let uint = || {
+        // Exponent digits: two at most when digits are capped (see
+        // `SchemaOptions::number_digits`).
+        let exp_digits = move || Expr::Repeat {
+            e: Box::new(Expr::Chars(vec![('0', '9')])),
+            min: 1,
+            max: cap.map(|_| 2),
+        };
+        let uint = move || {
+            let rest = Expr::Repeat {
+                e: Box::new(Expr::Chars(vec![('0', '9')])),
+                min: 0,
+                max: cap.map(|c| c.saturating_sub(1)),
+            };
             Expr::Alt(vec![
                 Expr::Literal(b"0".to_vec()),
-                Expr::Seq(vec![Expr::Chars(vec![('1', '9')]), digits(0)]),
+                Expr::Seq(vec![Expr::Chars(vec![('1', '9')]), rest]),
             ])
         };
         if lo.is_none() && hi.is_none() {
@@ -1458,7 +1497,7 @@ impl<'a> Compiler<'a> {
                             min: 0,
                             max: Some(1),
                         },
-                        digits(1),
+                        exp_digits(),
                     ])),
                     min: 0,
                     max: Some(1),
@@ -1480,7 +1519,7 @@ impl<'a> Compiler<'a> {
                         min: 0,
                         max: Some(1),
                     },
-                    digits(1),
+                    exp_digits(),
                 ])),
                 min: 0,
                 max: Some(1),
@@ -1522,9 +1561,12 @@ impl<'a> Compiler<'a> {
                 return Err(unsupported("minimum", ptr, "bounds beyond 1e18"));
             }
             if self.draft == 4 || self.opts.plain_integers {
-                return Ok(num::int_range(lo_i, hi_i));
+                return Ok(self.capped(num::int_range(lo_i, hi_i)));
             }
-            return Ok(Expr::Seq(vec![num::int_range(lo_i, hi_i), frac0()]));
+            return Ok(Expr::Seq(vec![
+                self.capped(num::int_range(lo_i, hi_i)),
+                frac0(),
+            ]));
         }
         // number in a range with integer bounds: integer part ranges, with care at the
         // bounds for the fraction.
@@ -1535,9 +1577,16 @@ impl<'a> Compiler<'a> {
             min: 0,
             max: Some(1),
         };
+        // A fraction with a non-zero digit: zeros, the first non-zero digit, any digits
+        // (each run capped alone: a DFA of `[0-9]{0,n}[1-9][0-9]{0,n}` would be
+        // quadratic in `n`).
         let frac_nonzero = Expr::Seq(vec![
             Expr::Literal(b".".to_vec()),
-            digits(0),
+            Expr::Repeat {
+                e: Box::new(Expr::Literal(b"0".to_vec())),
+                min: 0,
+                max: cap,
+            },
             Expr::Chars(vec![('1', '9')]),
             digits(0),
         ]);
@@ -1557,7 +1606,7 @@ impl<'a> Compiler<'a> {
                 None => {
                     if l.is_some_and(|l| l > 0) && lo_ex {
                         alts.push(Expr::Seq(vec![
-                            num::uint_range(n_min as u128 + 1, None),
+                            self.capped(num::uint_range(n_min as u128 + 1, None)),
                             frac_any.clone(),
                         ]));
                         alts.push(Expr::Seq(vec![
@@ -1565,14 +1614,17 @@ impl<'a> Compiler<'a> {
                             frac_nonzero.clone(),
                         ]));
                     } else if l.is_some_and(|l| l == 0) && lo_ex {
-                        alts.push(Expr::Seq(vec![num::uint_range(1, None), frac_any.clone()]));
+                        alts.push(Expr::Seq(vec![
+                            self.capped(num::uint_range(1, None)),
+                            frac_any.clone(),
+                        ]));
                         alts.push(Expr::Seq(vec![
                             Expr::Literal(b"0".to_vec()),
                             frac_nonzero.clone(),
                         ]));
                     } else {
                         alts.push(Expr::Seq(vec![
-                            num::uint_range(n_min as u128, None),
+                            self.capped(num::uint_range(n_min as u128, None)),
                             frac_any.clone(),
                         ]));
                     }
@@ -1585,7 +1637,7 @@ impl<'a> Compiler<'a> {
                     };
                     if low_int < h {
                         alts.push(Expr::Seq(vec![
-                            num::uint_range(low_int as u128, Some((h - 1) as u128)),
+                            self.capped(num::uint_range(low_int as u128, Some((h - 1) as u128))),
                             frac_any.clone(),
                         ]));
                     }
@@ -1620,7 +1672,7 @@ impl<'a> Compiler<'a> {
                 None => {
                     if strict_low {
                         neg.push(Expr::Seq(vec![
-                            num::uint_range(nlo as u128 + 1, None),
+                            self.capped(num::uint_range(nlo as u128 + 1, None)),
                             frac_any.clone(),
                         ]));
                         neg.push(Expr::Seq(vec![
@@ -1629,7 +1681,7 @@ impl<'a> Compiler<'a> {
                         ]));
                     } else {
                         neg.push(Expr::Seq(vec![
-                            num::uint_range(nlo as u128, None),
+                            self.capped(num::uint_range(nlo as u128, None)),
                             frac_any.clone(),
                         ]));
                     }
@@ -1638,7 +1690,10 @@ impl<'a> Compiler<'a> {
                     let first_full = if strict_low { nlo + 1 } else { nlo };
                     if first_full < mh {
                         neg.push(Expr::Seq(vec![
-                            num::uint_range(first_full as u128, Some((mh - 1) as u128)),
+                            self.capped(num::uint_range(
+                                first_full as u128,
+                                Some((mh - 1) as u128),
+                            )),
                             frac_any.clone(),
                         ]));
                     }
@@ -2077,6 +2132,36 @@ impl<'a> Compiler<'a> {
         Ok(self.checked_rule(&format!("object{}", ptr.replace('/', "-")), body, c))
     }
 
+    /// `e`, an integer part (a leading digit then a run), with every open run of digits
+    /// capped so that it has at most [`SchemaOptions::number_digits`] digits (as is, when
+    /// digits are not capped). Cost: a copy of `e`.
+    fn capped(&self, e: Expr) -> Expr {
+        let Some(cap) = self.opts.number_digits else {
+            return e;
+        };
+        let cap = cap.saturating_sub(1);
+        fn cap_runs(e: Expr, cap: u32) -> Expr {
+            match e {
+                Expr::Repeat { e, min, max: None } if matches!(&*e, Expr::Chars(c) if c.as_slice() == [('0', '9')]) => {
+                    Expr::Repeat {
+                        e,
+                        min,
+                        max: Some(cap.max(min)),
+                    }
+                }
+                Expr::Repeat { e, min, max } => Expr::Repeat {
+                    e: Box::new(cap_runs(*e, cap)),
+                    min,
+                    max,
+                },
+                Expr::Seq(v) => Expr::Seq(v.into_iter().map(|x| cap_runs(x, cap)).collect()),
+                Expr::Alt(v) => Expr::Alt(v.into_iter().map(|x| cap_runs(x, cap)).collect()),
+                other => other,
+            }
+        }
+        cap_runs(e, cap)
+    }
+
     fn checked_rule(&mut self, name: &str, body: Expr, c: Check) -> Expr {
         let r = self.reserve(name);
         self.set(r, body);
@@ -2286,6 +2371,11 @@ impl<'a> Compiler<'a> {
             }),
             Value::Number(n) => {
                 let text = n.to_string();
+                if self.opts.plain_integers && (n.is_i64() || n.is_u64()) {
+                    // Plain integers asked for: an integral constant as its digits only
+                    // (`1`, not `1.0`, which draft 4 does not count as an integer).
+                    return Expr::Literal(text.into_bytes());
+                }
                 if let Some(i) = n
                     .as_i64()
                     .map(|x| x as i128)

@@ -56,8 +56,8 @@ pub struct Vocabulary {
     name: String,
     /// Process-unique id: keys the token tables shared across grammars.
     id: u64,
-    /// See [`Vocabulary::bytes_are_tokens`].
-    bytes_tokens: bool,
+    /// The bytes that are an ordinary token alone (see [`Vocabulary::byte_tokens`]).
+    byte_tokens: crate::byteset::ByteSet,
 }
 
 impl std::fmt::Debug for Vocabulary {
@@ -102,12 +102,17 @@ impl Vocabulary {
             )));
         }
         let trie = TokenTrie::build(&tokens, &special);
-        let bytes_tokens = (0..=255u8).all(|b| {
-            trie.child(0, b)
+        let mut byte_tokens = crate::byteset::ByteSet::EMPTY;
+        for b in 0..=255u8 {
+            if trie
+                .child(0, b)
                 .is_some_and(|n| !trie.tokens_at(n).is_empty())
-        });
+            {
+                byte_tokens.insert(b);
+            }
+        }
         Ok(Vocabulary {
-            bytes_tokens,
+            byte_tokens,
             tokens,
             special,
             eos,
@@ -291,11 +296,12 @@ impl Vocabulary {
         self.fewest_tokens(text).map(|t| t.len())
     }
 
-    /// Whether every byte value is an ordinary token of its own (byte-level BPE and
-    /// byte-fallback vocabularies): then no text needs more tokens than it has bytes.
-    /// Cost: O(1) (found when the vocabulary is built).
-    pub fn bytes_are_tokens(&self) -> bool {
-        self.bytes_tokens
+    /// The byte values that are an ordinary token of their own (all of them in most
+    /// byte-level BPE and byte-fallback vocabularies; SmolLM2's lacks some control
+    /// characters and bytes UTF-8 never uses). A text made of these bytes never needs more
+    /// tokens than it has bytes. Cost: O(1) (found when the vocabulary is built).
+    pub fn byte_tokens(&self) -> &crate::byteset::ByteSet {
+        &self.byte_tokens
     }
 
     /// Token ids of a special token by its text.
