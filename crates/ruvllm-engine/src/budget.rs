@@ -42,7 +42,10 @@
 //!   token counts of those completions are computed only when a step needs them.
 //!
 //! Per identity the largest proven bound over the whole mask is kept, so at a state met
-//! before, the far case costs one lookup. Memory: at most [`MAX_STATES`] identities and
+//! before, the far case costs one lookup. On a state's first visit far from the end only
+//! the tokens inside lexemes are bounded (the items' bounds, no walk), and the mask is the
+//! exact mask with the boundary-crossing tokens left to be confirmed (tentative); the walk
+//! comes with the state's second visit, or at once near the end. Memory: at most [`MAX_STATES`] identities and
 //! [`MAX_TABLES`] budget tables per constraint (then emptied).
 
 use std::sync::{Arc, Mutex, OnceLock};
@@ -53,6 +56,12 @@ use crate::earley::{FastMap, Item, Parser};
 use crate::error::MatchError;
 use crate::matcher::{Deadline, Matcher};
 use crate::states::UNIQUE;
+
+/// Masks for which a bound found at an earlier state stands in for the current state's
+/// when the end of the budget is far (see [`Matcher::compute_budget_mask`]).
+const HINT_STEPS: u32 = 16;
+/// How far is far for that: the tokens left are at least this many times the bound.
+const HINT_SLACK: u32 = 4;
 
 /// Identities whose budget facts a constraint keeps.
 const MAX_STATES: usize = 1 << 16;
@@ -84,13 +93,17 @@ struct Leaf {
 
 /// The budget facts of one parse-state identity.
 #[derive(Debug)]
-struct StateBudget {
+pub(crate) struct StateBudget {
     /// The largest proven bound (bytes) over every token of the exact mask ([`INF`] when
     /// some token has none).
     far: u32,
     /// The largest syntactic bound (bytes) over every token of the exact mask, semantic
     /// checks left aside: within it every token fits, tentatively.
     far_any: u32,
+    /// Whether the boundary-crossing tokens were walked: `false` on a state's first
+    /// visit far from the end of the budget, when `far` and `far_any` cover the tokens
+    /// inside lexemes only, and the boundary-crossing ones are left to be confirmed.
+    walked: bool,
     leaves: Vec<Leaf>,
     /// Per leaf: the tokens of the shortest unchecked completion after it, and of the
     /// shortest syntactic one (computed when a step first needs them).
@@ -229,12 +242,13 @@ impl Matcher {
         if self.finished {
             return Ok(BudgetMask::default());
         }
-        let eos: Vec<u32> = self.c.vocab.eos_tokens().to_vec();
+        let c = self.c.clone();
         let keep_eos = |mask: &mut [u32], allowed: &[u32]| -> bool {
+            let eos = c.vocab.eos_tokens();
             let mut narrowed = false;
             for (i, w) in mask.iter_mut().enumerate() {
                 let mut keep = allowed.get(i).copied().unwrap_or(0);
-                for &e in &eos {
+                for &e in eos {
                     if (e >> 5) as usize == i {
                         keep |= 1 << (e & 31);
                     }
@@ -256,32 +270,56 @@ impl Matcher {
         let left = (remaining - 1).min(INF as usize - 1) as u32;
         // Every text a shortest completion writes is made of single-token bytes: no text
         // needs more tokens than bytes, and byte bounds are token bounds.
-        let written = self.c.grammar.completion_bytes();
-        let bytes_ok = written.intersection(self.c.vocab.byte_tokens()) == written;
+        let singles = self.c.vocab.byte_tokens();
+        let bytes_ok = singles.len() == 256 || {
+            let written = self.c.grammar.completion_bytes();
+            written.intersection(singles) == written
+        };
         let mut clock = Deadline::new(self.c.limits.max_mask_time);
-        let facts = match self.state_budget(&mut clock) {
-            Ok(f) => f,
-            Err(MatchError::MaskTime { .. }) => {
-                // Out of time: the exact mask, every token to be confirmed.
+        let out_of_time = BudgetMask {
+            narrowed: false,
+            tentative: true,
+            shortest: None,
+        };
+        // Comfortably far from the end by a bound found in the last few steps: the exact
+        // mask, every token to be confirmed, and no bound computed (a state's first visit
+        // costs a bound per item of its set; most states of a long output are met once).
+        if let Some((bound, steps)) = &mut self.budget_hint {
+            if bytes_ok && *steps < HINT_STEPS && bound.saturating_mul(HINT_SLACK) <= left {
+                *steps += 1;
                 return Ok(BudgetMask {
                     narrowed: false,
                     tentative: true,
                     shortest: None,
                 });
             }
+        }
+        let mut facts = match self.state_budget(&mut clock, false, left) {
+            Ok(f) => f,
+            // Out of time: the exact mask, every token to be confirmed.
+            Err(MatchError::MaskTime { .. }) => return Ok(out_of_time),
             Err(e) => return Err(e),
         };
-        if bytes_ok && facts.far <= left {
+        self.budget_hint = Some((facts.far_any, 0));
+        if bytes_ok && facts.walked && facts.far <= left {
             return Ok(BudgetMask::default());
         }
         if bytes_ok && facts.far_any <= left {
-            // Far from the end, but some token's proof runs through a semantic check: the
-            // exact mask, each sampled token to be confirmed.
+            // Far from the end, but some token's proof runs through a semantic check or
+            // crosses a boundary not walked yet: the exact mask, each sampled token to be
+            // confirmed.
             return Ok(BudgetMask {
                 narrowed: false,
                 tentative: true,
                 shortest: None,
             });
+        }
+        if !facts.walked {
+            facts = match self.state_budget(&mut clock, true, left) {
+                Ok(f) => f,
+                Err(MatchError::MaskTime { .. }) => return Ok(out_of_time),
+                Err(e) => return Err(e),
+            };
         }
         let mut allowed = vec![0u32; mask.len()];
         let mut tentative = self.allow_in_lexemes(&mut allowed, left, bytes_ok)?;
@@ -303,12 +341,46 @@ impl Matcher {
     }
 
     /// The budget facts of the current parse state: from the constraint's cache, or
-    /// computed (and kept when they depend on the state alone).
-    fn state_budget(&mut self, clock: &mut Deadline) -> Result<Arc<StateBudget>, MatchError> {
+    /// computed (and kept when they depend on the state alone). The boundary-crossing
+    /// tokens are walked when `full` is asked, or on the state's second visit (a state met
+    /// once far from the end, as most states of a long output are, costs only its items'
+    /// bounds; one met again, as the states of a repeated request are, gets its proof).
+    fn state_budget(
+        &mut self,
+        clock: &mut Deadline,
+        full: bool,
+        left: u32,
+    ) -> Result<Arc<StateBudget>, MatchError> {
         let c = self.c.clone();
         let g = &c.grammar;
         self.parser.ensure_closed(g)?;
-        let id = self.parser.top_id(g, &c.states);
+        let id = match self.last_id {
+            Some((at, id)) if at == self.parser.top() => id,
+            _ => self.parser.top_id(g, &c.states),
+        };
+        // The same state as the last mask's (inside a string, one state for every
+        // character): no lock.
+        if let Some((last, f)) = &self.last_facts {
+            if *last == id && id & UNIQUE == 0 && (f.walked || !full) {
+                return Ok(f.clone());
+            }
+        }
+        let facts = self.state_budget_of(id, clock, full, left)?;
+        self.last_facts = Some((id, facts.clone()));
+        Ok(facts)
+    }
+
+    /// [`Matcher::state_budget`] for identity `id`, through the constraint's cache.
+    fn state_budget_of(
+        &mut self,
+        id: u32,
+        clock: &mut Deadline,
+        full: bool,
+        left: u32,
+    ) -> Result<Arc<StateBudget>, MatchError> {
+        let c = self.c.clone();
+        let g = &c.grammar;
+        let mut seen = false;
         if id & UNIQUE == 0 {
             if let Some(f) = c
                 .budget
@@ -317,16 +389,20 @@ impl Matcher {
                 .ok()
                 .and_then(|m| m.get(&id).cloned())
             {
-                return Ok(f);
+                if f.walked {
+                    return Ok(f);
+                }
+                seen = true;
             }
         }
+        let walk = full || seen || id & UNIQUE != 0;
         let sh = g.shortest();
         // Tokens inside each item's lexeme.
         let (mut far, mut far_any) = (0u32, 0u32);
         let k = self.parser.top();
-        let items: Vec<Item> = self.parser.set(k).to_vec();
-        let mut ranges: Vec<(u32, u32)> = Vec::new();
-        for it in items {
+        let (start, end) = self.parser.set_range(k);
+        for i in start..end {
+            let it = self.parser.items[i];
             let Sym::Lex(l) = g.syms[it.pos as usize] else {
                 continue;
             };
@@ -334,12 +410,36 @@ impl Matcher {
             if ctx == INF {
                 continue;
             }
-            let lexeme = &g.lexemes[l as usize];
-            let bound = add(lexeme.max_dist(), ctx);
+            let bound = add(g.lexemes[l as usize].max_dist(), ctx);
             far = far.max(if checked { INF } else { bound });
             far_any = far_any.max(bound);
-            if let Some(t) = c.tables[l as usize].known(lexeme, it.state) {
-                ranges.extend_from_slice(&t.uncertain);
+        }
+        // Comfortably far (twice the bound of the tokens inside lexemes): no walk, the
+        // boundary-crossing tokens are confirmed after sampling instead.
+        let walk = walk && !(far_any != INF && far_any.saturating_mul(2) <= left && !full);
+        if !walk {
+            let facts = Arc::new(StateBudget {
+                far,
+                far_any,
+                walked: false,
+                leaves: Vec::new(),
+                tokens: OnceLock::new(),
+            });
+            if let Ok(mut m) = c.budget.states.lock() {
+                if m.len() >= MAX_STATES {
+                    m.clear();
+                }
+                m.insert(id, facts.clone());
+            }
+            return Ok(facts);
+        }
+        let mut ranges: Vec<(u32, u32)> = Vec::new();
+        for it in self.parser.set(k) {
+            if let Sym::Lex(l) = g.syms[it.pos as usize] {
+                let lexeme = &g.lexemes[l as usize];
+                if let Some(t) = c.tables[l as usize].known(lexeme, it.state) {
+                    ranges.extend_from_slice(&t.uncertain);
+                }
             }
         }
         ranges.sort_unstable();
@@ -370,6 +470,7 @@ impl Matcher {
         let facts = Arc::new(StateBudget {
             far,
             far_any,
+            walked: true,
             leaves,
             tokens: OnceLock::new(),
         });

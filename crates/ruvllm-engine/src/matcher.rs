@@ -33,6 +33,14 @@ pub struct Matcher {
     /// The rest of an earlier completion whose first tokens were committed since: a
     /// completion of the current state (see `crate::complete`).
     pub(crate) carry: Option<crate::complete::Known>,
+    /// The parse-state identity the last mask computed, with the output length it is for
+    /// (the budget mask asks for it again right after).
+    pub(crate) last_id: Option<(usize, u32)>,
+    /// The budget facts of the last state a budget mask met (see `crate::budget`).
+    pub(crate) last_facts: Option<(u32, std::sync::Arc<crate::budget::StateBudget>)>,
+    /// The last bound the budget mask computed (bytes), and the masks since that relied on
+    /// it (see `crate::budget`).
+    pub(crate) budget_hint: Option<(u32, u32)>,
 }
 
 /// The outcome of checking text against a grammar (see [`Matcher::check_bytes`]).
@@ -67,6 +75,9 @@ impl Matcher {
             memo: WalkMemo::default(),
             known: None,
             carry: None,
+            last_id: None,
+            last_facts: None,
+            budget_hint: None,
         })
     }
 
@@ -103,6 +114,7 @@ impl Matcher {
         self.memo.prepare(&mut self.parser);
         self.parser.ensure_closed(g)?;
         let id = self.parser.top_id(g, &self.c.states);
+        self.last_id = Some((self.parser.top(), id));
         // The boundary walk from this parse state, if a matcher of this constraint
         // walked it before (see `states`): only its parts that ran checks are walked.
         let walked = self.c.walks.get(id);
@@ -283,6 +295,7 @@ impl Matcher {
                 return Err(reject(self));
             }
             self.finished = true;
+            self.last_id = None;
             self.tokens.push((self.parser.top() as u32, true));
             return Ok(());
         }
@@ -305,6 +318,7 @@ impl Matcher {
             }
         }
         self.tokens.push((self.parser.top() as u32, false));
+        self.last_id = None;
         self.carry_over(t, before);
         Ok(())
     }
@@ -343,6 +357,7 @@ impl Matcher {
         self.finished = false;
         self.known = None;
         self.carry = None;
+        self.last_id = None;
         let k = self.tokens.last().map(|x| x.0 as usize).unwrap_or(0);
         self.parser.truncate(k);
         Ok(())
@@ -354,6 +369,7 @@ impl Matcher {
         let c = self.c.clone();
         self.known = None;
         self.carry = None;
+        self.last_id = None;
         for (i, &b) in text.iter().enumerate() {
             if !self.parser.push_byte(&c.grammar, b)? {
                 self.parser.ensure_closed(&c.grammar)?;
