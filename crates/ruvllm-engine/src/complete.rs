@@ -406,7 +406,7 @@ impl Matcher {
     /// waiting items; then the text of each candidate that could still win and its
     /// split into tokens (O(bytes · longest token)). With semantic checks, each candidate
     /// is fed to the parser, and a failing state runs a search of up to
-    /// [`SEARCH_NODES`] nodes. The answer is kept until the state changes.
+    /// 2,048 nodes. The answer is kept until the state changes.
     pub fn shortest_completion(&mut self) -> Result<Option<Completion>, MatchError> {
         if self.finished {
             return Ok(Some(Completion {

@@ -200,34 +200,44 @@ fn stop_sequences_cut_the_output() {
 #[test]
 fn max_tokens_cut_is_reported_as_length() {
     let b = backend();
+    let schema = JsonSchema::from_str(
+        r#"{"type":"object","properties":{"name":{"type":"string"},"story":{"type":"string"}},
+            "required":["name","story"],"additionalProperties":false}"#,
+    )
+    .unwrap();
+    let mode = JsonModeConfig {
+        schema: Some(schema),
+        ..Default::default()
+    };
+    let prompt = "Describe a cat as JSON with its name and a long story.";
     // Budget-aware decoding off: the JSON is cut, and said to be.
     let g = b
         .complete(
-            &Prompt::User("Describe a cat as JSON.".into()),
+            &Prompt::User(prompt.into()),
             &GenerateParams {
-                json_mode: Some(JsonModeConfig::default()),
+                json_mode: Some(mode.clone()),
                 budget_aware: false,
-                ..greedy(3)
+                ..greedy(12)
             },
             &mut |_| true,
         )
         .unwrap();
     assert_eq!(g.finish, FinishReason::Length);
-    assert_eq!(g.usage.completion_tokens, 3);
+    assert_eq!(g.usage.completion_tokens, 12);
     assert!(serde_json::from_str::<serde_json::Value>(&g.text).is_err());
-    // On (the default): the same 3 tokens end in a complete value.
+    // On (the default): the same 12 tokens end in a complete value.
     let g = b
         .complete(
-            &Prompt::User("Describe a cat as JSON.".into()),
+            &Prompt::User(prompt.into()),
             &GenerateParams {
-                json_mode: Some(JsonModeConfig::default()),
-                ..greedy(3)
+                json_mode: Some(mode),
+                ..greedy(12)
             },
             &mut |_| true,
         )
         .unwrap();
     assert_eq!(g.finish, FinishReason::Stop, "{}", g.text);
-    assert!(g.usage.completion_tokens <= 3);
+    assert!(g.usage.completion_tokens <= 12);
     serde_json::from_str::<serde_json::Value>(&g.text).unwrap();
 }
 

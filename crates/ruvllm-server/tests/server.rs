@@ -381,6 +381,125 @@ fn llama_cpp_and_ollama_dialects() {
     assert!(t.contains("version"));
 }
 
+/// Budget-aware decoding in every dialect's spelling of the token limit: the answer is
+/// complete within it, says so in its `ruvllm` object (and header), and `length` is kept
+/// for answers that really are cut. And the object policy: llama.cpp's `json_schema` and
+/// Ollama's `format` close objects that leave `additionalProperties` unsaid, OpenAI's
+/// `response_format` does not, and a request's `additional_properties` decides.
+#[test]
+fn budgets_and_object_policy_in_every_dialect() {
+    let a = shared();
+    let story = json!({"type": "object", "properties": {"title": {"type": "string"},
+        "story": {"type": "string"}}, "required": ["title", "story"]});
+    let prompt = "Write a very long story as JSON with a title and the story: ";
+    // llama.cpp: n_predict with json_schema and with a grammar.
+    let (s, v) = post(
+        a,
+        "/completion",
+        json!({"prompt": prompt, "json_schema": story, "n_predict": 16, "seed": 3}),
+    );
+    assert_eq!(s, 200, "{v}");
+    let doc: Value = serde_json::from_str(v["content"].as_str().unwrap()).unwrap();
+    assert!(doc["story"].is_string(), "{v}");
+    assert_eq!(v["stop_type"], "eos", "{v}");
+    assert!(v["tokens_predicted"].as_u64().unwrap() <= 16);
+    assert_eq!(v["ruvllm"]["budget_closed"], true, "{v}");
+    let (_, v) = post(
+        a,
+        "/completion",
+        json!({"prompt": "Numbers: ", "grammar": "root ::= \"[\" [0-9]+ (\",\" [0-9]+)* \"]\"",
+               "n_predict": 6, "seed": 1}),
+    );
+    let text = v["content"].as_str().unwrap();
+    assert!(text.starts_with('[') && text.ends_with(']'), "{v}");
+    // Off: cut, and `limit`.
+    let (_, v) = post(
+        a,
+        "/completion",
+        json!({"prompt": prompt, "json_schema": story, "n_predict": 16, "seed": 3,
+               "budget_aware": false}),
+    );
+    assert_eq!(v["stop_type"], "limit", "{v}");
+    assert_eq!(v["ruvllm"]["budget_closed"], false);
+    // OpenAI legacy completions, streamed: the last chunk carries the extension.
+    let body = json!({"prompt": prompt, "max_tokens": 16, "stream": true, "seed": 2,
+                      "response_format": {"type": "json_schema",
+                                          "json_schema": {"name": "s", "schema": story}}});
+    let (_, _, text) = post_raw(a, "/v1/completions", body.to_string().as_bytes(), None);
+    let ev: Vec<Value> = sse_events(&text)
+        .iter()
+        .filter(|e| e.as_str() != "[DONE]")
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    let last = ev.last().unwrap();
+    assert_eq!(last["choices"][0]["finish_reason"], "stop", "{last}");
+    assert_eq!(last["ruvllm"]["budget_closed"], true, "{last}");
+    let joined: String = ev
+        .iter()
+        .filter_map(|e| e["choices"][0]["text"].as_str())
+        .collect();
+    serde_json::from_str::<Value>(&joined).unwrap();
+    // The object policy. An open object may take any key; with a prompt that invites
+    // more keys, count the keys that are not declared.
+    let person = json!({"type": "object", "properties": {"name": {"type": "string"}},
+                        "required": ["name"]});
+    let ask = "Describe a person as JSON with a name, an age, a city and hobbies.";
+    let extra = |v: &Value| -> usize {
+        let doc: Value = serde_json::from_str(v.as_str().unwrap()).unwrap();
+        doc.as_object()
+            .unwrap()
+            .keys()
+            .filter(|k| *k != "name")
+            .count()
+    };
+    let mut open_extra = 0;
+    for seed in 0..4 {
+        let (_, v) = post(
+            a,
+            "/completion",
+            json!({"prompt": ask, "json_schema": person, "n_predict": 64, "seed": seed}),
+        );
+        assert_eq!(extra(&v["content"]), 0, "llama.cpp json_schema closes: {v}");
+        let (_, v) = post(
+            a,
+            "/api/generate",
+            json!({"prompt": ask, "format": person, "stream": false,
+                   "options": {"num_predict": 64, "seed": seed}}),
+        );
+        assert_eq!(extra(&v["response"]), 0, "Ollama format closes: {v}");
+        let (_, v) = post(
+            a,
+            "/v1/chat/completions",
+            json!({"messages": user(ask), "max_tokens": 64, "seed": seed,
+                   "response_format": {"type": "json_schema",
+                                       "json_schema": {"name": "p", "schema": person}}}),
+        );
+        open_extra += extra(&v["choices"][0]["message"]["content"]);
+        let (_, v) = post(
+            a,
+            "/v1/chat/completions",
+            json!({"messages": user(ask), "max_tokens": 64, "seed": seed,
+                   "additional_properties": false,
+                   "response_format": {"type": "json_schema",
+                                       "json_schema": {"name": "p", "schema": person}}}),
+        );
+        assert_eq!(extra(&v["choices"][0]["message"]["content"]), 0, "{v}");
+    }
+    assert!(
+        open_extra > 0,
+        "OpenAI's response_format keeps the JSON Schema default"
+    );
+    let (s, v) = post(
+        a,
+        "/v1/chat/completions",
+        json!({"messages": user("hi"), "additional_properties": "no"}),
+    );
+    assert_eq!(
+        (s, v["error"]["param"].as_str()),
+        (400, Some("additional_properties"))
+    );
+}
+
 #[test]
 fn health_and_metrics() {
     let a = shared();
