@@ -656,6 +656,32 @@ pub fn markdown(info: &RunInfo, engines: &[ReportRow], common: Option<&CommonTtf
     }
     if let (Some((_, a, _)), Some((_, b, _))) = (
         engines.iter().find(|e| e.0 == "ruvllm"),
+        engines.iter().find(|e| e.0 == "ruvllm-budget"),
+    ) {
+        let r = |k: &str, q: &str| {
+            let d = f(a, k, q);
+            if d > 0.0 {
+                format!("{:.2}x", f(b, k, q) / d)
+            } else {
+                "n/a".into()
+            }
+        };
+        s.push_str(&format!(
+            "\n## Budget-aware masks far from the end of the budget\n\n`ruvllm-budget` computes \
+             every mask with `compute_budget_mask` and {FAR_BUDGET} tokens left (far from every \
+             instance's end), in the same process, on the same files and tokens, taking turns \
+             with `ruvllm` at going first on a file (the second finds the process-wide lexeme \
+             and table caches warm). Its masks must equal the exact ones (any difference is an \
+             error above). `ruvllm-budget` / `ruvllm`: TBM mean **{}**, p50 {}, p99 {}, \
+             max {}.\n",
+            r("tbm_us", "mean"),
+            r("tbm_us", "p50"),
+            r("tbm_us", "p99"),
+            r("tbm_us", "max"),
+        ));
+    }
+    if let (Some((_, a, _)), Some((_, b, _))) = (
+        engines.iter().find(|e| e.0 == "ruvllm"),
         engines.iter().find(|e| e.0 == "llguidance"),
     ) {
         let r = |k: &str, q: &str| {
