@@ -443,6 +443,18 @@ impl Dfa {
         }
     }
 
+    /// A flat DFA's transition table, a row of `stride` entries per state (the first
+    /// `classes` of them used: one per byte class); `None` for other automata. Cost: O(1).
+    pub(crate) fn rows(&self) -> Option<(&[u32], usize, usize)> {
+        match &self.special {
+            Special::Flat => {
+                let classes = self.classes.iter().map(|&c| c as usize).max().unwrap_or(0) + 1;
+                Some((&self.trans, self.stride, classes.min(self.stride)))
+            }
+            _ => None,
+        }
+    }
+
     /// The byte class of `b` (bytes of one class behave alike in every state).
     #[inline(always)]
     pub(crate) fn class_of(&self, b: u8) -> u8 {
@@ -610,6 +622,44 @@ impl Lexeme {
         }
     }
 
+    /// [`Lexeme::dist`] of the start state, without building the whole distance table
+    /// of a flat DFA when it is not there yet (a forward breadth-first search that stops
+    /// at the first accepting depth): the shortest derivations of a grammar ask it of
+    /// every lexeme, and most are never entered. Cost: the states within that depth.
+    pub(crate) fn start_dist(&self) -> u32 {
+        let s0 = self.dfa.start();
+        match &self.dfa.special {
+            Special::Flat if self.dist.get().is_none() => {
+                if s0 == 0 {
+                    return super::dist::INF;
+                }
+                let mut seen = vec![false; self.dfa.num_states()];
+                seen[s0 as usize] = true;
+                let mut layer = vec![s0];
+                let mut depth = 0u32;
+                while !layer.is_empty() {
+                    if layer.iter().any(|&q| self.dfa.accepting(q)) {
+                        return depth;
+                    }
+                    let mut next = Vec::new();
+                    for &q in &layer {
+                        for b in self.dfa.allowed(q).iter() {
+                            let t = self.dfa.next(q, b);
+                            if t != 0 && !seen[t as usize] {
+                                seen[t as usize] = true;
+                                next.push(t);
+                            }
+                        }
+                    }
+                    layer = next;
+                    depth += 1;
+                }
+                super::dist::INF
+            }
+            _ => self.dist(s0),
+        }
+    }
+
     /// The largest finite [`Lexeme::dist`] over the states: no token that stays inside
     /// the lexeme can leave more than this to read. Cost: as [`Lexeme::dist`].
     pub(crate) fn max_dist(&self) -> u32 {
@@ -646,15 +696,7 @@ impl Lexeme {
             return;
         }
         match &self.dfa.special {
-            Special::Flat => {
-                let d = self.flat_dist();
-                super::dist::follow(
-                    &self.dfa,
-                    s,
-                    |t| d.dist.get(t as usize).copied().unwrap_or(super::dist::INF),
-                    out,
-                );
-            }
+            Special::Flat => self.flat_dist().text(&self.dfa, s, out),
             Special::Counted(c) => c.complete_into(s, out),
             Special::Chain(c) => {
                 let l = c.lit.len() as u32;

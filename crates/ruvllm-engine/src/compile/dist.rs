@@ -65,53 +65,75 @@ const fn preferred() -> [u8; 256] {
     out
 }
 
-/// The distance table of a flat DFA, its largest finite entry, and the bytes its shortest
-/// texts are made of ([`chosen_bytes`]).
+/// The distance table of a flat DFA, its largest finite entry, each state's first byte on
+/// its shortest text (kept so that building a text costs a step per byte), and the bytes those texts are made of ([`chosen_bytes`]).
 #[derive(Debug)]
 pub(crate) struct FlatDist {
     pub(crate) dist: Box<[u32]>,
     pub(crate) max: u32,
+    pub(crate) choice: Box<[u8]>,
     pub(crate) bytes: crate::byteset::ByteSet,
 }
 
 impl FlatDist {
+    /// Appends the shortest text from state `s` of `d` (the DFA this table was built
+    /// for). Cost: a step per byte appended.
+    pub(crate) fn text(&self, d: &Dfa, mut s: u32, out: &mut Vec<u8>) {
+        let mut left = self.dist.get(s as usize).copied().unwrap_or(INF);
+        while left != 0 && left != INF {
+            let b = self.choice[s as usize];
+            out.push(b);
+            s = d.next(s, b);
+            left -= 1;
+        }
+    }
+}
+
+impl FlatDist {
     /// Distances of every state of `d` (a flat DFA) by a backward breadth-first search
-    /// from its accepting states. Cost: O(states x byte classes) time and memory.
+    /// from its accepting states. Cost: O(states x byte classes) time, O(edges) memory.
     pub(crate) fn of(d: &Dfa) -> FlatDist {
         let n = d.num_states();
-        // One representative byte per class.
-        let mut reps: Vec<u8> = Vec::new();
-        let mut seen_class = [false; 256];
-        for b in 0..=255u8 {
-            let c = d.class_of(b) as usize;
-            if !seen_class[c] {
-                seen_class[c] = true;
-                reps.push(b);
+        // The forward edges, each distinct (state, next state) once: most byte classes of a
+        // state go to the dead state or to a few states.
+        let mut edges: Vec<(u32, u32)> = Vec::new();
+        // `stamp[t] == s` once the edge (s, t) is in: O(1) per table entry, no sort.
+        let mut stamp = vec![0u32; n];
+        let mut add = |s: u32, t: u32| {
+            if t != 0 && stamp[t as usize] != s {
+                stamp[t as usize] = s;
+                edges.push((t, s));
+            }
+        };
+        match d.rows() {
+            Some((trans, stride, classes)) => {
+                for s in 1..n {
+                    for &t in &trans[s * stride..s * stride + classes] {
+                        add(s as u32, t);
+                    }
+                }
+            }
+            None => {
+                for s in 1..n as u32 {
+                    for b in d.allowed(s).iter() {
+                        add(s, d.next(s, b));
+                    }
+                }
             }
         }
         // Reverse edges, in compressed rows.
         let mut count = vec![0u32; n + 1];
-        for s in 1..n as u32 {
-            for &b in &reps {
-                let t = d.next(s, b);
-                if t != 0 {
-                    count[t as usize + 1] += 1;
-                }
-            }
+        for &(t, _) in &edges {
+            count[t as usize + 1] += 1;
         }
         for i in 0..n {
             count[i + 1] += count[i];
         }
         let mut fill = count.clone();
         let mut from = vec![0u32; count[n] as usize];
-        for s in 1..n as u32 {
-            for &b in &reps {
-                let t = d.next(s, b);
-                if t != 0 {
-                    from[fill[t as usize] as usize] = s;
-                    fill[t as usize] += 1;
-                }
-            }
+        for &(t, s) in &edges {
+            from[fill[t as usize] as usize] = s;
+            fill[t as usize] += 1;
         }
         let mut dist = vec![INF; n].into_boxed_slice();
         let mut queue: Vec<u32> = Vec::new();
@@ -135,17 +157,25 @@ impl FlatDist {
                 }
             }
         }
-        let bytes = chosen_bytes(d, |t| dist.get(t as usize).copied().unwrap_or(INF));
-        FlatDist { dist, max, bytes }
+        let (choice, bytes) = choices(d, &dist);
+        FlatDist {
+            dist,
+            max,
+            choice,
+            bytes,
+        }
     }
 }
 
-/// The bytes [`follow`] can choose from any state of `d`: the first preferred byte that
-/// keeps to a shortest path, over every live state. Cost: O(states x 256) at worst.
-pub(crate) fn chosen_bytes(d: &Dfa, dist: impl Fn(u32) -> u32) -> crate::byteset::ByteSet {
-    let mut out = crate::byteset::ByteSet::EMPTY;
-    for s in 1..d.num_states() as u32 {
-        let left = dist(s);
+/// Per state of `d`, the byte its shortest text starts with (the first preferred byte that
+/// keeps to a shortest path; 0 where none is needed), and the set of those bytes. Cost: O(states x
+/// 256) at worst.
+fn choices(d: &Dfa, dist: &[u32]) -> (Box<[u8]>, crate::byteset::ByteSet) {
+    let n = d.num_states();
+    let mut choice = vec![0u8; n].into_boxed_slice();
+    let mut bytes = crate::byteset::ByteSet::EMPTY;
+    for s in 1..n as u32 {
+        let left = dist[s as usize];
         if left == 0 || left == INF {
             continue;
         }
@@ -153,42 +183,15 @@ pub(crate) fn chosen_bytes(d: &Dfa, dist: impl Fn(u32) -> u32) -> crate::byteset
         for &b in PREFERRED.iter() {
             if allowed.contains(b) {
                 let t = d.next(s, b);
-                if t != 0 && dist(t) == left - 1 {
-                    out.insert(b);
+                if t != 0 && dist[t as usize] == left - 1 {
+                    choice[s as usize] = b;
+                    bytes.insert(b);
                     break;
                 }
             }
         }
     }
-    out
-}
-
-/// Appends a shortest text from state `s` of `d` to acceptance, given `dist` (a function
-/// giving each state's distance). Cost: O(bytes appended x 256) at worst.
-pub(crate) fn follow(d: &Dfa, mut s: u32, dist: impl Fn(u32) -> u32, out: &mut Vec<u8>) {
-    let mut left = dist(s);
-    while left != 0 && left != INF {
-        let allowed = d.allowed(s);
-        let mut stepped = false;
-        for &b in PREFERRED.iter() {
-            if !allowed.contains(b) {
-                continue;
-            }
-            let t = d.next(s, b);
-            if t != 0 && dist(t) == left - 1 {
-                out.push(b);
-                s = t;
-                left -= 1;
-                stepped = true;
-                break;
-            }
-        }
-        if !stepped {
-            // Distances are exact, so a shortest step always exists.
-            debug_assert!(false, "no shortest step from a live state");
-            return;
-        }
-    }
+    (choice, bytes)
 }
 
 #[cfg(test)]

@@ -46,10 +46,9 @@ impl Shortest {
     /// distance tables of the lexemes whose start states are asked (first use each).
     pub(crate) fn of(g: &CompiledGrammar) -> Shortest {
         let nr = g.rule_alts.len();
-        let lex_cost = |l: u32| {
-            let d = &g.lexemes[l as usize];
-            d.dist(d.start())
-        };
+        // Each lexeme's shortest text from its start, once.
+        let starts: Vec<u32> = g.lexemes.iter().map(|d| d.start_dist()).collect();
+        let lex_cost = |l: u32| starts[l as usize];
         // Per alternative (by its start position): rules still unknown, cost so far.
         let mut pending: Vec<u32> = vec![0; g.syms.len()];
         let mut partial: Vec<u32> = vec![0; g.syms.len()];
