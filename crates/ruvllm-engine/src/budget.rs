@@ -81,6 +81,30 @@ pub struct BudgetMask {
     pub shortest: Option<usize>,
 }
 
+/// The exact mask with every token to be confirmed after it is sampled.
+const TENTATIVE: BudgetMask = BudgetMask {
+    narrowed: false,
+    tentative: true,
+    shortest: None,
+};
+
+/// `mask &= allowed`, EOS bits kept; whether a bit went. Cost: O(words · EOS ids).
+fn keep_with_eos(mask: &mut [u32], allowed: &[u32], eos: &[u32]) -> bool {
+    let mut narrowed = false;
+    for (i, w) in mask.iter_mut().enumerate() {
+        let mut keep = allowed.get(i).copied().unwrap_or(0);
+        for &e in eos {
+            if (e >> 5) as usize == i {
+                keep |= 1 << (e & 31);
+            }
+        }
+        let nw = *w & keep;
+        narrowed |= nw != *w;
+        *w = nw;
+    }
+    narrowed
+}
+
 /// A token that crosses a lexeme boundary, with the distances after it.
 #[derive(Debug, Clone, Copy)]
 struct Leaf {
@@ -242,25 +266,8 @@ impl Matcher {
         if self.finished {
             return Ok(BudgetMask::default());
         }
-        let c = self.c.clone();
-        let keep_eos = |mask: &mut [u32], allowed: &[u32]| -> bool {
-            let eos = c.vocab.eos_tokens();
-            let mut narrowed = false;
-            for (i, w) in mask.iter_mut().enumerate() {
-                let mut keep = allowed.get(i).copied().unwrap_or(0);
-                for &e in eos {
-                    if (e >> 5) as usize == i {
-                        keep |= 1 << (e & 31);
-                    }
-                }
-                let nw = *w & keep;
-                narrowed |= nw != *w;
-                *w = nw;
-            }
-            narrowed
-        };
         if remaining == 0 {
-            let narrowed = keep_eos(mask, &[]);
+            let narrowed = keep_with_eos(mask, &[], self.c.vocab.eos_tokens());
             return Ok(BudgetMask {
                 narrowed,
                 tentative: false,
@@ -276,51 +283,13 @@ impl Matcher {
             written.intersection(singles) == written
         };
         let mut clock = Deadline::new(self.c.limits.max_mask_time);
-        let out_of_time = BudgetMask {
-            narrowed: false,
-            tentative: true,
-            shortest: None,
-        };
-        // Comfortably far from the end by a bound found in the last few steps: the exact
-        // mask, every token to be confirmed, and no bound computed (a state's first visit
-        // costs a bound per item of its set; most states of a long output are met once).
-        if let Some((bound, steps)) = &mut self.budget_hint {
-            if bytes_ok && *steps < HINT_STEPS && bound.saturating_mul(HINT_SLACK) <= left {
-                *steps += 1;
-                return Ok(BudgetMask {
-                    narrowed: false,
-                    tentative: true,
-                    shortest: None,
-                });
-            }
-        }
-        let mut facts = match self.state_budget(&mut clock, false, left) {
-            Ok(f) => f,
+        let facts = match self.far_case(left, bytes_ok, &mut clock) {
+            Ok(Ok(far)) => return Ok(far),
+            Ok(Err(facts)) => facts,
             // Out of time: the exact mask, every token to be confirmed.
-            Err(MatchError::MaskTime { .. }) => return Ok(out_of_time),
+            Err(MatchError::MaskTime { .. }) => return Ok(TENTATIVE),
             Err(e) => return Err(e),
         };
-        self.budget_hint = Some((facts.far_any, 0));
-        if bytes_ok && facts.walked && facts.far <= left {
-            return Ok(BudgetMask::default());
-        }
-        if bytes_ok && facts.far_any <= left {
-            // Far from the end, but some token's proof runs through a semantic check or
-            // crosses a boundary not walked yet: the exact mask, each sampled token to be
-            // confirmed.
-            return Ok(BudgetMask {
-                narrowed: false,
-                tentative: true,
-                shortest: None,
-            });
-        }
-        if !facts.walked {
-            facts = match self.state_budget(&mut clock, true, left) {
-                Ok(f) => f,
-                Err(MatchError::MaskTime { .. }) => return Ok(out_of_time),
-                Err(e) => return Err(e),
-            };
-        }
         let mut allowed = vec![0u32; mask.len()];
         let mut tentative = self.allow_in_lexemes(&mut allowed, left, bytes_ok)?;
         tentative |= self.allow_leaves(&facts, &mut allowed, left, bytes_ok, &mut clock)?;
@@ -332,12 +301,48 @@ impl Matcher {
                 }
             }
         }
-        let narrowed = keep_eos(mask, &allowed);
+        let narrowed = keep_with_eos(mask, &allowed, self.c.vocab.eos_tokens());
         Ok(BudgetMask {
             narrowed,
             tentative,
             shortest: shortest.map(|w| w.len()),
         })
+    }
+
+    /// Far from the end of the budget (`left` tokens after this one): the answer, the
+    /// exact mask (proven, or tentative); near it, the state's facts with its
+    /// boundary-crossing tokens walked, for [`Matcher::compute_budget_mask`] to narrow the
+    /// mask with.
+    fn far_case(
+        &mut self,
+        left: u32,
+        bytes_ok: bool,
+        clock: &mut Deadline,
+    ) -> Result<Result<BudgetMask, Arc<StateBudget>>, MatchError> {
+        // Comfortably far from the end by a bound found in the last few steps: the exact
+        // mask, every token to be confirmed, and no bound computed (a state's first visit
+        // costs a bound per item of its set; most states of a long output are met once).
+        if let Some((bound, steps)) = &mut self.budget_hint {
+            if bytes_ok && *steps < HINT_STEPS && bound.saturating_mul(HINT_SLACK) <= left {
+                *steps += 1;
+                return Ok(Ok(TENTATIVE));
+            }
+        }
+        let facts = self.state_budget(clock, false, left)?;
+        self.budget_hint = Some((facts.far_any, 0));
+        if bytes_ok && facts.walked && facts.far <= left {
+            return Ok(Ok(BudgetMask::default()));
+        }
+        if bytes_ok && facts.far_any <= left {
+            // Far from the end, but some token's proof runs through a semantic check or
+            // crosses a boundary not walked yet: the exact mask, each sampled token to be
+            // confirmed.
+            return Ok(Ok(TENTATIVE));
+        }
+        if facts.walked {
+            return Ok(Err(facts));
+        }
+        Ok(Err(self.state_budget(clock, true, left)?))
     }
 
     /// The budget facts of the current parse state: from the constraint's cache, or
@@ -379,7 +384,6 @@ impl Matcher {
         left: u32,
     ) -> Result<Arc<StateBudget>, MatchError> {
         let c = self.c.clone();
-        let g = &c.grammar;
         let mut seen = false;
         if id & UNIQUE == 0 {
             if let Some(f) = c
@@ -395,12 +399,47 @@ impl Matcher {
                 seen = true;
             }
         }
-        let walk = full || seen || id & UNIQUE != 0;
+        let (mut far, mut far_any) = self.lexeme_bounds();
+        // Comfortably far (twice the bound of the tokens inside lexemes): no walk, the
+        // boundary-crossing tokens are confirmed after sampling instead.
+        let comfortable = far_any != INF && far_any.saturating_mul(2) <= left;
+        let walk = full || ((seen || id & UNIQUE != 0) && !comfortable);
+        let (leaves, clean) = if walk {
+            self.walk_leaves(clock)?
+        } else {
+            (Vec::new(), true)
+        };
+        for l in &leaves {
+            far = far.max(l.unchecked);
+            far_any = far_any.max(l.any);
+        }
+        let facts = Arc::new(StateBudget {
+            far,
+            far_any,
+            walked: walk,
+            leaves,
+            tokens: OnceLock::new(),
+        });
+        if clean && id & UNIQUE == 0 {
+            if let Ok(mut m) = c.budget.states.lock() {
+                if m.len() >= MAX_STATES {
+                    m.clear();
+                }
+                m.insert(id, facts.clone());
+            }
+        }
+        Ok(facts)
+    }
+
+    /// The proven and the syntactic bound (bytes, see [`StateBudget`]) over the tokens
+    /// that stay inside the lexemes of the top set's items: each item's lexeme's longest
+    /// distance plus its context. Cost: O(items), after the Earley sets' waiting costs.
+    fn lexeme_bounds(&mut self) -> (u32, u32) {
+        let c = self.c.clone();
+        let g = &c.grammar;
         let sh = g.shortest();
-        // Tokens inside each item's lexeme.
         let (mut far, mut far_any) = (0u32, 0u32);
-        let k = self.parser.top();
-        let (start, end) = self.parser.set_range(k);
+        let (start, end) = self.parser.set_range(self.parser.top());
         for i in start..end {
             let it = self.parser.items[i];
             let Sym::Lex(l) = g.syms[it.pos as usize] else {
@@ -414,27 +453,19 @@ impl Matcher {
             far = far.max(if checked { INF } else { bound });
             far_any = far_any.max(bound);
         }
-        // Comfortably far (twice the bound of the tokens inside lexemes): no walk, the
-        // boundary-crossing tokens are confirmed after sampling instead.
-        let walk = walk && !(far_any != INF && far_any.saturating_mul(2) <= left && !full);
-        if !walk {
-            let facts = Arc::new(StateBudget {
-                far,
-                far_any,
-                walked: false,
-                leaves: Vec::new(),
-                tokens: OnceLock::new(),
-            });
-            if let Ok(mut m) = c.budget.states.lock() {
-                if m.len() >= MAX_STATES {
-                    m.clear();
-                }
-                m.insert(id, facts.clone());
-            }
-            return Ok(facts);
-        }
+        (far, far_any)
+    }
+
+    /// The boundary-crossing tokens of the top set (its items' tables' uncertain ranges)
+    /// walked with the real parser, each with the distances after it; and whether no step
+    /// ran a semantic check (then they depend on the state alone). Cost: a parser step per
+    /// trie node of the ranges, and the distances at each token's end.
+    fn walk_leaves(&mut self, clock: &mut Deadline) -> Result<(Vec<Leaf>, bool), MatchError> {
+        let c = self.c.clone();
+        let g = &c.grammar;
+        let sh = g.shortest();
         let mut ranges: Vec<(u32, u32)> = Vec::new();
-        for it in self.parser.set(k) {
+        for it in self.parser.set(self.parser.top()) {
             if let Sym::Lex(l) = g.syms[it.pos as usize] {
                 let lexeme = &g.lexemes[l as usize];
                 if let Some(t) = c.tables[l as usize].known(lexeme, it.state) {
@@ -450,7 +481,6 @@ impl Matcher {
                 _ => merged.push((a, b)),
             }
         }
-        // Tokens that cross a boundary: the real parser.
         let mut leaves: Vec<Leaf> = Vec::new();
         let clean = walk_real(self, &merged, clock, |p, toks| {
             let (any, unchecked) = p.distance(g, sh);
@@ -463,26 +493,7 @@ impl Matcher {
             }
             Ok(())
         })?;
-        for l in &leaves {
-            far = far.max(l.unchecked);
-            far_any = far_any.max(l.any);
-        }
-        let facts = Arc::new(StateBudget {
-            far,
-            far_any,
-            walked: true,
-            leaves,
-            tokens: OnceLock::new(),
-        });
-        if clean && id & UNIQUE == 0 {
-            if let Ok(mut m) = c.budget.states.lock() {
-                if m.len() >= MAX_STATES {
-                    m.clear();
-                }
-                m.insert(id, facts.clone());
-            }
-        }
-        Ok(facts)
+        Ok((leaves, clean))
     }
 
     /// Near the end: sets in `allowed` the tokens that stay inside a lexeme and are

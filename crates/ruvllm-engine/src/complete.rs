@@ -579,36 +579,9 @@ impl Matcher {
                 // after each (a key that must be three digits is `000`, which a search
                 // by extra bytes reaches only after every shorter key).
                 let depth0 = self.parser.top();
-                let mut dive = Vec::new();
-                let dive_len = if expanded <= DIVES { DIVE } else { 0 };
-                for _ in 0..dive_len {
-                    expanded += 1;
-                    self.parser.ensure_closed(g)?;
-                    let allowed = self.parser.top_info().allowed;
-                    let mut stepped = false;
-                    for &b in crate::compile::dist::PREFERRED.iter() {
-                        if allowed.contains(b) && self.parser.push_byte(g, b)? {
-                            if self.parser.distance(g, sh).0 == INF {
-                                self.parser.pop();
-                                continue;
-                            }
-                            dive.push(b);
-                            stepped = true;
-                            break;
-                        }
-                    }
-                    if !stepped {
-                        break;
-                    }
-                    self.parser.ensure_closed(g)?;
-                    let done = if self.parser.top_info().accepting {
-                        Some(Vec::new())
-                    } else {
-                        self.passing_candidate()?
-                    };
-                    if let Some(text) = done {
+                if expanded <= DIVES {
+                    if let Some(text) = self.dive(&mut expanded)? {
                         let mut full = path.clone();
-                        full.extend_from_slice(&dive);
                         full.extend_from_slice(&text);
                         return Ok(Some(full));
                     }
@@ -665,6 +638,49 @@ impl Matcher {
 }
 
 impl Matcher {
+    /// From the current state, [`DIVE`] bytes at most, each the first preferred byte that
+    /// keeps a completion, trying after each whether the output is complete or a
+    /// syntactic candidate passes; returns the bytes and the candidate's text. The parser
+    /// is left at the end of the dive (the caller truncates). Counts its steps in
+    /// `expanded`.
+    fn dive(&mut self, expanded: &mut usize) -> Result<Option<Vec<u8>>, MatchError> {
+        let c = self.c.clone();
+        let g = &c.grammar;
+        let sh = g.shortest();
+        let mut dive = Vec::new();
+        for _ in 0..DIVE {
+            *expanded += 1;
+            self.parser.ensure_closed(g)?;
+            let allowed = self.parser.top_info().allowed;
+            let mut stepped = false;
+            for &b in crate::compile::dist::PREFERRED.iter() {
+                if allowed.contains(b) && self.parser.push_byte(g, b)? {
+                    if self.parser.distance(g, sh).0 == INF {
+                        self.parser.pop();
+                        continue;
+                    }
+                    dive.push(b);
+                    stepped = true;
+                    break;
+                }
+            }
+            if !stepped {
+                return Ok(None);
+            }
+            self.parser.ensure_closed(g)?;
+            let done = if self.parser.top_info().accepting {
+                Some(Vec::new())
+            } else {
+                self.passing_candidate()?
+            };
+            if let Some(text) = done {
+                dive.extend_from_slice(&text);
+                return Ok(Some(dive));
+            }
+        }
+        Ok(None)
+    }
+
     /// The text of the first of the four cheapest syntactic candidates from the current
     /// state that passes the semantic checks, if any.
     fn passing_candidate(&mut self) -> Result<Option<Vec<u8>>, MatchError> {
