@@ -592,6 +592,15 @@ pub struct RunInfo {
 /// One engine's row in the report: name, its JSON summary, its cache sizes (mean, max).
 pub type ReportRow = (String, Value, Option<(f64, f64)>);
 
+/// `a / b` written as `1.23x` (`n/a` when `b` is not positive).
+fn ratio(a: f64, b: f64) -> String {
+    if b > 0.0 {
+        format!("{:.2}x", a / b)
+    } else {
+        "n/a".into()
+    }
+}
+
 /// The Markdown report (docs/BENCHMARKS.md): both engines' tables and the ratios.
 pub fn markdown(info: &RunInfo, engines: &[ReportRow], common: Option<&CommonTtfm>) -> String {
     let mut s = String::new();
@@ -666,14 +675,7 @@ pub fn markdown(info: &RunInfo, engines: &[ReportRow], common: Option<&CommonTtf
         engines.iter().find(|e| e.0 == "ruvllm"),
         engines.iter().find(|e| e.0 == "ruvllm-budget"),
     ) {
-        let r = |k: &str, q: &str| {
-            let d = f(a, k, q);
-            if d > 0.0 {
-                format!("{:.2}x", f(b, k, q) / d)
-            } else {
-                "n/a".into()
-            }
-        };
+        let r = |k: &str, q: &str| ratio(f(b, k, q), f(a, k, q));
         s.push_str(&format!(
             "\n## Budget-aware masks far from the end of the budget\n\n`ruvllm-budget` computes \
              every mask with `compute_budget_mask` and {FAR_BUDGET} tokens left (far from every \
@@ -696,14 +698,7 @@ pub fn markdown(info: &RunInfo, engines: &[ReportRow], common: Option<&CommonTtf
         engines.iter().find(|e| e.0 == "ruvllm"),
         engines.iter().find(|e| e.0 == "llguidance"),
     ) {
-        let r = |k: &str, q: &str| {
-            let d = f(b, k, q);
-            if d > 0.0 {
-                format!("{:.2}x", f(a, k, q) / d)
-            } else {
-                "n/a".into()
-            }
-        };
+        let r = |k: &str, q: &str| ratio(f(a, k, q), f(b, k, q));
         s.push_str("\n## Masks over 2 ms (the hard bound of issue 4)\n\n");
         if let Some(p) = info.stall_watch_us {
             s.push_str(&format!(

@@ -198,6 +198,30 @@ struct GrammarArgs {
     any_order: bool,
 }
 
+/// A matcher of `grammar` over the vocabulary in `tokenizer`, after the raw text
+/// `prefix` (an error naming the byte where the grammar refuses it).
+fn matcher_after(
+    grammar: &GrammarArgs,
+    tokenizer: &PathBuf,
+    prefix: &str,
+    limits: &Limits,
+) -> Result<(Arc<Vocabulary>, Matcher)> {
+    let g = grammar.load(limits)?;
+    let vocab = Arc::new(
+        Vocabulary::from_file(tokenizer)
+            .with_context(|| format!("loading {}", tokenizer.display()))?,
+    );
+    let c = Constraint::new(&g, vocab.clone(), limits)?;
+    let mut m = Matcher::new(&c)?;
+    if let CheckResult::Rejected { at, expected } = m.check_bytes(prefix.as_bytes())? {
+        bail!(
+            "the prefix is rejected at byte {at}; expected: {}",
+            expected.join(" | ")
+        );
+    }
+    Ok((vocab, m))
+}
+
 fn load_schema(p: &PathBuf, strict: bool, any_order: bool) -> Result<Grammar> {
     let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
     let v: serde_json::Value =
@@ -409,19 +433,7 @@ fn run() -> Result<ExitCode> {
             prefix,
             sample,
         }) => {
-            let g = grammar.load(&limits)?;
-            let vocab = Arc::new(
-                Vocabulary::from_file(&tokenizer)
-                    .with_context(|| format!("loading {}", tokenizer.display()))?,
-            );
-            let c = Constraint::new(&g, vocab.clone(), &limits)?;
-            let mut m = Matcher::new(&c)?;
-            if let CheckResult::Rejected { at, expected } = m.check_bytes(prefix.as_bytes())? {
-                bail!(
-                    "the prefix is rejected at byte {at}; expected: {}",
-                    expected.join(" | ")
-                );
-            }
+            let (vocab, mut m) = matcher_after(&grammar, &tokenizer, &prefix, &limits)?;
             let mut mask = vec![0u32; vocab.mask_words()];
             let t0 = std::time::Instant::now();
             m.compute_mask(&mut mask)?;
@@ -453,19 +465,7 @@ fn run() -> Result<ExitCode> {
             tokenizer,
             prefix,
         }) => {
-            let g = grammar.load(&limits)?;
-            let vocab = Arc::new(
-                Vocabulary::from_file(&tokenizer)
-                    .with_context(|| format!("loading {}", tokenizer.display()))?,
-            );
-            let c = Constraint::new(&g, vocab.clone(), &limits)?;
-            let mut m = Matcher::new(&c)?;
-            if let CheckResult::Rejected { at, expected } = m.check_bytes(prefix.as_bytes())? {
-                bail!(
-                    "the prefix is rejected at byte {at}; expected: {}",
-                    expected.join(" | ")
-                );
-            }
+            let (vocab, mut m) = matcher_after(&grammar, &tokenizer, &prefix, &limits)?;
             let t0 = std::time::Instant::now();
             let w = m.shortest_completion()?;
             let elapsed = t0.elapsed();

@@ -45,8 +45,9 @@
 //! before, the far case costs one lookup. On a state's first visit far from the end only
 //! the tokens inside lexemes are bounded (the items' bounds, no walk), and the mask is the
 //! exact mask with the boundary-crossing tokens left to be confirmed (tentative); the walk
-//! comes with the state's second visit, or at once near the end. Memory: at most [`MAX_STATES`] identities and
-//! [`MAX_TABLES`] budget tables per constraint (then emptied).
+//! comes with the state's second visit, or at once near the end. Memory: each cache of a
+//! constraint holds at most [`MAX_ENTRIES`] entries and [`MAX_BYTES`] bytes (then it is
+//! emptied); a budget table's large token groups are bitmaps.
 
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -54,6 +55,7 @@ use crate::compile::dist::{add, INF};
 use crate::compile::Sym;
 use crate::earley::{FastMap, Item, Parser};
 use crate::error::MatchError;
+use crate::facts::{Leaf, StateBudget};
 use crate::matcher::{Deadline, Matcher};
 use crate::states::UNIQUE;
 
@@ -64,9 +66,9 @@ const HINT_STEPS: u32 = 16;
 const HINT_SLACK: u32 = 4;
 
 /// Identities whose budget facts a constraint keeps.
-const MAX_STATES: usize = 1 << 16;
+const MAX_ENTRIES: usize = 1 << 16;
 /// Budget tables a constraint keeps.
-const MAX_TABLES: usize = 1 << 12;
+const MAX_BYTES: usize = 64 << 20;
 
 /// What [`Matcher::compute_budget_mask`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -105,35 +107,6 @@ fn keep_with_eos(mask: &mut [u32], allowed: &[u32], eos: &[u32]) -> bool {
     narrowed
 }
 
-/// A token that crosses a lexeme boundary, with the distances after it.
-#[derive(Debug, Clone, Copy)]
-struct Leaf {
-    token: u32,
-    /// Bytes of the shortest completion after it that runs no semantic check.
-    unchecked: u32,
-    /// Bytes of the shortest syntactic completion after it.
-    any: u32,
-}
-
-/// The budget facts of one parse-state identity.
-#[derive(Debug)]
-pub(crate) struct StateBudget {
-    /// The largest proven bound (bytes) over every token of the exact mask ([`INF`] when
-    /// some token has none).
-    far: u32,
-    /// The largest syntactic bound (bytes) over every token of the exact mask, semantic
-    /// checks left aside: within it every token fits, tentatively.
-    far_any: u32,
-    /// Whether the boundary-crossing tokens were walked: `false` on a state's first
-    /// visit far from the end of the budget, when `far` and `far_any` cover the tokens
-    /// inside lexemes only, and the boundary-crossing ones are left to be confirmed.
-    walked: bool,
-    leaves: Vec<Leaf>,
-    /// Per leaf: the tokens of the shortest unchecked completion after it, and of the
-    /// shortest syntactic one (computed when a step first needs them).
-    tokens: OnceLock<Vec<(u32, u32)>>,
-}
-
 /// The tokens that stay inside a lexeme from one state, grouped by the state they end in.
 #[derive(Debug)]
 struct BudgetTable {
@@ -146,41 +119,55 @@ struct Group {
     dist: u32,
     /// The end state.
     state: u32,
-    tokens: Vec<u32>,
+    tokens: crate::tables::TokenSet,
     /// Tokens of the end state's shortest text (computed on first need).
     fewest: OnceLock<u32>,
+}
+
+/// A map bounded by entries and by (approximate) bytes: emptied when an insertion would
+/// pass either bound.
+struct Bounded<K, V> {
+    map: FastMap<K, V>,
+    bytes: usize,
+}
+
+impl<K, V> Default for Bounded<K, V> {
+    fn default() -> Self {
+        Bounded {
+            map: FastMap::default(),
+            bytes: 0,
+        }
+    }
+}
+
+impl<K: std::hash::Hash + Eq, V: Clone> Bounded<K, V> {
+    fn get(&self, k: &K) -> Option<V> {
+        self.map.get(k).cloned()
+    }
+
+    /// Inserts `v` of about `size` bytes (a replaced value's bytes stay counted until the
+    /// next emptying). Cost: O(1), O(entries) when emptied.
+    fn insert(&mut self, k: K, v: V, size: usize) {
+        if self.map.len() >= MAX_ENTRIES || self.bytes + size > MAX_BYTES {
+            self.map.clear();
+            self.bytes = 0;
+        }
+        self.bytes += size;
+        self.map.insert(k, v);
+    }
 }
 
 /// Per-constraint caches of budget facts (see the module docs).
 #[derive(Default)]
 pub(crate) struct BudgetCache {
-    states: Mutex<FastMap<u32, Arc<StateBudget>>>,
-    tables: Mutex<FastMap<(u32, u32), Arc<BudgetTable>>>,
+    states: Mutex<Bounded<u32, Arc<StateBudget>>>,
+    tables: Mutex<Bounded<(u32, u32), Arc<BudgetTable>>>,
 }
 
 impl BudgetCache {
-    /// Approximate heap bytes. Cost: a pass over the entries.
+    /// Approximate heap bytes (each cache at most [`MAX_BYTES`]). Cost: two locks.
     pub(crate) fn memory(&self) -> usize {
-        let s: usize = self
-            .states
-            .lock()
-            .map(|m| m.values().map(|x| 32 + x.leaves.len() * 20).sum())
-            .unwrap_or(0);
-        let t: usize = self
-            .tables
-            .lock()
-            .map(|m| {
-                m.values()
-                    .map(|x| {
-                        x.groups
-                            .iter()
-                            .map(|g| 32 + g.tokens.len() * 4)
-                            .sum::<usize>()
-                    })
-                    .sum()
-            })
-            .unwrap_or(0);
-        s + t
+        self.states.lock().map_or(0, |m| m.bytes) + self.tables.lock().map_or(0, |m| m.bytes)
     }
 }
 
@@ -386,13 +373,7 @@ impl Matcher {
         let c = self.c.clone();
         let mut seen = false;
         if id & UNIQUE == 0 {
-            if let Some(f) = c
-                .budget
-                .states
-                .lock()
-                .ok()
-                .and_then(|m| m.get(&id).cloned())
-            {
+            if let Some(f) = c.budget.states.lock().ok().and_then(|m| m.get(&id)) {
                 if f.walked {
                     return Ok(f);
                 }
@@ -422,10 +403,8 @@ impl Matcher {
         });
         if clean && id & UNIQUE == 0 {
             if let Ok(mut m) = c.budget.states.lock() {
-                if m.len() >= MAX_STATES {
-                    m.clear();
-                }
-                m.insert(id, facts.clone());
+                // The leaves, and their token counts when a step near the end adds them.
+                m.insert(id, facts.clone(), 64 + facts.leaves.len() * 20);
             }
         }
         Ok(facts)
@@ -551,9 +530,7 @@ impl Matcher {
                     ok = add(gt, ct) <= left;
                 }
                 if ok {
-                    for &t in &grp.tokens {
-                        allowed[(t >> 5) as usize] |= 1 << (t & 31);
-                    }
+                    grp.tokens.or_into(allowed);
                     tentative |= checked;
                 }
             }
@@ -652,13 +629,7 @@ impl Matcher {
     /// constraint. Cost on a miss: a pass over the trie, a DFA step per live node.
     fn budget_table(&self, l: u32, s: u32) -> Arc<BudgetTable> {
         let c = &self.c;
-        if let Some(t) = c
-            .budget
-            .tables
-            .lock()
-            .ok()
-            .and_then(|m| m.get(&(l, s)).cloned())
-        {
+        if let Some(t) = c.budget.tables.lock().ok().and_then(|m| m.get(&(l, s))) {
             return t;
         }
         let lexeme = &c.grammar.lexemes[l as usize];
@@ -682,22 +653,31 @@ impl Matcher {
             path[d] = t;
             n += 1;
         }
+        // A group of more tokens than a bitmap has words is a bitmap (the inside of a
+        // string: most of the vocabulary in one group).
+        let words = c.vocab.mask_words();
         let mut groups: Vec<Group> = by_state
             .into_iter()
             .map(|(state, tokens)| Group {
                 dist: lexeme.dist(state),
                 state,
-                tokens,
+                tokens: if tokens.len() > words {
+                    let mut bits = vec![0u32; words];
+                    for t in tokens {
+                        bits[(t >> 5) as usize] |= 1 << (t & 31);
+                    }
+                    crate::tables::TokenSet::Dense(bits.into())
+                } else {
+                    crate::tables::TokenSet::Sparse(tokens)
+                },
                 fewest: OnceLock::new(),
             })
             .collect();
         groups.sort_by_key(|g| (g.dist, g.state));
+        let size: usize = groups.iter().map(|g| 48 + g.tokens.memory()).sum();
         let table = Arc::new(BudgetTable { groups });
         if let Ok(mut m) = c.budget.tables.lock() {
-            if m.len() >= MAX_TABLES {
-                m.clear();
-            }
-            m.insert((l, s), table.clone());
+            m.insert((l, s), table.clone(), size);
         }
         table
     }

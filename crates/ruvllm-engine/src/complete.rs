@@ -50,24 +50,22 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use crate::compile::dist::{add, INF};
-use crate::compile::shortest::Shortest;
+use crate::compile::shortest::{Shortest, MAX_TEXT};
 use crate::compile::{CompiledGrammar, Sym};
-use crate::earley::{FastMap, Item, Parser, ROOT};
+use crate::earley::{FastMap, Item, Parser, WaitCost, ROOT};
 use crate::error::MatchError;
+use crate::facts::{Completion, Known};
 use crate::matcher::{Deadline, Matcher};
-
-/// The cheapest way to finish the parse once rule `r` completes at set `o` (see the module
-/// docs): its cost in bytes, the waiting item it goes through (an index into the parser's
-/// items), and whether it completes a checked rule on the way.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct WaitCost {
-    pub(crate) cost: u32,
-    pub(crate) via: u32,
-    pub(crate) checked: bool,
-}
 
 const NO_WAIT: WaitCost = WaitCost {
     cost: INF,
+    via: u32::MAX,
+    checked: false,
+};
+
+/// Completing the start rule completes the parse: nothing more to write.
+const DONE: WaitCost = WaitCost {
+    cost: 0,
     via: u32::MAX,
     checked: false,
 };
@@ -91,15 +89,7 @@ impl Parser {
         r: u32,
     ) -> WaitCost {
         if o == ROOT {
-            return if r == g.root {
-                WaitCost {
-                    cost: 0,
-                    via: u32::MAX,
-                    checked: false,
-                }
-            } else {
-                NO_WAIT
-            };
+            return if r == g.root { DONE } else { NO_WAIT };
         }
         self.ensure_costs(g, sh, o as usize);
         self.waits[o as usize]
@@ -171,11 +161,7 @@ impl Parser {
             }
             let parent = if p.origin == ROOT {
                 if pr == g.root {
-                    WaitCost {
-                        cost: 0,
-                        via: u32::MAX,
-                        checked: false,
-                    }
+                    DONE
                 } else {
                     NO_WAIT
                 }
@@ -305,7 +291,7 @@ impl Parser {
     }
 
     /// The core items of the top set with their [`Parser::item_cost`], cheapest first
-    /// (ties in item order), live ones only.
+    /// (ties in item order), those whose text is at most [`MAX_TEXT`] bytes only.
     pub(crate) fn ranked_core(
         &mut self,
         g: &CompiledGrammar,
@@ -315,7 +301,7 @@ impl Parser {
         let mut out: Vec<(u32, bool, Item)> = Vec::with_capacity(core.len());
         for it in core {
             let (c, k) = self.item_cost(g, sh, it);
-            if c != INF {
+            if c <= MAX_TEXT {
                 out.push((c, k, it));
             }
         }
@@ -338,55 +324,6 @@ impl Parser {
         }
         (any, unchecked)
     }
-}
-
-/// A way to finish the output: tokens that, committed one after the other, make it a
-/// complete sentence (then only EOS is left), and their text.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Completion {
-    tokens: Vec<u32>,
-    text: Vec<u8>,
-}
-
-impl Completion {
-    /// The tokens, in order (none when the output is complete already).
-    pub fn tokens(&self) -> &[u32] {
-        &self.tokens
-    }
-
-    /// Their bytes, concatenated.
-    pub fn text(&self) -> &[u8] {
-        &self.text
-    }
-
-    /// How many tokens.
-    pub fn len(&self) -> usize {
-        self.tokens.len()
-    }
-
-    /// Whether the output is complete already.
-    pub fn is_empty(&self) -> bool {
-        self.tokens.is_empty()
-    }
-
-    /// The completion after its first token (`None` when empty).
-    pub(crate) fn rest(&self, vocab: &crate::Vocabulary) -> Option<Completion> {
-        let (&first, rest) = self.tokens.split_first()?;
-        let cut = vocab.token_bytes(first).len().min(self.text.len());
-        Some(Completion {
-            tokens: rest.to_vec(),
-            text: self.text[cut..].to_vec(),
-        })
-    }
-}
-
-/// A completion known at a matcher state: the state (committed tokens, output bytes)
-/// and the completion.
-#[derive(Debug, Clone)]
-pub(crate) struct Known {
-    pub(crate) tokens: usize,
-    pub(crate) bytes: usize,
-    pub(crate) completion: Option<Completion>,
 }
 
 impl Matcher {

@@ -142,6 +142,16 @@ pub(crate) struct Parser {
     stamp: u32,
 }
 
+/// The cheapest way to finish the parse once rule `r` completes at set `o` (see
+/// `crate::complete`): its cost in bytes, the waiting item it goes through (an index into
+/// the parser's items), and whether it completes a checked rule on the way.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WaitCost {
+    pub(crate) cost: u32,
+    pub(crate) via: u32,
+    pub(crate) checked: bool,
+}
+
 /// What [`Parser::wait_id`] (and `crate::complete`) knows of one set.
 #[derive(Clone, Default)]
 pub(crate) struct Waits {
@@ -154,7 +164,7 @@ pub(crate) struct Waits {
     pub(crate) index: Option<Vec<(u32, u32)>>,
     /// Rule -> the cheapest way to finish the parse once that rule completes here (see
     /// `crate::complete`), for every rule the set waits for: computed on first use.
-    pub(crate) costs: Option<Box<FastMap<u32, crate::complete::WaitCost>>>,
+    pub(crate) costs: Option<Box<FastMap<u32, WaitCost>>>,
 }
 
 impl Parser {

@@ -52,6 +52,7 @@ pub mod compile;
 mod complete;
 mod earley;
 mod error;
+mod facts;
 pub mod grammar;
 mod matcher;
 pub mod schema;
@@ -63,8 +64,8 @@ use std::sync::Arc;
 
 pub use budget::BudgetMask;
 pub use compile::{CompiledGrammar, GrammarStats};
-pub use complete::Completion;
 pub use error::{GrammarError, MatchError, VocabError};
+pub use facts::Completion;
 pub use grammar::{Builtin, Expr, Grammar, KeyComplement};
 pub use matcher::{CheckResult, Matcher};
 pub use vocab::{TokenEncoder, Vocabulary};

@@ -29,15 +29,15 @@ pub struct Matcher {
     memo: WalkMemo,
     /// The last shortest completion computed, with the state it is for (see
     /// [`Matcher::shortest_completion`]).
-    pub(crate) known: Option<crate::complete::Known>,
+    pub(crate) known: Option<crate::facts::Known>,
     /// The rest of an earlier completion whose first tokens were committed since: a
     /// completion of the current state (see `crate::complete`).
-    pub(crate) carry: Option<crate::complete::Known>,
+    pub(crate) carry: Option<crate::facts::Known>,
     /// The parse-state identity the last mask computed, with the output length it is for
     /// (the budget mask asks for it again right after).
     pub(crate) last_id: Option<(usize, u32)>,
     /// The budget facts of the last state a budget mask met (see `crate::budget`).
-    pub(crate) last_facts: Option<(u32, std::sync::Arc<crate::budget::StateBudget>)>,
+    pub(crate) last_facts: Option<(u32, std::sync::Arc<crate::facts::StateBudget>)>,
     /// The last bound the budget mask computed (bytes), and the masks since that relied on
     /// it (see `crate::budget`).
     pub(crate) budget_hint: Option<(u32, u32)>,
@@ -327,7 +327,7 @@ impl Matcher {
     /// completion known before it when that completion started with `t`.
     fn carry_over(&mut self, t: u32, before: usize) {
         let at = (self.tokens.len() - 1, before);
-        let pick = |k: &Option<crate::complete::Known>| {
+        let pick = |k: &Option<crate::facts::Known>| {
             k.as_ref()
                 .filter(|k| (k.tokens, k.bytes) == at)
                 .and_then(|k| k.completion.as_ref())
@@ -335,7 +335,7 @@ impl Matcher {
                 .and_then(|w| w.rest(&self.c.vocab))
         };
         let rest = pick(&self.known).or_else(|| pick(&self.carry));
-        self.carry = rest.map(|w| crate::complete::Known {
+        self.carry = rest.map(|w| crate::facts::Known {
             tokens: self.tokens.len(),
             bytes: self.parser.top(),
             completion: Some(w),

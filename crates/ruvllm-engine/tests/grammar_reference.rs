@@ -16,7 +16,7 @@ use std::sync::{Arc, OnceLock};
 
 use common::reference::Reference;
 use proptest::prelude::*;
-use ruvllm_engine::{Builtin, Constraint, Grammar, Limits, Matcher, Vocabulary};
+use ruvllm_engine::{Builtin, Constraint, Grammar, Limits, Matcher};
 use serde_json::Value;
 
 struct Case {
@@ -80,18 +80,12 @@ fn cases() -> &'static Vec<Case> {
     })
 }
 
-fn llama3() -> Arc<Vocabulary> {
-    static V: OnceLock<Arc<Vocabulary>> = OnceLock::new();
-    V.get_or_init(|| Arc::new(Vocabulary::from_file(common::tokenizer("llama3_1")).unwrap()))
-        .clone()
-}
-
 fn constraints() -> &'static Vec<Arc<Constraint>> {
     static C: OnceLock<Vec<Arc<Constraint>>> = OnceLock::new();
     C.get_or_init(|| {
         cases()
             .iter()
-            .map(|c| Constraint::new(&c.grammar, llama3(), &Limits::default()).unwrap())
+            .map(|c| Constraint::new(&c.grammar, common::llama3(), &Limits::default()).unwrap())
             .collect()
     })
 }
@@ -126,25 +120,12 @@ fn bit(mask: &[u32], t: u32) -> bool {
     mask[(t >> 5) as usize] >> (t & 31) & 1 == 1
 }
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
 fn random_walk(gi: usize, seed: u64) {
     let case = &cases()[gi];
     let c = &constraints()[gi];
-    let vocab = llama3();
+    let vocab = common::llama3();
     let reference = Reference::new(&case.grammar);
-    let mut rng = Rng(seed | 1);
+    let mut rng = common::Rng(seed | 1);
     let mut m = Matcher::new(c).unwrap();
     let mut text: Vec<u8> = Vec::new();
     let mut mask = vec![0u32; vocab.mask_words()];
@@ -244,7 +225,7 @@ fn every_walk_grammar_is_exercised() {
 
 #[test]
 fn next_tokens_of_accepted_strings_are_in_the_mask() {
-    let vocab = llama3();
+    let vocab = common::llama3();
     let trie = vocab.trie();
     let mut mask = vec![0u32; vocab.mask_words()];
     let mut checked = 0usize;
@@ -330,7 +311,7 @@ fn big_origin_sets_complete_through_their_index() {
     text += &format!("z ::= \"q\" | {}\n", alts("b", 90));
     let g = Grammar::from_gbnf(&text, &Limits::default()).unwrap();
     let r = Reference::new(&g);
-    let c = Constraint::new(&g, llama3(), &Limits::default()).unwrap();
+    let c = Constraint::new(&g, common::llama3(), &Limits::default()).unwrap();
     let texts = [
         "x12a5;",
         "x12b5;",
@@ -366,8 +347,8 @@ fn big_origin_sets_complete_through_their_index() {
     }
     // One matcher through "x1-2-3a79;", rolled back to the start, then "y4-5b0;": every
     // mask as a fresh matcher's.
-    let enc = llama3().encoder().unwrap().clone();
-    let words = llama3().mask_words();
+    let enc = common::llama3().encoder().unwrap().clone();
+    let words = common::llama3().mask_words();
     let mask_of = |m: &mut Matcher| {
         let mut mask = vec![0u32; words];
         m.compute_mask(&mut mask).unwrap();
@@ -422,7 +403,7 @@ fn merged_copies_keep_the_language() {
         let g = Grammar::from_gbnf(text, &Limits::default()).unwrap();
         assert!(g.rules.len() >= 16, "{text}");
         let r = Reference::new(&g);
-        let c = Constraint::new(&g, llama3(), &Limits::default()).unwrap();
+        let c = Constraint::new(&g, common::llama3(), &Limits::default()).unwrap();
         let alphabet = alphabet.as_bytes();
         let mut layer: Vec<Vec<u8>> = vec![Vec::new()];
         let mut n = 0;

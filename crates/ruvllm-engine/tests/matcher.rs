@@ -2,18 +2,12 @@
 
 mod common;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
-use ruvllm_engine::{Builtin, Constraint, Grammar, Limits, MatchError, Matcher, Vocabulary};
-
-fn llama3() -> Arc<Vocabulary> {
-    static V: OnceLock<Arc<Vocabulary>> = OnceLock::new();
-    V.get_or_init(|| Arc::new(Vocabulary::from_file(common::tokenizer("llama3_1")).unwrap()))
-        .clone()
-}
+use ruvllm_engine::{Builtin, Constraint, Grammar, Limits, MatchError, Matcher};
 
 fn gbnf(text: &str) -> Arc<Constraint> {
-    Constraint::from_gbnf(text, llama3(), &Limits::default()).unwrap()
+    Constraint::from_gbnf(text, common::llama3(), &Limits::default()).unwrap()
 }
 
 fn allowed(m: &mut Matcher) -> Vec<u32> {
@@ -29,7 +23,7 @@ fn allowed(m: &mut Matcher) -> Vec<u32> {
 fn schema(schema: serde_json::Value) -> Arc<Constraint> {
     use ruvllm_engine::schema::{schema_to_grammar, SchemaOptions};
     let g = schema_to_grammar(&schema, &SchemaOptions::default()).unwrap();
-    Constraint::new(&g, llama3(), &Limits::default()).unwrap()
+    Constraint::new(&g, common::llama3(), &Limits::default()).unwrap()
 }
 
 /// Whether token `t` is allowed in `mask`.
@@ -38,14 +32,14 @@ fn bit(mask: &[u32], t: u32) -> bool {
 }
 
 fn ids(text: &str) -> Vec<u32> {
-    llama3().encoder().unwrap().encode(text).unwrap()
+    common::llama3().encoder().unwrap().encode(text).unwrap()
 }
 
 #[test]
 fn commit_rollback_and_fork() {
     let c = Constraint::new(
         &Grammar::builtin(Builtin::Json, &Limits::default()).unwrap(),
-        llama3(),
+        common::llama3(),
         &Limits::default(),
     )
     .unwrap();
@@ -100,7 +94,7 @@ fn rejected_token_leaves_state_unchanged() {
         m.commit_token(t).unwrap();
     }
     assert!(m.is_accepting());
-    let eos = llama3().eos_tokens()[0];
+    let eos = common::llama3().eos_tokens()[0];
     m.commit_token(eos).unwrap();
     assert!(m.is_finished());
     assert!(allowed(&mut m).is_empty());
@@ -114,7 +108,7 @@ fn rejected_token_leaves_state_unchanged() {
 #[test]
 fn eos_exactly_when_complete() {
     let c = gbnf(r#"root ::= "a" ("b" "c")*"#);
-    let v = llama3();
+    let v = common::llama3();
     let mut m = Matcher::new(&c).unwrap();
     let eos = v.eos_tokens().to_vec();
     let has_eos = |a: &[u32]| eos.iter().any(|e| a.contains(e));
@@ -131,7 +125,7 @@ fn eos_exactly_when_complete() {
 fn mask_sizing() {
     let c = gbnf(r#"root ::= "x""#);
     let mut m = Matcher::new(&c).unwrap();
-    let need = llama3().mask_words();
+    let need = common::llama3().mask_words();
     let mut small = vec![0u32; need - 1];
     assert!(matches!(
         m.compute_mask(&mut small),
@@ -147,7 +141,7 @@ fn mask_sizing() {
 #[test]
 fn forced_bytes_and_tokens() {
     let c = gbnf(r#"root ::= "{\"name\": \"" [a-z]+ "\", \"age\": " [0-9]+ "}""#);
-    let v = llama3();
+    let v = common::llama3();
     let mut m = Matcher::new(&c).unwrap();
     assert_eq!(m.forced_bytes().unwrap(), br#"{"name": ""#);
     let forced = m.forced_tokens().unwrap();
@@ -188,7 +182,7 @@ fn forced_bytes_and_tokens() {
 
 #[test]
 fn regex_and_choice_constraints() {
-    let v = llama3();
+    let v = common::llama3();
     let limits = Limits::default();
     let re = Constraint::new(
         &Grammar::from_regex(r"^\d{3}-[A-Z]{2}$", &limits).unwrap(),
@@ -251,9 +245,9 @@ fn mask_time_budget_stops_first_use_tables() {
     for i in 0..30 {
         g.push_str(&format!("\nr{i} ::= [a-z ]* \"{i}\" r{i} | \".\""));
     }
-    let tight = Constraint::from_gbnf(&g, llama3(), &no_mask_time()).unwrap();
+    let tight = Constraint::from_gbnf(&g, common::llama3(), &no_mask_time()).unwrap();
     let mut m = Matcher::new(&tight).unwrap();
-    let mut mask = vec![0u32; llama3().mask_words()];
+    let mut mask = vec![0u32; common::llama3().mask_words()];
     match m.compute_mask(&mut mask) {
         Err(MatchError::MaskTime { limit_ms: 0 }) => {}
         other => panic!("expected the mask-time error, got {other:?}"),
@@ -262,7 +256,11 @@ fn mask_time_budget_stops_first_use_tables() {
     // The matcher still commits, and the same grammar with time to spare masks.
     m.commit_token(ids(".")[0]).unwrap();
     assert!(m.is_accepting());
-    let ok = Constraint::from_compiled(tight.grammar().clone(), llama3(), &ample_mask_time());
+    let ok = Constraint::from_compiled(
+        tight.grammar().clone(),
+        common::llama3(),
+        &ample_mask_time(),
+    );
     let mut m2 = Matcher::new(&ok).unwrap();
     let n = allowed(&mut m2).len();
     assert!(n > 10_000, "{n} tokens allowed");
@@ -274,7 +272,7 @@ fn mask_time_budget_stops_the_boundary_walk_and_restores_the_parser() {
     // walk over tokens of a's (which cross lexeme boundaries) does thousands of items.
     const N: usize = 400;
     let text = "root ::= s\ns ::= s s | \"a\" | \"\"";
-    let ok = Constraint::from_gbnf(text, llama3(), &ample_mask_time()).unwrap();
+    let ok = Constraint::from_gbnf(text, common::llama3(), &ample_mask_time()).unwrap();
     let a = ids("a")[0];
     let mut m_ok = Matcher::new(&ok).unwrap();
     for _ in 0..N {
@@ -283,12 +281,12 @@ fn mask_time_budget_stops_the_boundary_walk_and_restores_the_parser() {
     }
     let want = allowed(&mut m_ok);
     // Same lexemes, so the same (now built) token tables; only the walk can stop it.
-    let tight = Constraint::from_compiled(ok.grammar().clone(), llama3(), &no_mask_time());
+    let tight = Constraint::from_compiled(ok.grammar().clone(), common::llama3(), &no_mask_time());
     let mut m = Matcher::new(&tight).unwrap();
     for _ in 0..N {
         m.commit_token(a).unwrap();
     }
-    let mut mask = vec![0u32; llama3().mask_words()];
+    let mut mask = vec![0u32; common::llama3().mask_words()];
     match m.compute_mask(&mut mask) {
         Err(MatchError::MaskTime { .. }) => {}
         other => panic!("expected the mask-time error, got {other:?}"),
@@ -311,7 +309,7 @@ fn fresh_mask(c: &Arc<Constraint>, tokens: &[u32]) -> Vec<u32> {
     for &t in tokens {
         m.commit_token(t).unwrap();
     }
-    let mut mask = vec![0u32; llama3().mask_words()];
+    let mut mask = vec![0u32; common::llama3().mask_words()];
     m.compute_mask(&mut mask).unwrap();
     mask
 }
@@ -319,7 +317,7 @@ fn fresh_mask(c: &Arc<Constraint>, tokens: &[u32]) -> Vec<u32> {
 /// Fails naming the first tokens on which two masks differ.
 #[track_caller]
 fn assert_same(got: &[u32], want: &[u32], what: impl std::fmt::Display) {
-    let v = llama3();
+    let v = common::llama3();
     let diff: Vec<String> = (0..v.len() as u32)
         .filter(|&t| bit(got, t) != bit(want, t))
         .take(5)
@@ -356,14 +354,14 @@ fn boundary_memo_agrees_with_fresh_matchers_across_commits_and_rollbacks() {
     };
     let g = schema_to_grammar(&schema, &opts).unwrap();
     assert!(!g.checks.is_empty(), "the any-order key check is exercised");
-    let c = Constraint::new(&g, llama3(), &Limits::default()).unwrap();
+    let c = Constraint::new(&g, common::llama3(), &Limits::default()).unwrap();
     let a = ids(
         r#"{"pem": "MIIEpAIBAAKCAQEAn1pMVSEDO4EPzQxK", "tags": ["x", "yz"], "n": 1234, "kids": [{"id": "a\"b"}, {"id": "q"}]}"#,
     );
     let b =
         ids(r#"{"kids": [{"id": "k", "extra": [1, {"p": "s"}]}], "pem": "AAAA", "zz": "tail"}"#);
     // Tokens that cross boundaries (structural bytes), probed one by one by commit.
-    let v = llama3();
+    let v = common::llama3();
     let probes: Vec<u32> = (0..v.len() as u32)
         .filter(|&t| {
             let bytes = v.token_bytes(t);
@@ -444,7 +442,7 @@ fn boundary_memo_agrees_with_fresh_matchers_across_commits_and_rollbacks() {
 #[test]
 fn boundary_memo_is_dropped_when_its_sets_change_and_skips_semantic_checks() {
     use ruvllm_engine::schema::{schema_to_grammar, SchemaOptions};
-    let v = llama3();
+    let v = common::llama3();
     let mut mask = vec![0u32; v.mask_words()];
     // The string value starts at byte 4 in both texts, so its parser core is the same, but
     // the set below it expects `]` in one and `}` in the other: a memo kept across the
@@ -527,7 +525,7 @@ fn table_build_totals_count_first_uses() {
 #[test]
 fn shared_walks_redo_what_a_semantic_check_decided() {
     use ruvllm_engine::schema::{schema_to_grammar, SchemaOptions};
-    let v = llama3();
+    let v = common::llama3();
     let schema: serde_json::Value = serde_json::from_str(
         r#"{"type": "array", "items":
             {"type": "array", "items": {"type": "string"}, "uniqueItems": true}}"#,
@@ -564,7 +562,7 @@ fn shared_walks_redo_what_a_semantic_check_decided() {
 #[test]
 fn shared_walks_agree_with_fresh_constraints_on_random_generations() {
     use ruvllm_engine::schema::{schema_to_grammar, SchemaOptions};
-    let v = llama3();
+    let v = common::llama3();
     let schema: serde_json::Value = serde_json::from_str(
         r#"{"type": "object", "properties": {
             "name": {"type": "string", "maxLength": 12},
@@ -636,7 +634,7 @@ fn shared_walks_agree_with_fresh_constraints_on_random_generations() {
 /// written as a rule of small groups (each group one lexeme of its own).
 #[test]
 fn many_literal_alternatives_share_lexemes_with_the_same_masks() {
-    let v = llama3();
+    let v = common::llama3();
     let mut state = 0x2545_f491_4f6c_dd1du64;
     let mut words: Vec<String> = Vec::new();
     while words.len() < 3000 {
@@ -705,7 +703,7 @@ fn many_literal_alternatives_share_lexemes_with_the_same_masks() {
 /// lexeme boundary; its masks still follow the format.
 #[test]
 fn hostname_is_one_lexeme() {
-    let v = llama3();
+    let v = common::llama3();
     let c = schema(serde_json::json!({"type": "string", "format": "hostname"}));
     let stats = c.grammar().stats();
     assert!(stats.lexemes <= 2, "{stats:?}");
@@ -743,7 +741,7 @@ fn identities_of_long_prediction_chains_cost_linear_time() {
         g.push_str(&format!("r{i} ::= r{} \"x\" | \"(\" r0 \")\"\n", i + 1));
     }
     g.push_str(&format!("r{N} ::= \"y\" | \"(\" r0 \")\"\n"));
-    let c = Constraint::from_gbnf(&g, llama3(), &ample_mask_time()).unwrap();
+    let c = Constraint::from_gbnf(&g, common::llama3(), &ample_mask_time()).unwrap();
     let mut m = Matcher::new(&c).unwrap();
     let t = std::time::Instant::now();
     for text in ["(", "y", "x", "x"] {
@@ -764,7 +762,7 @@ fn identities_of_long_prediction_chains_cost_linear_time() {
 #[test]
 fn loops_of_bounded_strings_do_not_unroll_their_counts() {
     use ruvllm_engine::schema::{schema_to_grammar, SchemaOptions};
-    let v = llama3();
+    let v = common::llama3();
     let s = serde_json::json!({"type": "string", "maxLength": 128});
     let schema = serde_json::json!({
         "type": "object",
@@ -800,7 +798,7 @@ fn loops_of_bounded_strings_do_not_unroll_their_counts() {
 /// `Github_hard---o21072` took 3.9-4.1 ms, 2.7 ms since). The masks still count words.
 #[test]
 fn word_count_patterns_are_one_lexeme() {
-    let v = llama3();
+    let v = common::llama3();
     let c = schema(serde_json::json!({"type": "string", "pattern": "^(?:\\S+\\s+){0,99}\\S+$"}));
     let stats = c.grammar().stats();
     assert_eq!((stats.rules, stats.lexemes), (1, 1), "{stats:?}");

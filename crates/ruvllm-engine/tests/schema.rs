@@ -2,7 +2,7 @@
 
 mod common;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use ruvllm_engine::schema::{schema_to_grammar, SchemaError, SchemaOptions, Whitespace};
 use ruvllm_engine::{CheckResult, Constraint, Limits, Matcher, Vocabulary};
@@ -693,12 +693,6 @@ fn whitespace_policies() {
     assert!(accepts(&make(Whitespace::Bounded), "{\"b\": 1}"));
 }
 
-fn llama3() -> Arc<Vocabulary> {
-    static V: OnceLock<Arc<Vocabulary>> = OnceLock::new();
-    V.get_or_init(|| Arc::new(Vocabulary::from_file(common::tokenizer("llama3_1")).unwrap()))
-        .clone()
-}
-
 /// Random mask-guided walks under MaskBench schemas: every completed output validates.
 #[test]
 fn random_walks_under_maskbench_schemas_validate() {
@@ -708,7 +702,7 @@ fn random_walks_under_maskbench_schemas_validate() {
         .map(|e| e.unwrap().path())
         .collect();
     files.sort();
-    let vocab = llama3();
+    let vocab = common::llama3();
     let mut mask = vec![0u32; vocab.mask_words()];
     let (mut schemas, mut completed, mut out_of_range) = (0, 0, 0);
     let (mut checked_schemas, mut dead_ends) = (0, 0);
@@ -948,7 +942,7 @@ fn long_bounded_strings_are_counted_exactly() {
         "additionalProperties": {"type": "integer"}
     });
     let v = oracle(&schema);
-    let vocab = llama3();
+    let vocab = common::llama3();
     let t = std::time::Instant::now();
     let g = schema_to_grammar(&schema, &SchemaOptions::default()).unwrap();
     let c = Constraint::new(&g, vocab.clone(), &Limits::default()).unwrap();

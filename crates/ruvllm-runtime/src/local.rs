@@ -405,6 +405,9 @@ struct Emitter {
     /// incomplete.
     constraint: Option<Arc<Constraint>>,
     ignored: usize,
+    /// A matcher fed the output up to the last stop match it judged (matches only move
+    /// forward, so each byte is read once).
+    checker: Option<(Matcher, usize)>,
 }
 
 impl Emitter {
@@ -424,9 +427,20 @@ impl Emitter {
             }
             let Some(at) = cut else { break };
             if let Some(c) = &self.constraint {
-                let complete = Matcher::new(c)?.check_bytes(&self.out[..at])?
-                    == ruvllm_engine::CheckResult::Accepted;
-                if !complete {
+                let (m, fed) = match &mut self.checker {
+                    Some((m, fed)) if *fed <= at => (m, fed),
+                    slot => {
+                        let m = slot.insert((Matcher::new(c)?, 0));
+                        (&mut m.0, &mut m.1)
+                    }
+                };
+                let verdict = m.check_bytes(&self.out[*fed..at])?;
+                *fed = at;
+                if let ruvllm_engine::CheckResult::Rejected { .. } = verdict {
+                    // Not where the output is (it never leaves the grammar): start over.
+                    self.checker = None;
+                }
+                if verdict != ruvllm_engine::CheckResult::Accepted {
                     self.ignored = at + 1;
                     continue;
                 }
@@ -964,6 +978,7 @@ impl CandleBackend {
                 max_stop: params.stop.iter().map(|s| s.len()).max().unwrap_or(0),
                 constraint: constraint.clone(),
                 ignored: 0,
+                checker: None,
             },
             finish: FinishReason::Length,
             n_out: 0,

@@ -177,16 +177,20 @@ impl AppState {
         params::Objects::of(self.config.objects, f)
     }
 
-    /// Budget-aware decoding for a request: its `budget_aware` field (a boolean; for
-    /// Ollama also `options.budget_aware`), on by default (see
-    /// [`GenerateParams::budget_aware`]).
-    pub fn budget_aware(&self, f: &params::Fields) -> ApiResult<bool> {
+    /// Budget-aware decoding for a request: its `budget_aware` field (a boolean; Ollama
+    /// requests may also put it in `options`, where their other knobs are), on by default
+    /// (see [`GenerateParams::budget_aware`]).
+    pub fn budget_aware(&self, f: &params::Fields, ollama: bool) -> ApiResult<bool> {
         if let Some(b) = f.bool("budget_aware")? {
             return Ok(b);
         }
-        if let Some(o) = f.obj("options")? {
-            if let Some(b) = o.bool("budget_aware")? {
-                return Ok(b);
+        if ollama {
+            if let Some(b) = f
+                .obj("options")?
+                .map(|o| o.bool("budget_aware"))
+                .transpose()?
+            {
+                return Ok(b.unwrap_or(true));
             }
         }
         Ok(true)

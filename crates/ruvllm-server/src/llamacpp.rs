@@ -110,7 +110,7 @@ async fn inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResult<Res
             .filter(|&s| s != u32::MAX as u64 && s != u64::MAX),
         stop: stop.clone(),
         constraint: format.map(|c| c.c),
-        budget_aware: st.budget_aware(&f)?,
+        budget_aware: st.budget_aware(&f, false)?,
         ..Default::default()
     };
     let stream = f.bool("stream")?.unwrap_or(false);

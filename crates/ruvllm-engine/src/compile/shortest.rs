@@ -24,8 +24,10 @@ use super::dist::{add, INF};
 use super::{CompiledGrammar, Sym};
 
 /// The longest shortest text ever built (bytes): a grammar whose completion needs more is
-/// treated as having none from that state.
-pub(crate) const MAX_TEXT: u32 = 1 << 20;
+/// treated as having none from that state (no generation could write it: 64 KiB take
+/// thousands of tokens of any vocabulary, and a server's `max_tokens` is bounded). Bounds
+/// the text built and split into tokens per candidate.
+pub(crate) const MAX_TEXT: u32 = 1 << 16;
 
 /// Shortest derivations of one compiled grammar (see the module docs).
 #[derive(Debug)]

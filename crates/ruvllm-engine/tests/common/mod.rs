@@ -4,6 +4,9 @@
 pub mod reference;
 
 use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+use ruvllm_engine::Vocabulary;
 
 /// The repository root.
 pub fn repo() -> PathBuf {
@@ -44,4 +47,29 @@ pub fn shared_data() -> PathBuf {
         p.display()
     );
     p
+}
+
+/// Llama 3.1's vocabulary, loaded once per test binary.
+pub fn llama3() -> Arc<Vocabulary> {
+    static V: OnceLock<Arc<Vocabulary>> = OnceLock::new();
+    V.get_or_init(|| Arc::new(Vocabulary::from_file(tokenizer("llama3_1")).unwrap()))
+        .clone()
+}
+
+/// A fixed-seed xorshift generator for random test inputs (failures repeat).
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next 64 random bits.
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// A number below `n` (0 when `n` is 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
 }
