@@ -476,8 +476,8 @@ fn main() -> Result<()> {
             } else {
                 None
             };
-            let (totals, fps) =
-                ruvllm_bench::test_suite::run(&vocab, &dir, &engines, factory.as_ref())?;
+            let r = ruvllm_bench::test_suite::run(&vocab, &dir, &engines, factory.as_ref())?;
+            let (totals, fps) = (&r.totals, &r.false_positives);
             println!(
                 "{:<11} {:>7} {:>7} {:>9} {:>9} {:>9}",
                 "engine", "tests", "passed", "compile", "false_pos", "false_neg"
@@ -489,7 +489,17 @@ fn main() -> Result<()> {
                     "{:<11} {:>7} {:>7} {:>9} {:>9} {:>9}",
                     e, t.tests, t.passed, t.compile_error, t.false_positive, t.false_negative
                 );
-                out.insert(e.clone(), t.to_json());
+                let mut j = t.to_json();
+                j["format_annotations"] = r.format_annotations[i].to_json();
+                out.insert(e.clone(), j);
+            }
+            // The core format.json tests (formats as annotations), already counted above.
+            for (i, e) in engines.iter().enumerate() {
+                let t = r.format_annotations[i];
+                println!(
+                    "{:<11} {:>7} {:>7} {:>9} {:>9} {:>9}   (of them, core format.json: formats as annotations)",
+                    e, t.tests, t.passed, t.compile_error, t.false_positive, t.false_negative
+                );
             }
             for (i, e) in engines.iter().enumerate() {
                 for fp in fps[i].iter().take(show) {

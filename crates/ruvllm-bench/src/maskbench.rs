@@ -16,7 +16,7 @@ use ruvllm_engine::schema::{schema_to_grammar, SchemaOptions, Whitespace};
 use ruvllm_engine::{Constraint, Limits, Matcher, Vocabulary};
 use serde_json::{json, Value};
 
-use crate::pyjson;
+use crate::pyjson::{self, Py};
 
 /// Totals for one engine.
 #[derive(Debug, Default)]
@@ -301,21 +301,21 @@ pub struct FileCase {
 
 /// Reads and tokenizes one MaskBench file.
 pub fn load(vocab: &Vocabulary, file: &Path) -> Result<FileCase> {
-    let doc: Value = serde_json::from_str(&std::fs::read_to_string(file)?)
+    let src = std::fs::read_to_string(file)?;
+    let doc: Value =
+        serde_json::from_str(&src).with_context(|| format!("parsing {}", file.display()))?;
+    // The instances as Python reads them (integers exact): see `pyjson`.
+    let py = pyjson::loads(&src)
+        .map_err(anyhow::Error::msg)
         .with_context(|| format!("parsing {}", file.display()))?;
     let enc = vocab
         .encoder()
         .context("the tokenizer has no encoder")?
         .clone();
     let mut tests = Vec::new();
-    for t in doc
-        .get("tests")
-        .and_then(|t| t.as_array())
-        .cloned()
-        .unwrap_or_default()
-    {
-        let valid = t.get("valid").and_then(|v| v.as_bool()).unwrap_or(false);
-        let text = pyjson::dumps(t.get("data").unwrap_or(&Value::Null));
+    for t in py.get("tests").map(Py::items).unwrap_or_default() {
+        let valid = t.get("valid") == Some(&Py::Bool(true));
+        let text = pyjson::dumps_py(t.get("data").unwrap_or(&pyjson::Py::Null));
         let ids = enc.encode(&text).map_err(anyhow::Error::msg)?;
         tests.push((valid, text, ids));
     }
@@ -393,7 +393,16 @@ fn run_ruvllm_with(
         number_digits: None,
     };
     let t0 = Instant::now();
-    let compiled = schema_to_grammar(&case.schema, &opts)
+    let grammar = schema_to_grammar(&case.schema, &opts);
+    if let Err(ruvllm_engine::schema::SchemaError::Unsatisfiable { .. }) = &grammar {
+        // A schema that admits no value (`false`, `not: {}`, an empty `enum`): the engine
+        // refuses it, so it refuses every instance, which is the right verdict for the
+        // invalid ones and the wrong one for any valid one.
+        st.ttfm.push(t0.elapsed().as_secs_f64() * 1e6);
+        judge(st, case, &vec![false; case.tests.len()]);
+        return Ok(());
+    }
+    let compiled = grammar
         .map_err(|e| e.to_string())
         .and_then(|g| Constraint::new(&g, vocab.clone(), &limits).map_err(|e| e.to_string()));
     let c = match compiled {
