@@ -101,14 +101,24 @@ pub fn run(
             .with_context(|| format!("parsing {}", f.display()))?;
         let rel = f.strip_prefix(dir).unwrap_or(f).display().to_string();
         let annotations = rel == "format.json";
-        for (gi, g) in groups.as_array().cloned().unwrap_or_default().iter().enumerate() {
+        for (gi, g) in groups
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+        {
             let mut tests = Vec::new();
             let py_tests = py.items().get(gi).and_then(|g| g.get("tests"));
             for t in py_tests.map(crate::pyjson::Py::items).unwrap_or_default() {
                 let data = t.get("data").unwrap_or(&crate::pyjson::Py::Null);
                 let text = crate::pyjson::dumps_py(data);
                 let ids = enc.encode(&text).map_err(anyhow::Error::msg)?;
-                tests.push((t.get("valid") == Some(&crate::pyjson::Py::Bool(true)), text, ids));
+                tests.push((
+                    t.get("valid") == Some(&crate::pyjson::Py::Bool(true)),
+                    text,
+                    ids,
+                ));
             }
             let mut schema = g["schema"].clone();
             if let (Some(uri), Value::Object(o)) = (draft_uri, &mut schema) {

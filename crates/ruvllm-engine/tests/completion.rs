@@ -265,7 +265,12 @@ fn budget_walk(
             // runtime does): it is in the mask and always confirmed.
             if st.refused_tentative.is_multiple_of(16) {
                 let w = m.shortest_completion().unwrap().expect("a completion fits");
-                let first = w.tokens()[0];
+                let Some(&first) = w.tokens().first() else {
+                    // Complete already: the completion is EOS.
+                    assert!(m.is_accepting(), "{what}: an empty completion, incomplete");
+                    ended = true;
+                    break;
+                };
                 assert!(
                     allowed.contains(&first),
                     "{what}: the completion's first token is not allowed"

@@ -39,6 +39,7 @@
 //! (nesting depth, grammar size, number of checks).
 
 mod check;
+mod dec;
 mod num;
 
 use std::borrow::Cow;
@@ -416,13 +417,7 @@ const MAX_CHECKS: usize = 512;
 
 /// Keywords no grammar here expresses, besides the [`REFUSED`] ones that a check can
 /// enforce: stripped from a sub-schema that needs a semantic check, and enforced by it.
-const CHECK_ONLY_EXTRA: &[&str] = &[
-    "uniqueItems",
-    "multipleOf",
-    "minProperties",
-    "maxProperties",
-    "oneOf",
-];
+const CHECK_ONLY_EXTRA: &[&str] = &["uniqueItems", "minProperties", "maxProperties", "oneOf"];
 
 /// Whether an `Unsupported` error can be handled by a relaxed grammar plus a semantic check.
 /// Remote or dynamic references and draft-7 content assertions cannot.
@@ -1402,40 +1397,51 @@ impl<'a> Compiler<'a> {
         ptr: &str,
         integer_only: bool,
     ) -> Result<Expr, SchemaError> {
+        // Every numeric keyword is read as an exact decimal (see `dec`): the grammar says
+        // what it can, and a check on the exact value says the rest.
+        let mut check = dec::NumberCheck {
+            integer: integer_only,
+            ..Default::default()
+        };
         if let Some(mo) = m.get("multipleOf") {
             let x = mo
-                .as_f64()
-                .filter(|x| *x > 0.0)
+                .as_number()
+                .and_then(dec::Dec::from_number)
+                .filter(|x| !x.is_zero() && !x.is_negative())
                 .ok_or_else(|| invalid(ptr, "multipleOf must be a positive number"))?;
-            if !(integer_only && x == 1.0) {
-                return Err(unsupported(
-                    "multipleOf",
-                    ptr,
-                    "multipleOf is not supported yet",
-                ));
+            // Every integer is a multiple of 1, 0.5, 0.25...: nothing to check.
+            let one = dec::Dec::parse(b"1").unwrap_or_else(dec::Dec::zero);
+            if !(integer_only && one.is_multiple_of(&x)) {
+                check.multiples.push(x);
             }
         }
-        // Bounds as (value, exclusive).
-        let mut lo: Option<(f64, bool)> = None;
-        let mut hi: Option<(f64, bool)> = None;
-        let num = |k: &str| -> Result<Option<f64>, SchemaError> {
+        let num = |k: &str| -> Result<Option<dec::Dec>, SchemaError> {
             match m.get(k) {
                 None => Ok(None),
-                Some(Value::Number(n)) => Ok(n.as_f64()),
+                Some(Value::Number(n)) => dec::Dec::from_number(n)
+                    .map(Some)
+                    .ok_or_else(|| invalid(ptr, format!("{k} must be a finite number"))),
                 Some(Value::Bool(_)) if k.starts_with("exclusive") => Ok(None), // draft-4 style handled below
                 Some(_) => Err(invalid(ptr, format!("{k} must be a number"))),
             }
         };
-        let tighten_lo = |lo: &mut Option<(f64, bool)>, v: f64, ex: bool| {
-            if lo.is_none_or(|(l, lex)| v > l || (v == l && ex && !lex)) {
+        let tighten_lo = |lo: &mut Option<dec::Bound>, v: dec::Dec, ex: bool| {
+            if lo
+                .as_ref()
+                .is_none_or(|(l, lex)| v > *l || (v == *l && ex && !lex))
+            {
                 *lo = Some((v, ex));
             }
         };
-        let tighten_hi = |hi: &mut Option<(f64, bool)>, v: f64, ex: bool| {
-            if hi.is_none_or(|(h, hex)| v < h || (v == h && ex && !hex)) {
+        let tighten_hi = |hi: &mut Option<dec::Bound>, v: dec::Dec, ex: bool| {
+            if hi
+                .as_ref()
+                .is_none_or(|(h, hex)| v < *h || (v == *h && ex && !hex))
+            {
                 *hi = Some((v, ex));
             }
         };
+        let (mut lo, mut hi) = (None, None);
         if let Some(v) = num("minimum")? {
             let ex = m.get("exclusiveMinimum") == Some(&Value::Bool(true));
             tighten_lo(&mut lo, v, ex);
@@ -1450,6 +1456,93 @@ impl<'a> Compiler<'a> {
         if let Some(v) = num("exclusiveMaximum")? {
             tighten_hi(&mut hi, v, true);
         }
+        check.lo = lo.clone();
+        check.hi = hi.clone();
+        // The bounds as integers a digit automaton can take: for `integer`, the least and
+        // greatest integers allowed; for `number`, integral bounds only (a fraction's
+        // digits at a non-integral bound are left to the check).
+        let as_int = |b: &Option<dec::Bound>, upper: bool| -> Option<Option<i128>> {
+            let Some((v, ex)) = b else {
+                return Some(None);
+            };
+            if integer_only {
+                let r = v.round_to_i128(!upper)?;
+                let on_bound = v.is_integer() && *ex;
+                Some(Some(match (on_bound, upper) {
+                    (true, false) => r + 1,
+                    (true, true) => r - 1,
+                    _ => r,
+                }))
+            } else {
+                v.to_i128().map(Some)
+            }
+        };
+        let exact_bounds = as_int(&lo, false).zip(as_int(&hi, true));
+        let exact_language = self.opts.number_digits.is_none();
+        let plain_int = integer_only && (self.draft == 4 || self.opts.plain_integers);
+        let bounded = lo.is_some() || hi.is_some();
+        let body = match exact_bounds {
+            Some((lo_i, hi_i)) if bounded => {
+                let lo_ex = lo.as_ref().is_some_and(|(_, e)| *e);
+                let hi_ex = hi.as_ref().is_some_and(|(_, e)| *e);
+                let plain = self.bounded_number(lo_i, hi_i, lo_ex, hi_ex, integer_only);
+                if exact_language && !plain_int {
+                    // Exponent spellings (`1e+30`, `1e-09`) of values within the bounds:
+                    // which exponents do is not a regular language, so a check decides.
+                    let exp_form = self.exponent_number();
+                    let c = dec::NumberCheck {
+                        multiples: Vec::new(),
+                        ..check.clone()
+                    };
+                    let exp = self.checked_rule("number-exp", exp_form, c.into_check());
+                    Expr::Alt(vec![plain, exp])
+                } else {
+                    plain
+                }
+            }
+            Some(_) => self.open_number(integer_only),
+            // Bounds no digit automaton here takes (beyond ±10^36, or a non-integral one
+            // for a `number`): any number, the bounds checked on its exact value.
+            None => {
+                let open = self.open_number(integer_only);
+                return Ok(self.wrap_number_check(open, ptr, check));
+            }
+        };
+        if check.multiples.is_empty() {
+            return Ok(body);
+        }
+        Ok(self.wrap_number_check(body, ptr, check))
+    }
+
+    /// `body` under a [`dec::NumberCheck`] of the exact value.
+    fn wrap_number_check(&mut self, body: Expr, ptr: &str, check: dec::NumberCheck) -> Expr {
+        self.checked_rule(
+            &format!("number{}", ptr.replace('/', "-")),
+            body,
+            check.into_check(),
+        )
+    }
+
+    /// A number written with an exponent: `-?(0|[1-9][0-9]*)(\.[0-9]+)?[eE][+-]?[0-9]+`.
+    fn exponent_number(&mut self) -> Expr {
+        self.common("number-exp", |_| {
+            let d = || Expr::Chars(vec![('0', '9')]);
+            Expr::Seq(vec![
+                rep(lit("-"), 0, Some(1)),
+                Expr::Alt(vec![
+                    lit("0"),
+                    Expr::Seq(vec![Expr::Chars(vec![('1', '9')]), rep(d(), 0, None)]),
+                ]),
+                rep(Expr::Seq(vec![lit("."), rep(d(), 1, None)]), 0, Some(1)),
+                Expr::Chars(vec![('E', 'E'), ('e', 'e')]),
+                rep(Expr::Chars(vec![('+', '+'), ('-', '-')]), 0, Some(1)),
+                rep(d(), 1, None),
+            ])
+        })
+    }
+
+    /// Any number (`integer_only`: any integral one, as the options spell integers).
+    fn open_number(&mut self, integer_only: bool) -> Expr {
         let frac0 = zero_fraction;
         let cap = self.opts.number_digits;
         let digits = move |min: u32| Expr::Repeat {
@@ -1475,7 +1568,7 @@ impl<'a> Compiler<'a> {
                 Expr::Seq(vec![Expr::Chars(vec![('1', '9')]), rest]),
             ])
         };
-        if lo.is_none() && hi.is_none() {
+        {
             // One rule per schema for each unbounded kind (a big schema has thousands of
             // numbers; the lowering reads a rule's structure once and copies it).
             let minus = Expr::Repeat {
@@ -1485,7 +1578,7 @@ impl<'a> Compiler<'a> {
             };
             if integer_only && (self.draft == 4 || self.opts.plain_integers) {
                 // Draft 4 (or plain integers asked for): no fraction, no exponent.
-                return Ok(self.common("int-plain", move |_| Expr::Seq(vec![minus, uint()])));
+                return self.common("int-plain", move |_| Expr::Seq(vec![minus, uint()]));
             }
             if integer_only {
                 // Integral values: an integer, optionally `.0…`, optionally a non-negative exponent.
@@ -1502,9 +1595,22 @@ impl<'a> Compiler<'a> {
                     min: 0,
                     max: Some(1),
                 };
-                return Ok(self.common("integer", move |_| {
-                    Expr::Seq(vec![minus, uint(), frac0(), exp])
-                }));
+                let exact_language = self.opts.number_digits.is_none();
+                return self.common("integer", move |c| {
+                    let plain = Expr::Seq(vec![minus, uint(), frac0(), exp]);
+                    if !exact_language {
+                        return plain;
+                    }
+                    // Integral values in other spellings (`150e-1`, `1.5e1`): which is
+                    // integral is not a regular language, so a check decides.
+                    let exp_form = c.exponent_number();
+                    let check = dec::NumberCheck {
+                        integer: true,
+                        ..Default::default()
+                    };
+                    let other = c.checked_rule("integer-exp", exp_form, check.into_check());
+                    Expr::Alt(vec![plain, other])
+                });
             }
             let frac = Expr::Repeat {
                 e: Box::new(Expr::Seq(vec![Expr::Literal(b".".to_vec()), digits(1)])),
@@ -1524,54 +1630,35 @@ impl<'a> Compiler<'a> {
                 min: 0,
                 max: Some(1),
             };
-            return Ok(self.common("number", move |_| Expr::Seq(vec![minus, uint(), frac, exp])));
+            self.common("number", move |_| Expr::Seq(vec![minus, uint(), frac, exp]))
         }
-        // Bounded: plain decimal notation, integer bounds only.
-        let as_int = |v: f64, what: &str| -> Result<i128, SchemaError> {
-            if v.fract() != 0.0 || v.abs() > 1e18 {
-                Err(unsupported(
-                    what,
-                    ptr,
-                    "non-integer (or huge) numeric bounds are not supported yet",
-                ))
-            } else {
-                Ok(v as i128)
-            }
-        };
-        let lo_i = match lo {
-            Some((v, ex)) if integer_only => Some(if ex {
-                v.floor() as i128 + 1
-            } else {
-                v.ceil() as i128
-            }),
-            Some((v, _)) => Some(as_int(v, "minimum")?),
-            None => None,
-        };
-        let hi_i = match hi {
-            Some((v, ex)) if integer_only => Some(if ex {
-                v.ceil() as i128 - 1
-            } else {
-                v.floor() as i128
-            }),
-            Some((v, _)) => Some(as_int(v, "maximum")?),
-            None => None,
+    }
+
+    /// Numbers within integral bounds, in plain decimal notation (`integer_only`: integers,
+    /// with a `.0…` fraction unless the options want plain digits): exact digit automata.
+    fn bounded_number(
+        &mut self,
+        lo_i: Option<i128>,
+        hi_i: Option<i128>,
+        lo_ex: bool,
+        hi_ex: bool,
+        integer_only: bool,
+    ) -> Expr {
+        let frac0 = zero_fraction;
+        let cap = self.opts.number_digits;
+        let digits = move |min: u32| Expr::Repeat {
+            e: Box::new(Expr::Chars(vec![('0', '9')])),
+            min,
+            max: cap.map(|c| c.max(min)),
         };
         if integer_only {
-            if lo.is_some_and(|(v, _)| v.abs() > 1e18) || hi.is_some_and(|(v, _)| v.abs() > 1e18) {
-                return Err(unsupported("minimum", ptr, "bounds beyond 1e18"));
-            }
             if self.draft == 4 || self.opts.plain_integers {
-                return Ok(self.capped(num::int_range(lo_i, hi_i)));
+                return self.capped(num::int_range(lo_i, hi_i));
             }
-            return Ok(Expr::Seq(vec![
-                self.capped(num::int_range(lo_i, hi_i)),
-                frac0(),
-            ]));
+            return Expr::Seq(vec![self.capped(num::int_range(lo_i, hi_i)), frac0()]);
         }
         // number in a range with integer bounds: integer part ranges, with care at the
         // bounds for the fraction.
-        let lo_ex = lo.is_some_and(|(_, e)| e);
-        let hi_ex = hi.is_some_and(|(_, e)| e);
         let frac_any = Expr::Repeat {
             e: Box::new(Expr::Seq(vec![Expr::Literal(b".".to_vec()), digits(1)])),
             min: 0,
@@ -1724,7 +1811,7 @@ impl<'a> Compiler<'a> {
         if zero_ok {
             alts.push(Expr::Seq(vec![Expr::Literal(b"-0".to_vec()), frac0()]));
         }
-        Ok(Expr::Alt(alts))
+        Expr::Alt(alts)
     }
 
     fn array(
@@ -2361,6 +2448,34 @@ impl<'a> Compiler<'a> {
 
     /// The JSON text of a value, in the accepted serialization (whitespace per policy;
     /// integral numbers also as `n.0`).
+    /// Every JSON spelling of the number `d` (a `const`/`enum` value compared by value):
+    /// its plain decimal notation with any trailing zeros (`100`, `100.0`, `-0.0` for 0) as
+    /// grammar, and exponent spellings (`1e2`, `10E+1`) through a check of the exact value.
+    fn number_literal(&mut self, d: dec::Dec) -> Expr {
+        let (neg, int, frac) = d.plain_parts();
+        let zeros = || rep(lit("0"), 1, None);
+        let mut plain = Vec::new();
+        if neg {
+            plain.push(lit("-"));
+        } else if d.is_zero() {
+            plain.push(rep(lit("-"), 0, Some(1)));
+        }
+        if frac.is_empty() {
+            plain.push(lit(&int));
+            plain.push(rep(Expr::Seq(vec![lit("."), zeros()]), 0, Some(1)));
+        } else {
+            plain.push(lit(&format!("{int}.{frac}")));
+            plain.push(rep(lit("0"), 0, None));
+        }
+        let exp_form = self.exponent_number();
+        let c = dec::NumberCheck {
+            one_of: Some(vec![d]),
+            ..Default::default()
+        };
+        let exp = self.checked_rule("number-value", exp_form, c.into_check());
+        Expr::Alt(vec![Expr::Seq(plain), exp])
+    }
+
     fn literal_value(&mut self, v: &Value) -> Expr {
         match v {
             Value::Null => Expr::Literal(b"null".to_vec()),
@@ -2371,6 +2486,16 @@ impl<'a> Compiler<'a> {
             }),
             Value::Number(n) => {
                 let text = n.to_string();
+                let exact = dec::Dec::from_number(n).filter(|d| {
+                    // The value's plain spelling stays short: `1e300` is not written out.
+                    let (_, i, f) = d.plain_parts();
+                    i.len() + f.len() <= 400
+                });
+                if let Some(d) = exact.filter(|_| self.opts.number_digits.is_none()) {
+                    if !(self.opts.plain_integers && d.is_integer()) {
+                        return self.number_literal(d);
+                    }
+                }
                 if self.opts.plain_integers && (n.is_i64() || n.is_u64()) {
                     // Plain integers asked for: an integral constant as its digits only
                     // (`1`, not `1.0`, which draft 4 does not count as an integer).
@@ -2624,9 +2749,18 @@ impl Shape {
 }
 
 /// JSON equality as JSON Schema defines it (numbers by value).
+/// A number's exact decimal value (`None` for anything else).
+fn exact_num(v: &Value) -> Option<dec::Dec> {
+    v.as_number().and_then(dec::Dec::from_number)
+}
+
+/// JSON Schema equality: numbers by exact value, objects in any member order.
 fn json_eq(a: &Value, b: &Value) -> bool {
     match (a, b) {
-        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
+        (Value::Number(x), Value::Number(y)) => {
+            dec::Dec::from_number(x).is_some()
+                && dec::Dec::from_number(x) == dec::Dec::from_number(y)
+        }
         (Value::Array(x), Value::Array(y)) => {
             x.len() == y.len() && x.iter().zip(y).all(|(p, q)| json_eq(p, q))
         }
@@ -2649,6 +2783,7 @@ fn value_passes(
     draft: u32,
 ) -> Result<bool, SchemaError> {
     const CHECKED: &[&str] = &[
+        "multipleOf",
         "enum",
         "const",
         "type",
@@ -2702,7 +2837,7 @@ fn value_passes(
             return Ok(false);
         }
     }
-    let num = |k: &str| m.get(k).and_then(|x| x.as_f64());
+    let num = |k: &str| m.get(k).and_then(exact_num);
     let count = |k: &str| m.get(k).and_then(|x| x.as_u64()).map(|x| x as usize);
     match v {
         Value::String(s) => {
@@ -2714,13 +2849,16 @@ fn value_passes(
             }
         }
         Value::Number(x) => {
-            let x = x.as_f64().unwrap_or(f64::NAN);
+            let Some(x) = dec::Dec::from_number(x) else {
+                return Ok(false);
+            };
             let ex_min_bool = m.get("exclusiveMinimum") == Some(&Value::Bool(true));
             let ex_max_bool = m.get("exclusiveMaximum") == Some(&Value::Bool(true));
             if num("minimum").is_some_and(|l| x < l || (ex_min_bool && x == l))
                 || num("maximum").is_some_and(|h| x > h || (ex_max_bool && x == h))
                 || num("exclusiveMinimum").is_some_and(|l| x <= l)
                 || num("exclusiveMaximum").is_some_and(|h| x >= h)
+                || num("multipleOf").is_some_and(|d| d.is_zero() || !x.is_multiple_of(&d))
             {
                 return Ok(false);
             }
@@ -3022,7 +3160,7 @@ fn merge(
             "minLength" | "minItems" | "minProperties" | "minimum" | "exclusiveMinimum"
                 if av.is_number() && bv.is_number() =>
             {
-                if av.as_f64() >= bv.as_f64() {
+                if exact_num(&av) >= exact_num(bv) {
                     av
                 } else {
                     bv.clone()
@@ -3031,10 +3169,29 @@ fn merge(
             "maxLength" | "maxItems" | "maxProperties" | "maximum" | "exclusiveMaximum"
                 if av.is_number() && bv.is_number() =>
             {
-                if av.as_f64() <= bv.as_f64() {
+                if exact_num(&av) <= exact_num(bv) {
                     av
                 } else {
                     bv.clone()
+                }
+            }
+            // Both divide the value: their least common multiple does, when a JSON number
+            // holds it exactly.
+            "multipleOf" if av.is_number() && bv.is_number() => {
+                match exact_num(&av)
+                    .zip(exact_num(bv))
+                    .filter(|(x, y)| !x.is_zero() && !y.is_zero())
+                    .and_then(|(x, y)| x.lcm(&y, 40))
+                    .and_then(|l| l.to_number())
+                {
+                    Some(n) => Value::Number(n),
+                    None => {
+                        return Err(unsupported(
+                            k,
+                            ptr,
+                            "two multipleOf values whose least common multiple no JSON number holds exactly",
+                        ))
+                    }
                 }
             }
             "enum" | "const" => {
