@@ -47,6 +47,7 @@ pub fn run_file(
         unique_keys: false,
         closed_objects: false,
         number_digits: None,
+        registry: None,
     };
     let Ok(g) = schema_to_grammar(&case.schema, &opts) else {
         return Ok(());

@@ -297,6 +297,8 @@ pub struct FileCase {
     pub schema: Value,
     /// (valid, text, token ids) per test instance.
     pub tests: Vec<(bool, String, Vec<u32>)>,
+    /// Documents the schema's `$ref`s may name (the Test Suite's remotes).
+    pub registry: Option<Arc<ruvllm_engine::schema::SchemaRegistry>>,
 }
 
 /// Reads and tokenizes one MaskBench file.
@@ -323,6 +325,7 @@ pub fn load(vocab: &Vocabulary, file: &Path) -> Result<FileCase> {
         name: file.file_name().unwrap().to_string_lossy().into_owned(),
         schema: doc.get("schema").cloned().unwrap_or(Value::Bool(true)),
         tests,
+        registry: None,
     })
 }
 
@@ -391,6 +394,7 @@ fn run_ruvllm_with(
         unique_keys: false,
         closed_objects: false,
         number_digits: None,
+        registry: case.registry.clone(),
     };
     let t0 = Instant::now();
     let grammar = schema_to_grammar(&case.schema, &opts);

@@ -88,6 +88,16 @@ pub fn run(
     } else {
         None
     };
+    // The suite's `remotes/` folder, which its README says to serve at
+    // http://localhost:1234/: here a registry, nothing is served or fetched.
+    let mut registry = ruvllm_engine::schema::SchemaRegistry::new();
+    let remotes = dir
+        .ancestors()
+        .map(|a| a.join("remotes"))
+        .find(|r| r.is_dir())
+        .with_context(|| format!("no remotes/ folder above {}", dir.display()))?;
+    registry.insert_dir(&remotes, Some("http://localhost:1234/"))?;
+    let registry = Arc::new(registry);
     let mut totals = vec![SuiteStats::default(); engines.len()];
     let mut formats = vec![SuiteStats::default(); engines.len()];
     let mut fps = vec![Vec::new(); engines.len()];
@@ -129,6 +139,7 @@ pub fn run(
                 name: format!("{rel}: {}", g["description"].as_str().unwrap_or("")),
                 schema,
                 tests,
+                registry: Some(registry.clone()),
             };
             for (i, e) in engines.iter().enumerate() {
                 let mut st = EngineStats::default();

@@ -685,6 +685,7 @@ fn whitespace_policies() {
             unique_keys: false,
             closed_objects: false,
             number_digits: None,
+            registry: None,
         },
     )
     .unwrap();

@@ -38,6 +38,7 @@
 //! `$dynamicRef`/`$recursiveRef`, draft-7 content assertions, and anything past the limits
 //! (nesting depth, grammar size, number of checks).
 
+mod bundle;
 mod check;
 mod dec;
 mod num;
@@ -49,6 +50,8 @@ use std::sync::Arc;
 use regex_syntax::hir::{Class, Hir, HirKind, Look};
 use serde_json::{Map, Value};
 use thiserror::Error;
+
+pub use bundle::{bundle, needs_bundle, RegistryError, SchemaRegistry, DOCS_KEY};
 
 use crate::grammar::{Check, Expr, Grammar, KeyComplement, Rule, RuleId};
 use crate::{GrammarError, Limits};
@@ -104,6 +107,10 @@ pub struct SchemaOptions {
     /// digits keep within a double's range), so that every reader can represent the
     /// value and a model cannot run on writing digits. Generation turns it on (20).
     pub number_digits: Option<u32>,
+    /// Schemas that `$ref`s may name besides the one compiled, by URI (see
+    /// [`SchemaRegistry`]); nothing is ever fetched over the network. `None`: references
+    /// resolve inside the document only.
+    pub registry: Option<Arc<SchemaRegistry>>,
 }
 
 impl SchemaOptions {
@@ -120,6 +127,7 @@ impl SchemaOptions {
             plain_integers: true,
             unique_keys: true,
             number_digits: Some(20),
+            registry: None,
         }
     }
 }
@@ -150,6 +158,16 @@ pub enum SchemaError {
     Unsatisfiable {
         /// JSON pointer.
         pointer: String,
+    },
+    /// A reference that names no schema in the document or the registry.
+    #[error("unresolved reference {uri:?} at {pointer}: {reason}")]
+    UnresolvedRef {
+        /// The reference as written.
+        uri: String,
+        /// JSON pointer of the schema holding it (`uri#pointer` in a registry document).
+        pointer: String,
+        /// What is missing.
+        reason: String,
     },
     /// A budget was exceeded while compiling the schema.
     #[error(
@@ -353,6 +371,15 @@ pub fn schema_to_grammar_limited(
             hint: "Limits::max_grammar_bytes",
         });
     }
+    // References to other documents, identifiers and dynamic references: resolved into
+    // one document first (see `bundle`).
+    let bundled;
+    let schema = if needs_bundle(schema) {
+        bundled = bundle(schema, draft_of_schema(schema), opts.registry.as_deref())?;
+        &bundled
+    } else {
+        schema
+    };
     let mut c = Compiler::new(schema, opts, limits)?;
     let root = c.reserve("root");
     let body = c.compile(schema, "", 0)?;
@@ -372,6 +399,17 @@ pub fn schema_to_grammar_limited(
         }),
         Err(e) => Err(e.into()),
         Ok(()) => Ok(g),
+    }
+}
+
+/// The draft a schema's `$schema` names: 4, 6, 7, 2019 or 2020 (the default).
+fn draft_of_schema(root: &Value) -> u32 {
+    match root.get("$schema").and_then(|s| s.as_str()) {
+        Some(s) if s.contains("draft-04") || s.contains("draft-03") => 4,
+        Some(s) if s.contains("draft-06") => 6,
+        Some(s) if s.contains("draft-07") => 7,
+        Some(s) if s.contains("2019-09") => 2019,
+        _ => 2020,
     }
 }
 
@@ -468,13 +506,7 @@ impl<'a> Compiler<'a> {
     ) -> Result<Self, SchemaError> {
         let mut anchors = HashMap::new();
         collect_anchors(root, "", &mut anchors, 0);
-        let draft = match root.get("$schema").and_then(|s| s.as_str()) {
-            Some(s) if s.contains("draft-04") || s.contains("draft-03") => 4,
-            Some(s) if s.contains("draft-06") => 6,
-            Some(s) if s.contains("draft-07") => 7,
-            Some(s) if s.contains("2019-09") => 2019,
-            _ => 2020,
-        };
+        let draft = draft_of_schema(root);
         Ok(Compiler {
             root,
             draft,

@@ -1,0 +1,725 @@
+//! References across documents: base URIs, anchors, a registry of schemas, and dynamic
+//! references, resolved before compiling into **one document whose references are all
+//! JSON pointers into itself**.
+//!
+//! # Design
+//!
+//! The compiler works on one document and references of the form `#/json/pointer` (a rule
+//! per target, so recursion needs no unrolling). Everything else JSON Schema allows is
+//! brought to that form here, once, before compiling:
+//!
+//! * Every sub-schema gets its **base URI**: the document's (the URI it was registered
+//!   under, or `ruvllm:///root.json` for the schema being compiled), changed by each `$id`
+//!   (`id` in draft 4) on the way down, as RFC 3986 resolves references. Each `$id` starts a
+//!   **resource**; `$anchor`, `$dynamicAnchor` and draft 6/7's `$id: "#name"` name
+//!   locations in their resource.
+//! * A `$ref` is resolved against its base URI to an absolute URI: a resource and a JSON
+//!   pointer or anchor inside it. A resource not in the document is looked up in the
+//!   [`SchemaRegistry`] the caller gives (a folder of schemas by their `$id`, or
+//!   URI-to-file pairs); nothing is ever fetched over the network, and an unresolved
+//!   reference is an error naming its URI and the JSON pointer where it is.
+//! * Documents from the registry are copied under the key [`DOCS_KEY`] of the bundle,
+//!   every `$ref` becomes `#` plus the pointer of its target in the bundle, and the
+//!   identifiers (`$id`, anchors) are removed: the bundle means what the documents meant,
+//!   and the compiler and the semantic checks' validator read it without any URI.
+//! * **Dynamic references** (`$dynamicRef` of 2020-12, `$recursiveRef` of 2019-09) depend
+//!   on the dynamic scope: the resources evaluation passed through. Evaluation always
+//!   starts at the root resource, the outermost of every scope, so when the root declares
+//!   the dynamic anchor (the way the meta-schemas and "extensible" schemas use them), the
+//!   reference resolves to the root's, statically. When the initial target declares no
+//!   such anchor, the reference is a plain `$ref`; when exactly one resource declares it,
+//!   there is nothing else to find. Otherwise the target changes with the path taken, and
+//!   the schema is refused with the keyword and its pointer.
+//!
+//! Limits: a document nested deeper than 256 levels is not walked further (the compiler's
+//! depth limit refuses it anyway); sub-schemas under unknown keywords are not resources (as
+//! the specification says), but a pointer into one is followed.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
+
+use serde_json::{Map, Value};
+use url::Url;
+
+use super::{join, percent_decode, SchemaError};
+
+/// The key of the bundle under which the registry's documents are copied (an unknown
+/// keyword: an annotation to every validator).
+pub const DOCS_KEY: &str = "$ruvllm-documents";
+
+/// The base URI of a schema without `$id`.
+pub const DEFAULT_BASE: &str = "ruvllm:///root.json";
+
+/// Most nesting walked.
+const MAX_DEPTH: usize = 256;
+
+/// Schemas that `$ref`s may name besides the document being compiled, by absolute URI.
+/// Nothing is fetched: a reference resolves to the document itself or to one registered
+/// here. Cheap to clone behind an `Arc` (what [`super::SchemaOptions::registry`] holds).
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct SchemaRegistry {
+    docs: BTreeMap<String, Value>,
+}
+
+/// Why a registry cannot be built.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    /// A URI that is not absolute.
+    #[error("schema registry: {uri:?} is not an absolute URI: {reason}")]
+    BadUri {
+        /// The URI.
+        uri: String,
+        /// What the URI parser said.
+        reason: String,
+    },
+    /// A schema with neither a given URI nor an `$id`.
+    #[error("schema registry: {file} has no `$id` (give it a URI: URI=FILE)")]
+    NoId {
+        /// The file.
+        file: String,
+    },
+    /// A file that cannot be read or is not JSON.
+    #[error("schema registry: {file}: {reason}")]
+    File {
+        /// The file.
+        file: String,
+        /// The I/O or JSON error.
+        reason: String,
+    },
+}
+
+fn absolute(uri: &str) -> Result<Url, RegistryError> {
+    let mut u = Url::parse(uri).map_err(|e| RegistryError::BadUri {
+        uri: uri.into(),
+        reason: e.to_string(),
+    })?;
+    u.set_fragment(None);
+    Ok(u)
+}
+
+impl SchemaRegistry {
+    /// An empty registry.
+    pub fn new() -> SchemaRegistry {
+        SchemaRegistry::default()
+    }
+
+    /// Registers `schema` under the absolute `uri` (an empty fragment is dropped). Cost:
+    /// a URI parse.
+    pub fn insert(&mut self, uri: &str, schema: Value) -> Result<(), RegistryError> {
+        let u = absolute(uri)?;
+        self.docs.insert(u.to_string(), schema);
+        Ok(())
+    }
+
+    /// Registers `schema` under its own `$id` (or draft 4's `id`).
+    pub fn insert_by_id(&mut self, schema: Value, file: &str) -> Result<(), RegistryError> {
+        let id = ["$id", "id"]
+            .iter()
+            .find_map(|k| schema.get(k).and_then(Value::as_str))
+            .map(str::to_string)
+            .ok_or_else(|| RegistryError::NoId { file: file.into() })?;
+        self.insert(&id, schema)
+    }
+
+    /// Reads one JSON file. Cost: the file's size.
+    fn read(path: &Path) -> Result<Value, RegistryError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| RegistryError::File {
+            file: file.clone(),
+            reason: e.to_string(),
+        })?;
+        serde_json::from_str(&text).map_err(|e| RegistryError::File {
+            file,
+            reason: e.to_string(),
+        })
+    }
+
+    /// Registers `path` under `uri`.
+    pub fn insert_file(&mut self, uri: &str, path: &Path) -> Result<(), RegistryError> {
+        let v = Self::read(path)?;
+        self.insert(uri, v)
+    }
+
+    /// Registers every `*.json` file under `dir` (recursively): under `base_uri` plus its
+    /// path relative to `dir` when `base_uri` is given (`http://localhost:1234/` and
+    /// `dir/a/b.json` give `http://localhost:1234/a/b.json`), and under its `$id` when it
+    /// has one. A file with neither is an error. Cost: reading every file.
+    pub fn insert_dir(
+        &mut self,
+        dir: &Path,
+        base_uri: Option<&str>,
+    ) -> Result<usize, RegistryError> {
+        let mut files = Vec::new();
+        collect_json(dir, &mut files)?;
+        files.sort();
+        for f in &files {
+            let v = Self::read(f)?;
+            let rel = f.strip_prefix(dir).unwrap_or(f);
+            let has_id = ["$id", "id"]
+                .iter()
+                .any(|k| v.get(k).and_then(Value::as_str).is_some());
+            if let Some(base) = base_uri {
+                let rel: Vec<String> = rel
+                    .components()
+                    .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                    .collect();
+                let uri = format!("{}/{}", base.trim_end_matches('/'), rel.join("/"));
+                self.insert(&uri, v.clone())?;
+            } else if !has_id {
+                return Err(RegistryError::NoId {
+                    file: f.display().to_string(),
+                });
+            }
+            if has_id {
+                // Under its `$id` too (unless that is taken by a file of its own name).
+                let file = f.display().to_string();
+                let mut by_id = SchemaRegistry::new();
+                if by_id.insert_by_id(v.clone(), &file).is_ok() {
+                    for (k, x) in by_id.docs {
+                        self.docs.entry(k).or_insert(x);
+                    }
+                }
+            }
+        }
+        Ok(files.len())
+    }
+
+    /// How many documents are registered.
+    pub fn len(&self) -> usize {
+        self.docs.len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.docs.is_empty()
+    }
+
+    fn get(&self, uri: &Url) -> Option<&Value> {
+        self.docs.get(uri.as_str())
+    }
+}
+
+fn collect_json(dir: &Path, out: &mut Vec<std::path::PathBuf>) -> Result<(), RegistryError> {
+    let rd = std::fs::read_dir(dir).map_err(|e| RegistryError::File {
+        file: dir.display().to_string(),
+        reason: e.to_string(),
+    })?;
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            collect_json(&p, out)?;
+        } else if p.extension().is_some_and(|x| x == "json") {
+            out.push(p);
+        }
+    }
+    Ok(())
+}
+
+/// A sub-schema: a document (0: the one compiled) and a JSON pointer in it.
+type Loc = (usize, String);
+
+/// What the walk learned of all the documents.
+struct Index {
+    draft: u32,
+    /// The documents: the root, then those taken from the registry, with their URIs.
+    docs: Vec<(Value, Url)>,
+    /// Resource URI (no fragment) to its root.
+    resources: HashMap<String, Loc>,
+    /// `resource#name` to the named location (`$anchor`, `$dynamicAnchor`, `$id: "#name"`).
+    anchors: HashMap<String, Loc>,
+    /// Dynamic anchor name to the resources declaring it (`$recursiveAnchor: true` counts
+    /// as the name `""`).
+    dynamic: HashMap<String, Vec<String>>,
+    /// Each walked sub-schema's base URI.
+    bases: HashMap<Loc, Url>,
+}
+
+fn draft_name(d: u32) -> String {
+    match d {
+        2019 => "2019-09".into(),
+        2020 => "2020-12".into(),
+        d => d.to_string(),
+    }
+}
+
+fn id_keyword(draft: u32) -> &'static str {
+    if draft == 4 {
+        "id"
+    } else {
+        "$id"
+    }
+}
+
+/// The sub-schemas of `m`: (key path, value), by the keywords that hold schemas.
+fn children(m: &Map<String, Value>, draft: u32) -> Vec<(Vec<String>, &Value)> {
+    const ONE: &[&str] = &[
+        "additionalProperties",
+        "additionalItems",
+        "items",
+        "contains",
+        "propertyNames",
+        "not",
+        "if",
+        "then",
+        "else",
+        "unevaluatedItems",
+        "unevaluatedProperties",
+        "contentSchema",
+    ];
+    const LIST: &[&str] = &["allOf", "anyOf", "oneOf", "prefixItems", "items"];
+    const NAMED: &[&str] = &[
+        "properties",
+        "patternProperties",
+        "$defs",
+        "definitions",
+        "dependentSchemas",
+        "dependencies",
+    ];
+    let _ = draft;
+    let mut out = Vec::new();
+    for (k, v) in m {
+        let k = k.as_str();
+        match v {
+            Value::Object(_) | Value::Bool(_) if ONE.contains(&k) => {
+                out.push((vec![k.to_string()], v));
+            }
+            Value::Array(a) if LIST.contains(&k) => {
+                for (i, x) in a.iter().enumerate() {
+                    out.push((vec![k.to_string(), i.to_string()], x));
+                }
+            }
+            Value::Object(named) if NAMED.contains(&k) => {
+                for (name, x) in named {
+                    if x.is_object() || x.is_boolean() {
+                        out.push((vec![k.to_string(), name.clone()], x));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+impl Index {
+    fn walk(&mut self, doc: usize, ptr: String, mut base: Url, depth: usize) {
+        if depth > MAX_DEPTH {
+            return;
+        }
+        let v = match lookup(&self.docs[doc].0, &ptr) {
+            Some(v) => v.clone(),
+            None => return,
+        };
+        let loc = (doc, ptr.clone());
+        if self.bases.contains_key(&loc) {
+            return;
+        }
+        let Value::Object(m) = &v else {
+            self.bases.insert(loc, base);
+            return;
+        };
+        // Before 2019-09 a `$ref` makes its siblings (an `$id` too) ignored.
+        let ref_only = self.draft <= 7 && m.contains_key("$ref");
+        if let Some(Value::String(id)) = m.get(id_keyword(self.draft)).filter(|_| !ref_only) {
+            match id.strip_prefix('#') {
+                // Draft 6/7: a location-independent name.
+                Some(name) if self.draft <= 7 && !name.is_empty() => {
+                    let mut u = base.clone();
+                    u.set_fragment(Some(name));
+                    self.anchors.insert(u.to_string(), loc.clone());
+                }
+                _ => {
+                    if let Ok(mut u) = base.join(id) {
+                        let frag = u.fragment().map(str::to_string);
+                        u.set_fragment(None);
+                        base = u;
+                        self.resources
+                            .entry(base.to_string())
+                            .or_insert_with(|| loc.clone());
+                        if let Some(f) = frag.filter(|f| !f.is_empty() && self.draft <= 7) {
+                            let mut a = base.clone();
+                            a.set_fragment(Some(&f));
+                            self.anchors.insert(a.to_string(), loc.clone());
+                        }
+                    }
+                }
+            }
+        }
+        for key in ["$anchor", "$dynamicAnchor"] {
+            if self.draft < 2019 {
+                break;
+            }
+            if let Some(Value::String(name)) = m.get(key) {
+                let mut u = base.clone();
+                u.set_fragment(Some(name));
+                self.anchors.entry(u.to_string()).or_insert(loc.clone());
+                if key == "$dynamicAnchor" && self.draft >= 2020 {
+                    self.dynamic
+                        .entry(name.clone())
+                        .or_default()
+                        .push(base.to_string());
+                }
+            }
+        }
+        if self.draft == 2019 && m.get("$recursiveAnchor") == Some(&Value::Bool(true)) {
+            self.dynamic
+                .entry(String::new())
+                .or_default()
+                .push(base.to_string());
+        }
+        self.bases.insert(loc, base.clone());
+        for (path, _) in children(m, self.draft) {
+            let mut p = ptr.clone();
+            for k in &path {
+                p = join(&p, k);
+            }
+            self.walk(doc, p, base.clone(), depth + 1);
+        }
+    }
+
+    /// The base URI of `loc`: its own when walked, else its nearest walked ancestor's
+    /// (a pointer into an unknown keyword), which is then walked from there.
+    fn base_of(&mut self, loc: &Loc) -> Url {
+        if let Some(b) = self.bases.get(loc) {
+            return b.clone();
+        }
+        let mut p = loc.1.clone();
+        let base = loop {
+            match p.rfind('/') {
+                Some(i) => p.truncate(i),
+                None => break self.docs[loc.0].1.clone(),
+            }
+            if let Some(b) = self.bases.get(&(loc.0, p.clone())) {
+                break b.clone();
+            }
+        };
+        self.walk(loc.0, loc.1.clone(), base.clone(), 0);
+        self.bases.get(loc).cloned().unwrap_or(base)
+    }
+
+    /// The document registered at `uri`, added and walked if new.
+    fn load(&mut self, uri: &Url, registry: Option<&SchemaRegistry>) -> Result<bool, String> {
+        if self.resources.contains_key(uri.as_str()) {
+            return Ok(true);
+        }
+        let Some(doc) = registry.and_then(|r| r.get(uri)) else {
+            return Ok(false);
+        };
+        // One draft's semantics for the whole bundle: a document of another draft would
+        // be read with the wrong keywords (refused, never reread silently).
+        if doc.get("$schema").is_some() {
+            let d = super::draft_of_schema(doc);
+            if d != self.draft {
+                return Err(format!(
+                    "{uri} is a draft {} schema and the referring one draft {}: references                      across drafts are not supported",
+                    draft_name(d),
+                    draft_name(self.draft)
+                ));
+            }
+        }
+        let d = self.docs.len();
+        self.docs.push((doc.clone(), uri.clone()));
+        self.resources.insert(uri.to_string(), (d, String::new()));
+        self.walk(d, String::new(), uri.clone(), 0);
+        Ok(true)
+    }
+
+    /// The target of reference `r` written at `at` (whose base URI is `base`).
+    fn resolve(
+        &mut self,
+        r: &str,
+        base: &Url,
+        at: &str,
+        registry: Option<&SchemaRegistry>,
+    ) -> Result<Loc, SchemaError> {
+        let unresolved = |why: &str| SchemaError::UnresolvedRef {
+            uri: r.to_string(),
+            pointer: at.to_string(),
+            reason: why.to_string(),
+        };
+        let mut u = base
+            .join(r)
+            .map_err(|e| unresolved(&format!("not a URI reference: {e}")))?;
+        let frag = percent_decode(u.fragment().unwrap_or(""));
+        u.set_fragment(None);
+        if !self.load(&u, registry).map_err(|e| unresolved(&e))? {
+            return Err(unresolved(&format!(
+                "no document {u} in the schema or the schema registry (nothing is fetched over the network)"
+            )));
+        }
+        if frag.is_empty() || frag.starts_with('/') {
+            let (doc, root) = self.resources[u.as_str()].clone();
+            let ptr = format!("{root}{frag}");
+            if lookup(&self.docs[doc].0, &ptr).is_none() {
+                return Err(unresolved("the JSON pointer points nowhere"));
+            }
+            return Ok((doc, ptr));
+        }
+        let mut a = u.clone();
+        a.set_fragment(Some(&frag));
+        let key = a.to_string();
+        if let Some(l) = self.anchors.get(&key) {
+            return Ok(l.clone());
+        }
+        Err(unresolved(&format!("no anchor {frag:?} in {u}")))
+    }
+
+    /// The pointer of `loc` in the bundle.
+    fn bundle_ptr(&self, loc: &Loc) -> String {
+        if loc.0 == 0 {
+            loc.1.clone()
+        } else {
+            format!("/{DOCS_KEY}/{}{}", loc.0 - 1, loc.1)
+        }
+    }
+
+    /// Where a dynamic reference `r` (`name` its anchor; `""` for `$recursiveRef`) lands
+    /// whatever the path, or `None` when that depends on the path.
+    fn resolve_dynamic(
+        &mut self,
+        r: &str,
+        name: &str,
+        base: &Url,
+        at: &str,
+        registry: Option<&SchemaRegistry>,
+    ) -> Result<Option<Loc>, SchemaError> {
+        let initial = self.resolve(r, base, at, registry)?;
+        let initial_base = self.base_of(&initial);
+        let declares = |ix: &Index, res: &str| {
+            ix.dynamic
+                .get(name)
+                .is_some_and(|v| v.iter().any(|x| x == res))
+        };
+        // Only a target that declares the dynamic anchor starts the dynamic search
+        // (`$recursiveRef`: a resource root with `$recursiveAnchor: true`).
+        let dynamic_target = if name.is_empty() {
+            declares(self, initial_base.as_str())
+                && self.resources.get(initial_base.as_str()) == Some(&initial)
+        } else {
+            declares(self, initial_base.as_str())
+                && self
+                    .docs
+                    .get(initial.0)
+                    .and_then(|(d, _)| lookup(d, &initial.1))
+                    .and_then(|v| v.get("$dynamicAnchor"))
+                    .and_then(Value::as_str)
+                    == Some(name)
+        };
+        if !dynamic_target {
+            return Ok(Some(initial));
+        }
+        let root = self.docs[0].1.clone();
+        let root_res = self.bases.get(&(0, String::new())).cloned().unwrap_or(root);
+        let target_in = |ix: &mut Index, res: &str| -> Result<Loc, SchemaError> {
+            if name.is_empty() {
+                return Ok(ix.resources[res].clone());
+            }
+            let mut u = Url::parse(res).map_err(|e| SchemaError::UnresolvedRef {
+                uri: res.to_string(),
+                pointer: at.to_string(),
+                reason: e.to_string(),
+            })?;
+            u.set_fragment(Some(name));
+            Ok(ix.anchors[u.as_str()].clone())
+        };
+        if declares(self, root_res.as_str()) {
+            return target_in(self, root_res.as_str()).map(Some);
+        }
+        let declaring: HashSet<&String> = self.dynamic.get(name).into_iter().flatten().collect();
+        if declaring.len() == 1 {
+            return Ok(Some(initial));
+        }
+        Ok(None)
+    }
+}
+
+/// The value at `path` (keys and indices) under `v`.
+fn child_mut<'v>(v: &'v mut Value, path: &[String]) -> Option<&'v mut Value> {
+    let Some((k, rest)) = path.split_first() else {
+        return Some(v);
+    };
+    let next = match v {
+        Value::Object(o) => o.get_mut(k)?,
+        Value::Array(a) => a.get_mut(k.parse::<usize>().ok()?)?,
+        _ => return None,
+    };
+    child_mut(next, rest)
+}
+
+/// A JSON pointer lookup (`""` is the document).
+fn lookup<'v>(v: &'v Value, ptr: &str) -> Option<&'v Value> {
+    if ptr.is_empty() {
+        return Some(v);
+    }
+    let mut v = v;
+    for part in ptr.strip_prefix('/')?.split('/') {
+        let key = part.replace("~1", "/").replace("~0", "~");
+        v = match v {
+            Value::Object(m) => m.get(&key)?,
+            Value::Array(a) => a.get(key.parse::<usize>().ok()?)?,
+            _ => return None,
+        };
+    }
+    Some(v)
+}
+
+/// Whether `schema` needs [`bundle`]: an identifier or a reference that is not a plain
+/// in-document pointer, or a dynamic reference. Cost: one walk of the schema.
+pub fn needs_bundle(schema: &Value) -> bool {
+    fn go(v: &Value, depth: usize) -> bool {
+        if depth > MAX_DEPTH {
+            return false;
+        }
+        match v {
+            Value::Object(m) => m.iter().any(|(k, x)| match k.as_str() {
+                "$ref" => x.as_str().is_some_and(|r| !r.starts_with("#/") && r != "#"),
+                "$id" | "$dynamicRef" | "$recursiveRef" | "$recursiveAnchor" | "$dynamicAnchor" => {
+                    true
+                }
+                "enum" | "const" | "default" | "examples" => false,
+                _ => go(x, depth + 1),
+            }),
+            Value::Array(a) => a.iter().any(|x| go(x, depth + 1)),
+            _ => false,
+        }
+    }
+    go(schema, 0)
+}
+
+/// One document with every reference a JSON pointer into itself (see the module docs):
+/// `schema` with the registry's documents it reaches copied under [`DOCS_KEY`], references
+/// rewritten, identifiers removed. `draft` is the root's (4, 6, 7, 2019 or 2020). Cost: one
+/// walk of each document reached, and a copy of it.
+pub fn bundle(
+    schema: &Value,
+    draft: u32,
+    registry: Option<&SchemaRegistry>,
+) -> Result<Value, SchemaError> {
+    let root_uri = Url::parse(DEFAULT_BASE).expect("a valid URL");
+    let mut ix = Index {
+        draft,
+        docs: vec![(schema.clone(), root_uri.clone())],
+        resources: HashMap::new(),
+        anchors: HashMap::new(),
+        dynamic: HashMap::new(),
+        bases: HashMap::new(),
+    };
+    ix.resources
+        .insert(root_uri.to_string(), (0, String::new()));
+    ix.walk(0, String::new(), root_uri, 0);
+    // Rewrite each document in turn; resolving may add documents.
+    let mut out_docs: Vec<Value> = Vec::new();
+    let mut d = 0;
+    while d < ix.docs.len() {
+        let v = ix.docs[d].0.clone();
+        let mut v2 = v.clone();
+        rewrite(&mut ix, d, "", &mut v2, registry, 0)?;
+        out_docs.push(v2);
+        d += 1;
+    }
+    let mut root = out_docs.remove(0);
+    if !out_docs.is_empty() {
+        match &mut root {
+            Value::Object(m) => {
+                m.insert(DOCS_KEY.into(), Value::Array(out_docs));
+            }
+            // `true`/`false` reference nothing.
+            _ => {}
+        }
+    }
+    Ok(root)
+}
+
+fn rewrite(
+    ix: &mut Index,
+    doc: usize,
+    ptr: &str,
+    v: &mut Value,
+    registry: Option<&SchemaRegistry>,
+    depth: usize,
+) -> Result<(), SchemaError> {
+    if depth > MAX_DEPTH {
+        return Ok(());
+    }
+    let Value::Object(m) = v else {
+        return Ok(());
+    };
+    let loc = (doc, ptr.to_string());
+    let base = ix.base_of(&loc);
+    let at = if doc == 0 {
+        super::pointer_or_root(ptr)
+    } else {
+        format!("{}#{ptr}", ix.docs[doc].1)
+    };
+    let draft = ix.draft;
+    let mut extra_refs = Vec::new();
+    if let Some(Value::String(r)) = m.get("$ref") {
+        let target = ix.resolve(r, &base, &at, registry)?;
+        m.insert(
+            "$ref".into(),
+            Value::String(format!("#{}", ix.bundle_ptr(&target))),
+        );
+    }
+    for (key, active) in [
+        ("$dynamicRef", draft >= 2020),
+        ("$recursiveRef", draft == 2019),
+    ] {
+        let Some(Value::String(r)) = m.get(key).cloned() else {
+            continue;
+        };
+        if !active {
+            continue;
+        }
+        let name = if key == "$recursiveRef" {
+            String::new()
+        } else {
+            let u = base.join(&r).ok();
+            percent_decode(u.as_ref().and_then(|u| u.fragment()).unwrap_or(""))
+        };
+        match ix.resolve_dynamic(&r, &name, &base, &at, registry)? {
+            Some(t) => {
+                m.remove(key);
+                extra_refs.push(format!("#{}", ix.bundle_ptr(&t)));
+            }
+            None => {
+                return Err(SchemaError::Unsupported {
+                    keyword: key.into(),
+                    pointer: at,
+                    reason: format!(
+                        "{r:?} lands on a different schema depending on the path evaluation takes \
+                         (several resources declare the dynamic anchor and the root does not)"
+                    ),
+                })
+            }
+        }
+    }
+    for r in extra_refs {
+        if m.contains_key("$ref") {
+            let item = Value::Object(Map::from_iter([("$ref".to_string(), Value::String(r))]));
+            match m.entry("allOf").or_insert_with(|| Value::Array(Vec::new())) {
+                Value::Array(a) => a.push(item),
+                other => *other = Value::Array(vec![item]),
+            }
+        } else {
+            m.insert("$ref".into(), Value::String(r));
+        }
+    }
+    if m.get(id_keyword(draft)).is_some_and(Value::is_string) {
+        m.remove(id_keyword(draft));
+    }
+    for k in ["$anchor", "$dynamicAnchor", "$recursiveAnchor"] {
+        m.remove(k);
+    }
+    // Children, by the same keywords the walk took.
+    let paths: Vec<Vec<String>> = children(m, draft).into_iter().map(|(p, _)| p).collect();
+    for path in paths {
+        let mut p = ptr.to_string();
+        for k in &path {
+            p = join(&p, k);
+        }
+        if let Some(node) = child_mut(v, &path) {
+            rewrite(ix, doc, &p, node, registry, depth + 1)?;
+        }
+    }
+    Ok(())
+}
