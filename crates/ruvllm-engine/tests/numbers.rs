@@ -258,3 +258,4 @@ fn the_issues_numbers() {
         }
     }
 }
+

@@ -41,7 +41,10 @@
 mod bundle;
 mod check;
 mod dec;
+mod format;
 mod num;
+
+use format::{format_check, format_regex};
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -1264,7 +1267,17 @@ impl<'a> Compiler<'a> {
                         "format together with minLength/maxLength",
                     ));
                 }
-                self.pattern(&re, &join(ptr, "format"), true)?
+                let body = self.pattern(&re, &join(ptr, "format"), true)?;
+                let value = Expr::Seq(vec![quote(), body, quote()]);
+                // What the format's regex cannot say, checked on the decoded string.
+                if let Some(c) = format.and_then(format_check) {
+                    return Ok(self.checked_rule(
+                        &format!("format{}", ptr.replace('/', "-")),
+                        value,
+                        c,
+                    ));
+                }
+                return Ok(value);
             }
         };
         Ok(Expr::Seq(vec![quote(), body, quote()]))
@@ -3923,78 +3936,6 @@ const KNOWN_FORMATS: &[&str] = &[
     "relative-json-pointer",
     "regex",
 ];
-
-/// Regexes (over decoded characters, anchored) for the formats we enforce. Each accepts a
-/// subset of what a validator accepts, never more.
-fn format_regex(f: &str) -> Option<String> {
-    let date = r"(?:[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-8]))|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)-02-29)";
-    let time = r"(?:(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9]))";
-    Some(match f {
-        "date" => date.to_string(),
-        "time" => time.to_string(),
-        "date-time" => format!("{date}[Tt]{time}"),
-        "uuid" => "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}".into(),
-        "ipv4" => r"(?:(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])".into(),
-        // Labels of 1 to 62 characters, at most 4 labels (so at most 251 characters); no
-        // hyphen in the third position, so never `xn--`-style A-labels (whose punycode a
-        // validator checks).
-        "hostname" => {
-            let label = r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]?[A-Za-z0-9])?|[A-Za-z0-9][A-Za-z0-9-][A-Za-z0-9](?:[A-Za-z0-9-]{0,58}[A-Za-z0-9])?)";
-            format!(r"(?:{label}\.){{0,3}}{label}")
-        }
-        // The local part stays within RFC 5321's 64 characters (32 + 2 x (1 + 15)).
-        "email" => r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]{1,32}(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]{1,15}){0,2}@(?:[A-Za-z0-9](?:[A-Za-z0-9]?[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9](?:[A-Za-z0-9-]{0,27}[A-Za-z0-9])?)?\.){1,3}[A-Za-z]{2,12}".into(),
-        "idn-email" => return format_regex("email"),
-        "idn-hostname" => return format_regex("hostname"),
-        // RFC 4291 text forms without an embedded IPv4 part or zone (a subset).
-        "ipv6" => {
-            let h = "[0-9A-Fa-f]{1,4}";
-            let forms = [
-                format!("(?:{h}:){{7}}{h}"),
-                format!("(?:{h}:){{1,7}}:"),
-                format!("(?:{h}:){{1,6}}:{h}"),
-                format!("(?:{h}:){{1,5}}(?::{h}){{1,2}}"),
-                format!("(?:{h}:){{1,4}}(?::{h}){{1,3}}"),
-                format!("(?:{h}:){{1,3}}(?::{h}){{1,4}}"),
-                format!("(?:{h}:){{1,2}}(?::{h}){{1,5}}"),
-                format!("{h}:(?::{h}){{1,6}}"),
-                format!(":(?:(?::{h}){{1,7}}|:)"),
-            ];
-            format!("(?:{})", forms.join("|"))
-        }
-        // RFC 3986 URIs, restricted to unreserved/sub-delim characters (no percent-escapes,
-        // no IP literals): a subset of what validators accept. IRIs are a superset of URIs.
-        "uri" | "iri" => {
-            let pchar = r"(?:[A-Za-z0-9._~!$&'()*+,;=:@-]|%[0-9A-Fa-f]{2})";
-            // Optional userinfo, a possibly empty reg-name (`file:///x`), an optional port.
-            let auth = r"//(?:(?:[A-Za-z0-9._~!$&'()*+,;=:-]|%[0-9A-Fa-f]{2})*@)?(?:[A-Za-z0-9._~!$&'()*+,;=-]|%[0-9A-Fa-f]{2})*(?::[0-9]{1,5})?";
-            // "//" authority path-abempty, path-absolute (first segment non-empty),
-            // path-rootless (`mailto:a@b`), or empty.
-            let hier = format!(
-                r"(?:{auth}(?:/{pchar}*)*|/{pchar}+(?:/{pchar}*)*|{pchar}+(?:/{pchar}*)*|)"
-            );
-            format!(r"[A-Za-z][A-Za-z0-9+.-]*:{hier}(?:\?(?:{pchar}|[/?])*)?(?:#(?:{pchar}|[/?])*)?")
-        }
-        "uri-reference" | "iri-reference" => {
-            let pchar = r"(?:[A-Za-z0-9._~!$&'()*+,;=:@-]|%[0-9A-Fa-f]{2})";
-            let auth = r"//(?:(?:[A-Za-z0-9._~!$&'()*+,;=:-]|%[0-9A-Fa-f]{2})*@)?(?:[A-Za-z0-9._~!$&'()*+,;=-]|%[0-9A-Fa-f]{2})*(?::[0-9]{1,5})?";
-            let tail = format!(r"(?:\?(?:{pchar}|[/?])*)?(?:#(?:{pchar}|[/?])*)?");
-            let uri = format_regex("uri").unwrap();
-            // relative-ref: "//" authority path-abempty | path-absolute | path-noscheme (no
-            // colon in the first segment) | empty.
-            let rel = format!(r"(?:{auth}(?:/{pchar}*)*|/{pchar}+(?:/{pchar}*)*|/|[A-Za-z0-9._~!$&'()*+,;=@-]+(?:/{pchar}*)*|){tail}");
-            format!("(?:{uri}|{rel})")
-        }
-        "json-pointer" => r"(?:/(?:[^~/]|~[01])*)*".into(),
-        "relative-json-pointer" => r"(?:0|[1-9][0-9]*)(?:#|(?:/(?:[^~/]|~[01])*)*)".into(),
-        // RFC 3339 appendix A durations.
-        "duration" => {
-            let time = r"T(?:[0-9]+H(?:[0-9]+M(?:[0-9]+S)?)?|[0-9]+M(?:[0-9]+S)?|[0-9]+S)";
-            format!(r"P(?:(?:[0-9]+Y(?:[0-9]+M(?:[0-9]+D)?)?|[0-9]+M(?:[0-9]+D)?|[0-9]+D)(?:{time})?|{time}|[0-9]+W)")
-        }
-        _ => return None,
-    })
-}
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,205 @@
+//! `format`: each format the validator asserts, as grammar where its language is regular,
+//! and a check where it is not.
+//!
+//! Every regex here is over decoded characters, anchored, and follows the RFC's ABNF:
+//! RFC 3339 dates and times (leap seconds included), RFC 4291 IPv6 text forms (embedded
+//! IPv4, any case), RFC 1123 host names, RFC 5321 e-mail addresses (quoted local parts and
+//! address literals), RFC 3986 URIs and RFC 3987 IRIs (IP literals included). Where the
+//! RFC says more than a regular language can (a leap second only at 23:59 UTC, a host name
+//! of at most 253 characters, an A-label's punycode decoding to a valid U-label, IDNA
+//! 2008's contextual rules), the regex is the regular superset and [`format_check`]
+//! validates the decoded string when it completes: the closing quote of an invalid value
+//! is refused. The check is the `jsonschema` crate's format validator, which reads the RFCs
+//! as the JSON Schema Test Suite does (see docs/JSON_SCHEMA.md for the one place it does
+//! not, and what ruvllm does there).
+
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use crate::grammar::{Check, ValueCheck};
+
+/// The decimal octet of an IPv4 address.
+const OCTET: &str = r"(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])";
+
+fn ipv4() -> String {
+    format!(r"(?:{OCTET}\.){{3}}{OCTET}")
+}
+
+/// RFC 3986's `IPv6address`: every RFC 4291 text form, hex digits in either case.
+fn ipv6() -> String {
+    let h = "[0-9A-Fa-f]{1,4}";
+    let ls32 = format!("(?:{h}:{h}|{})", ipv4());
+    let forms = [
+        format!("(?:{h}:){{6}}{ls32}"),
+        format!("::(?:{h}:){{5}}{ls32}"),
+        format!("(?:{h})?::(?:{h}:){{4}}{ls32}"),
+        format!("(?:(?:{h}:){{0,1}}{h})?::(?:{h}:){{3}}{ls32}"),
+        format!("(?:(?:{h}:){{0,2}}{h})?::(?:{h}:){{2}}{ls32}"),
+        format!("(?:(?:{h}:){{0,3}}{h})?::{h}:{ls32}"),
+        format!("(?:(?:{h}:){{0,4}}{h})?::{ls32}"),
+        format!("(?:(?:{h}:){{0,5}}{h})?::{h}"),
+        format!("(?:(?:{h}:){{0,6}}{h})?::"),
+    ];
+    format!("(?:{})", forms.join("|"))
+}
+
+/// An RFC 1123 label: letters, digits and inner hyphens, 1 to 63 characters.
+const LABEL: &str = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
+
+/// RFC 3986's `IP-literal`: `[` IPv6 or IPvFuture `]`.
+fn ip_literal() -> String {
+    format!(
+        r"\[(?:{}|[vV][0-9A-Fa-f]+\.[A-Za-z0-9._~!$&'()*+,;=:-]+)\]",
+        ipv6()
+    )
+}
+
+/// RFC 3987's `ucschar` (`iri == true`), or nothing.
+fn ucschar(iri: bool) -> String {
+    if !iri {
+        return String::new();
+    }
+    let mut s = String::from(r"\x{A0}-\x{D7FF}\x{F900}-\x{FDCF}\x{FDF0}-\x{FFEF}");
+    for plane in 1..=13u32 {
+        s.push_str(&format!(r"\x{{{plane:X}0000}}-\x{{{plane:X}FFFD}}"));
+    }
+    s.push_str(r"\x{E1000}-\x{EFFFD}");
+    s
+}
+
+/// RFC 3986 URIs (`iri == false`) or RFC 3987 IRIs: `(absolute, relative reference)`.
+fn uri_parts(iri: bool) -> (String, String) {
+    let u = ucschar(iri);
+    let private = if iri {
+        r"\x{E000}-\x{F8FF}\x{F0000}-\x{FFFFD}\x{100000}-\x{10FFFD}"
+    } else {
+        ""
+    };
+    let pct = "%[0-9A-Fa-f]{2}";
+    let unreserved_sub = format!("A-Za-z0-9._~!$&'()*+,;={u}-");
+    let pchar = format!("(?:[{unreserved_sub}:@]|{pct})");
+    let userinfo = format!("(?:(?:[{unreserved_sub}:]|{pct})*@)?");
+    let reg_name = format!("(?:[{unreserved_sub}]|{pct})*");
+    let host = format!("(?:{}|{reg_name})", ip_literal());
+    let auth = format!("//{userinfo}{host}(?::[0-9]*)?");
+    let query = format!(r"(?:\?(?:{pchar}|[/?{private}])*)?");
+    let fragment = format!(r"(?:#(?:{pchar}|[/?])*)?");
+    let abempty = format!("(?:/{pchar}*)*");
+    // "//" authority path-abempty, path-absolute, path-rootless, or empty.
+    let hier = format!(r"(?:{auth}{abempty}|/(?:{pchar}+{abempty})?|{pchar}+{abempty}|)");
+    let absolute = format!(r"[A-Za-z][A-Za-z0-9+.-]*:{hier}{query}{fragment}");
+    // "//" authority path-abempty, path-absolute, path-noscheme (no colon in the first
+    // segment), or empty.
+    let noscheme = format!("(?:[{unreserved_sub}@]|{pct})+{abempty}");
+    let relative =
+        format!(r"(?:{auth}{abempty}|/(?:{pchar}+{abempty})?|{noscheme}|){query}{fragment}");
+    (absolute, relative)
+}
+
+/// RFC 5321's `Local-part` (`idn`: RFC 6531's, with UTF-8 beyond ASCII) and the address
+/// literals of its `Domain`.
+fn email(idn: bool) -> String {
+    let wide = if idn { r"\x{80}-\x{10FFFF}" } else { "" };
+    let atext = format!("[A-Za-z0-9!#$%&'*+/=?^_`{{|}}~{wide}-]");
+    let dot_atom = format!(r"{atext}+(?:\.{atext}+)*");
+    let quoted = format!(r#""(?:[\x20\x21\x23-\x5B\x5D-\x7E{wide}]|\\[\x20-\x7E])*""#);
+    let literal = format!(r"\[(?:{}|IPv6:{})\]", ipv4(), ipv6());
+    let domain = if idn {
+        idn_hostname()
+    } else {
+        format!(r"{LABEL}(?:\.{LABEL})*")
+    };
+    format!("(?:{dot_atom}|{quoted})@(?:{domain}|{literal})")
+}
+
+/// The regular superset of IDNA 2008 host names: labels of letters, digits, hyphens and
+/// characters beyond ASCII, separated by the four dots IDNA maps to `.`.
+fn idn_hostname() -> String {
+    let ch = r"[A-Za-z0-9\x{80}-\x{3001}\x{3003}-\x{FF0D}\x{FF0F}-\x{FF60}\x{FF62}-\x{10FFFF}]";
+    let label = format!(r"(?:{ch}|-)*{ch}(?:{ch}|-)*|{ch}");
+    format!(r"(?:{label})(?:[.\x{{3002}}\x{{FF0E}}\x{{FF61}}](?:{label}))*")
+}
+
+/// The regex (over decoded characters, anchored) of each format enforced by grammar;
+/// `None` for a format it cannot say at all (`regex`, `uri-template`: a check of the whole
+/// value then) or an unknown one.
+pub(super) fn format_regex(f: &str) -> Option<String> {
+    let date = r"(?:[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-8]))|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)-02-29)";
+    // Seconds up to 60: a leap second, which the check allows at 23:59 UTC only.
+    let time = r"(?:(?:[01][0-9]|2[0-3]):[0-5][0-9]:(?:[0-5][0-9]|60)(?:\.[0-9]+)?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9]))";
+    Some(match f {
+        "date" => date.to_string(),
+        "time" => time.to_string(),
+        "date-time" => format!("{date}[Tt]{time}"),
+        "uuid" => "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}".into(),
+        "ipv4" => ipv4(),
+        "ipv6" => ipv6(),
+        "hostname" => format!(r"{LABEL}(?:\.{LABEL})*"),
+        "idn-hostname" => idn_hostname(),
+        "email" => email(false),
+        "idn-email" => email(true),
+        "uri" => uri_parts(false).0,
+        "iri" => uri_parts(true).0,
+        "uri-reference" => {
+            let (a, r) = uri_parts(false);
+            format!("(?:{a}|{r})")
+        }
+        "iri-reference" => {
+            let (a, r) = uri_parts(true);
+            format!("(?:{a}|{r})")
+        }
+        "json-pointer" => r"(?:/(?:[^~/]|~[01])*)*".into(),
+        "relative-json-pointer" => r"(?:0|[1-9][0-9]*)(?:#|(?:/(?:[^~/]|~[01])*)*)".into(),
+        // RFC 3339 appendix A durations.
+        "duration" => {
+            let time = r"T(?:[0-9]+H(?:[0-9]+M(?:[0-9]+S)?)?|[0-9]+M(?:[0-9]+S)?|[0-9]+S)";
+            format!(r"P(?:(?:[0-9]+Y(?:[0-9]+M(?:[0-9]+D)?)?|[0-9]+M(?:[0-9]+D)?|[0-9]+D)(?:{time})?|{time}|[0-9]+W)")
+        }
+        _ => return None,
+    })
+}
+
+/// Validates a string value (its JSON text, quotes included) against one format.
+struct FormatCheck {
+    format: String,
+    validator: jsonschema::Validator,
+}
+
+impl std::fmt::Debug for FormatCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "FormatCheck({})", self.format)
+    }
+}
+
+impl ValueCheck for FormatCheck {
+    fn accepts(&self, text: &[u8]) -> bool {
+        match serde_json::from_slice::<Value>(text) {
+            Ok(v @ Value::String(_)) => self.validator.is_valid(&v),
+            _ => false,
+        }
+    }
+
+    fn describe(&self) -> String {
+        format!("format {:?} (what its regex cannot say)", self.format)
+    }
+}
+
+/// The check of what `f`'s regex does not say (`None`: the regex says it all). Cost: one
+/// small validator build.
+pub(super) fn format_check(f: &str) -> Option<Check> {
+    if !matches!(
+        f,
+        "time" | "date-time" | "hostname" | "idn-hostname" | "email" | "idn-email"
+    ) {
+        return None;
+    }
+    let validator = jsonschema::options()
+        .should_validate_formats(true)
+        .build(&json!({ "format": f }))
+        .ok()?;
+    Some(Check(Arc::new(FormatCheck {
+        format: f.to_string(),
+        validator,
+    })))
+}
