@@ -581,15 +581,53 @@ fn any_order_properties() {
     assert!(accepts(&compile(&s), "{\"a\": 1, \"b\": \"x\"}"));
 }
 
+/// References to other documents resolve through a registry, never the network; one
+/// that names nothing there is refused with its URI and pointer.
+#[test]
+fn references_resolve_through_the_registry_only() {
+    use ruvllm_engine::schema::SchemaRegistry;
+    for (schema, uri, pointer) in [
+        (json!({"$ref": "http://example.com/s.json"}), "http://example.com/s.json", "#"),
+        (
+            json!({"properties": {"a": {"$ref": "other.json#/x"}}}),
+            "other.json#/x",
+            "#/properties/a",
+        ),
+    ] {
+        match schema_to_grammar(&schema, &SchemaOptions::default()) {
+            Err(SchemaError::UnresolvedRef { uri: u, pointer: p, .. }) => {
+                assert_eq!((u.as_str(), p.as_str()), (uri, pointer), "{schema}")
+            }
+            other => panic!("{schema}: expected UnresolvedRef, got {other:?}"),
+        }
+    }
+    let mut reg = SchemaRegistry::new();
+    reg.insert(
+        "http://example.com/s.json",
+        json!({"$defs": {"age": {"type": "integer", "minimum": 0}},
+               "type": "object", "properties": {"age": {"$ref": "#/$defs/age"}},
+               "required": ["age"]}),
+    )
+    .unwrap();
+    reg.insert_by_id(json!({"$id": "urn:example:name", "type": "string", "maxLength": 3}), "name")
+        .unwrap();
+    let schema = json!({"$id": "http://example.com/root.json",
+        "properties": {"who": {"$ref": "s.json"}, "name": {"$ref": "urn:example:name"}}});
+    let opts = SchemaOptions {
+        registry: Some(Arc::new(reg)),
+        ..Default::default()
+    };
+    let g = schema_to_grammar(&schema, &opts).unwrap();
+    let c = Constraint::new(&g, dummy_vocab(), &Limits::default()).unwrap();
+    assert!(accepts(&c, r#"{"who": {"age": 3}, "name": "abc"}"#));
+    assert!(!accepts(&c, r#"{"who": {"age": -3}}"#));
+    assert!(!accepts(&c, r#"{"who": {}}"#));
+    assert!(!accepts(&c, r#"{"name": "abcd"}"#));
+}
+
 #[test]
 fn unsupported_keywords_are_refused_with_pointers() {
     for (schema, keyword, pointer) in [
-        (json!({"$ref": "http://example.com/s.json"}), "$ref", "#"),
-        (
-            json!({"properties": {"a": {"$ref": "other.json#/x"}}}),
-            "$ref",
-            "#/properties/a",
-        ),
         (
             json!({"$schema": "http://json-schema.org/draft-07/schema#",
                    "properties": {"p": {"type": "string", "contentEncoding": "base64"}}}),
@@ -597,9 +635,14 @@ fn unsupported_keywords_are_refused_with_pointers() {
             "#/properties/p",
         ),
         (
-            json!({"$defs": {"n": {"$dynamicAnchor": "n"}}, "items": {"$dynamicRef": "#n"}}),
+            // Two resources declare the dynamic anchor and the root does not: where the
+            // reference lands depends on the path.
+            json!({"$defs": {
+                       "a": {"$id": "a", "$dynamicAnchor": "n", "items": {"$dynamicRef": "#n"}},
+                       "b": {"$id": "b", "$dynamicAnchor": "n", "$ref": "a"}},
+                   "anyOf": [{"$ref": "a"}, {"$ref": "b"}]}),
             "$dynamicRef",
-            "#/items",
+            "#/$defs/a/items",
         ),
     ] {
         match schema_to_grammar(&schema, &SchemaOptions::default()) {

@@ -100,8 +100,16 @@ impl<'a> CheckBuilder<'a> {
     /// Registers `root` (cost: one pass over the document, which is borrowed).
     pub(crate) fn new(root: &'a Value, draft: u32) -> Result<CheckBuilder<'a>, String> {
         let draft = draft_of(draft);
-        let registry = Registry::new()
-            .add(ROOT_URI, draft.create_resource_ref(root))
+        // The validator reads patterns with its engine's Unicode semantics: a copy of the
+        // root with ECMA-262's, when any pattern reads differently.
+        let registry = if reads_differently(root, 0) {
+            let mut ecma = root.clone();
+            ecma_patterns(&mut ecma, 0);
+            Registry::new().add(ROOT_URI, draft.create_resource(ecma))
+        } else {
+            Registry::new().add(ROOT_URI, draft.create_resource_ref(root))
+        };
+        let registry = registry
             .map_err(|e| e.to_string())?
             .prepare()
             .map_err(|e| e.to_string())?;
@@ -119,6 +127,7 @@ impl<'a> CheckBuilder<'a> {
     pub(crate) fn build(&mut self, schema: &Value, pointer: &str) -> Check {
         let mut s = schema.clone();
         rebase_refs(&mut s, 0);
+        ecma_patterns(&mut s, 0);
         let key = self.schemas.len().to_string();
         self.schemas.push((s, pointer.to_string()));
         Check(Arc::new(SchemaCheck {
@@ -178,6 +187,122 @@ impl<'a> CheckBuilder<'a> {
             .with_registry(&self.registry)
             .build(schema)
             .map_err(|e| e.to_string())
+    }
+}
+
+/// ECMA-262's `\s`: what JSON Schema's patterns mean by white space (the validator's regex
+/// engine reads Unicode's, which differs at U+0085 and U+FEFF).
+/// Written with ECMA-262's escapes: the draft-7 meta-schema checks `patternProperties`'s
+/// keys as ECMA regexes.
+const ECMA_SPACE: &str = r"\t\n\v\f\r \u00A0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000\uFEFF";
+/// ECMA-262's word characters (ASCII only, whatever the flags).
+const ECMA_WORD: &str = "A-Za-z0-9_";
+
+/// A pattern rewritten so that the validator's regex engine (Unicode-aware) reads it as
+/// ECMA-262 does: `\b` and `\B` on ASCII word characters, `.` excluding every line
+/// terminator, `\s` and `\S` as ECMA's white space. `None` when nothing changes. Cost:
+/// one pass over the pattern.
+pub(crate) fn ecma_pattern(p: &str) -> Option<String> {
+    if !p.contains(['\\', '.']) {
+        return None;
+    }
+    let w = ECMA_WORD;
+    let boundary = format!("(?:(?<=[{w}])(?![{w}])|(?<![{w}])(?=[{w}]))");
+    let not_boundary = format!("(?:(?<=[{w}])(?=[{w}])|(?<![{w}])(?![{w}]))");
+    let mut out = String::with_capacity(p.len() + 16);
+    let mut in_class = false;
+    let mut it = p.chars();
+    while let Some(c) = it.next() {
+        match c {
+            '\\' => match it.next() {
+                Some('b') if !in_class => out.push_str(&boundary),
+                Some('B') if !in_class => out.push_str(&not_boundary),
+                Some('s') if in_class => out.push_str(ECMA_SPACE),
+                Some('s') => out.push_str(&format!("[{ECMA_SPACE}]")),
+                Some('S') if in_class => out.push_str(&format!("[^{ECMA_SPACE}]")),
+                Some('S') => out.push_str(&format!("[^{ECMA_SPACE}]")),
+                Some(n) => {
+                    out.push('\\');
+                    out.push(n);
+                }
+                None => out.push('\\'),
+            },
+            '[' if !in_class => {
+                in_class = true;
+                out.push('[');
+            }
+            ']' if in_class => {
+                in_class = false;
+                out.push(']');
+            }
+            '.' if !in_class => out.push_str(r"[^\n\r\u2028\u2029]"),
+            c => out.push(c),
+        }
+    }
+    (out != p).then_some(out)
+}
+
+/// Rewrites the `pattern`s and `patternProperties` of `v` (schema positions) with
+/// [`ecma_pattern`]; whether anything changed.
+pub(crate) fn ecma_patterns(v: &mut Value, depth: usize) -> bool {
+    if depth > 256 {
+        return false;
+    }
+    let mut changed = false;
+    match v {
+        Value::Object(m) => {
+            if let Some(Value::String(p)) = m.get_mut("pattern") {
+                if let Some(q) = ecma_pattern(p) {
+                    *p = q;
+                    changed = true;
+                }
+            }
+            if let Some(Value::Object(pp)) = m.get_mut("patternProperties") {
+                if pp.keys().any(|k| ecma_pattern(k).is_some()) {
+                    let old = std::mem::take(pp);
+                    for (k, x) in old {
+                        pp.insert(ecma_pattern(&k).unwrap_or(k), x);
+                    }
+                    changed = true;
+                }
+            }
+            for (k, x) in m.iter_mut() {
+                if !matches!(k.as_str(), "enum" | "const" | "default" | "examples" | "pattern") {
+                    changed |= ecma_patterns(x, depth + 1);
+                }
+            }
+        }
+        Value::Array(a) => {
+            for x in a {
+                changed |= ecma_patterns(x, depth + 1);
+            }
+        }
+        _ => {}
+    }
+    changed
+}
+
+/// Whether a `pattern` or `patternProperties` key of `v` reads differently under
+/// ECMA-262 (see [`ecma_pattern`]). Cost: one walk, no copy.
+fn reads_differently(v: &Value, depth: usize) -> bool {
+    if depth > 256 {
+        return false;
+    }
+    match v {
+        Value::Object(m) => {
+            m.get("pattern")
+                .and_then(Value::as_str)
+                .is_some_and(|p| ecma_pattern(p).is_some())
+                || m.get("patternProperties")
+                    .and_then(Value::as_object)
+                    .is_some_and(|pp| pp.keys().any(|k| ecma_pattern(k).is_some()))
+                || m.iter().any(|(k, x)| {
+                    !matches!(k.as_str(), "enum" | "const" | "default" | "examples" | "pattern")
+                        && reads_differently(x, depth + 1)
+                })
+        }
+        Value::Array(a) => a.iter().any(|x| reads_differently(x, depth + 1)),
+        _ => false,
     }
 }
 
