@@ -508,7 +508,7 @@ impl Parser {
         }
         self.sets[k + 1].core = self.items.len() as u32 - start;
         self.finish_core(g);
-        if g.has_checks && !self.top_info().closed {
+        if g.has_checks && !self.top_info().closed && self.may_complete_checked(g, start as usize) {
             // A byte that completes a value whose check fails must be refused now: close
             // the set, and refuse the byte if nothing can follow and nothing is complete.
             if let Err(err) = self.close(g) {
@@ -522,6 +522,22 @@ impl Parser {
             }
         }
         Ok(true)
+    }
+
+    /// Whether closing the set whose core starts at item `start` may complete a checked
+    /// rule: a lexeme that can end one (see `lex_check_sensitive`) is complete in it, or
+    /// a checked rule derives the empty text. Elsewhere no check runs in its closure, and
+    /// the set is closed when it is next needed rather than at once. Cost: one pass over
+    /// the core.
+    fn may_complete_checked(&self, g: &CompiledGrammar, start: usize) -> bool {
+        g.nullable_check
+            || self.items[start..].iter().any(|it| {
+                g.lex_check_sensitive[it.pos as usize]
+                    && match g.syms[it.pos as usize] {
+                        Sym::Lex(l) => g.lexemes[l as usize].accepting(it.state),
+                        _ => true,
+                    }
+            })
     }
 
     /// Removes the top set.

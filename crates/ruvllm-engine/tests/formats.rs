@@ -25,19 +25,40 @@ fn compile(schema: &Value, vocab: Arc<Vocabulary>) -> Arc<Constraint> {
 }
 
 fn accepts(c: &Arc<Constraint>, text: &str) -> bool {
-    Matcher::new(c).unwrap().check_bytes(text.as_bytes()).unwrap() == CheckResult::Accepted
+    Matcher::new(c)
+        .unwrap()
+        .check_bytes(text.as_bytes())
+        .unwrap()
+        == CheckResult::Accepted
 }
 
 const FORMATS: &[&str] = &[
-    "date-time", "date", "time", "duration", "email", "idn-email", "hostname",
-    "idn-hostname", "ipv4", "ipv6", "uri", "uri-reference", "iri", "iri-reference", "uuid",
-    "uri-template", "json-pointer", "relative-json-pointer", "regex",
+    "date-time",
+    "date",
+    "time",
+    "duration",
+    "email",
+    "idn-email",
+    "hostname",
+    "idn-hostname",
+    "ipv4",
+    "ipv6",
+    "uri",
+    "uri-reference",
+    "iri",
+    "iri-reference",
+    "uuid",
+    "uri-template",
+    "json-pointer",
+    "relative-json-pointer",
+    "regex",
 ];
 
 /// Every test of the suite's `optional/format/` folder (draft 2020-12) judged right.
 #[test]
 fn the_suites_format_tests() {
-    let dir = common::shared_data().join("json-schema-test-suite/tests/draft2020-12/optional/format");
+    let dir =
+        common::shared_data().join("json-schema-test-suite/tests/draft2020-12/optional/format");
     let (mut n, mut files) = (0, 0);
     for e in std::fs::read_dir(&dir).unwrap() {
         let p = e.unwrap().path();
@@ -59,13 +80,59 @@ fn the_suites_format_tests() {
 #[test]
 fn what_the_subsets_refused() {
     for (f, good, bad) in [
-        ("ipv6", vec!["::FFFF:192.168.0.1", "1:2::192.168.0.1", "FE80::1", "::", "1::"], vec!["::ffff:256.1.1.1", "1:2:3:4:5:6:7:8:9", "fe80::1%eth0"]),
-        ("hostname", vec!["xn--bcher-kva.example", "a.b.c.d.e.f.g.h.example.com", "a--b.com"], vec!["xn--X", "-a.com", "example."]),
-        ("uri", vec!["http://[::1]:8080/health", "http://[v1.fe]/", "ldap://[2001:db8::7]/c=GB?objectClass?one"], vec!["http://[::1/", "//no-scheme"]),
-        ("email", vec!["\"joe bloggs\"@example.com", "joe@[127.0.0.1]", "joe@[IPv6:::1]"], vec!["joe..b@example.com", "joe@[127.0.0.300]"]),
-        ("idn-hostname", vec!["bücher.example", "실례.테스트"], vec!["-bücher.example", "a..b"]),
-        ("date-time", vec!["1998-12-31T23:59:60Z", "1998-12-31T15:59:60.123-08:00"], vec!["1998-12-31T22:59:60Z"]),
-        ("iri", vec!["http://ƒøø.ßår/?∂éœ=πîx#πîüx", "http://[2001:db8::1]"], vec!["http://exa mple.com"]),
+        (
+            "ipv6",
+            vec![
+                "::FFFF:192.168.0.1",
+                "1:2::192.168.0.1",
+                "FE80::1",
+                "::",
+                "1::",
+            ],
+            vec!["::ffff:256.1.1.1", "1:2:3:4:5:6:7:8:9", "fe80::1%eth0"],
+        ),
+        (
+            "hostname",
+            vec![
+                "xn--bcher-kva.example",
+                "a.b.c.d.e.f.g.h.example.com",
+                "a--b.com",
+            ],
+            vec!["xn--X", "-a.com", "example."],
+        ),
+        (
+            "uri",
+            vec![
+                "http://[::1]:8080/health",
+                "http://[v1.fe]/",
+                "ldap://[2001:db8::7]/c=GB?objectClass?one",
+            ],
+            vec!["http://[::1/", "//no-scheme"],
+        ),
+        (
+            "email",
+            vec![
+                "\"joe bloggs\"@example.com",
+                "joe@[127.0.0.1]",
+                "joe@[IPv6:::1]",
+            ],
+            vec!["joe..b@example.com", "joe@[127.0.0.300]"],
+        ),
+        (
+            "idn-hostname",
+            vec!["bücher.example", "실례.테스트"],
+            vec!["-bücher.example", "a..b"],
+        ),
+        (
+            "date-time",
+            vec!["1998-12-31T23:59:60Z", "1998-12-31T15:59:60.123-08:00"],
+            vec!["1998-12-31T22:59:60Z"],
+        ),
+        (
+            "iri",
+            vec!["http://ƒøø.ßår/?∂éœ=πîx#πîüx", "http://[2001:db8::1]"],
+            vec!["http://exa mple.com"],
+        ),
     ] {
         let c = compile(&json!({"format": f}), dummy_vocab());
         for (texts, want) in [(good, true), (bad, false)] {
@@ -81,10 +148,22 @@ fn what_the_subsets_refused() {
 #[test]
 fn patterns_mean_what_ecmascript_says() {
     for (p, good, bad) in [
-        (r"\bcat\b", vec!["écat", "a cat", "cat"], vec!["cats", "concat"]),
+        (
+            r"\bcat\b",
+            vec!["écat", "a cat", "cat"],
+            vec!["cats", "concat"],
+        ),
         (r"\Bcat", vec!["xcat"], vec!["écat", "cat"]),
-        (r"^a.b$", vec!["a b", "aéb"], vec!["a\nb", "a\u{2028}b", "a\rb"]),
-        (r"^\s$", vec![" ", "\u{feff}", "\u{a0}"], vec!["\u{85}", "x"]),
+        (
+            r"^a.b$",
+            vec!["a b", "aéb"],
+            vec!["a\nb", "a\u{2028}b", "a\rb"],
+        ),
+        (
+            r"^\s$",
+            vec![" ", "\u{feff}", "\u{a0}"],
+            vec!["\u{85}", "x"],
+        ),
         (r"^\w+$", vec!["abc_1"], vec!["é", "ab-c"]),
         (r"^\d$", vec!["7"], vec!["٣"]),
         (r"^(a)\1$", vec!["aa"], vec!["ab"]),
@@ -105,7 +184,9 @@ fn patterns_mean_what_ecmascript_says() {
 #[test]
 fn every_string_the_grammar_completes_validates() {
     let mut tokens: Vec<Vec<u8>> = (0x20u8..0x7f).map(|b| vec![b]).collect();
-    for s in ["é", "ß", "실", "례", "ƒ", "\u{3002}", "::", "xn--", "ff", ".com", "12", "T", "Z"] {
+    for s in [
+        "é", "ß", "실", "례", "ƒ", "\u{3002}", "::", "xn--", "ff", ".com", "12", "T", "Z",
+    ] {
         tokens.push(s.as_bytes().to_vec());
     }
     tokens.push(b"<eos>".to_vec());
@@ -117,7 +198,10 @@ fn every_string_the_grammar_completes_validates() {
     let mut completed = 0;
     for f in FORMATS {
         let schema = json!({"type": "string", "format": f});
-        let oracle = jsonschema::options().should_validate_formats(true).build(&schema).unwrap();
+        let oracle = jsonschema::options()
+            .should_validate_formats(true)
+            .build(&schema)
+            .unwrap();
         let c = compile(&schema, vocab.clone());
         let mut mask = vec![0u32; vocab.mask_words()];
         for _ in 0..40 {

@@ -258,4 +258,3 @@ fn the_issues_numbers() {
         }
     }
 }
-

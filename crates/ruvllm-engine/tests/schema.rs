@@ -587,7 +587,11 @@ fn any_order_properties() {
 fn references_resolve_through_the_registry_only() {
     use ruvllm_engine::schema::SchemaRegistry;
     for (schema, uri, pointer) in [
-        (json!({"$ref": "http://example.com/s.json"}), "http://example.com/s.json", "#"),
+        (
+            json!({"$ref": "http://example.com/s.json"}),
+            "http://example.com/s.json",
+            "#",
+        ),
         (
             json!({"properties": {"a": {"$ref": "other.json#/x"}}}),
             "other.json#/x",
@@ -595,7 +599,9 @@ fn references_resolve_through_the_registry_only() {
         ),
     ] {
         match schema_to_grammar(&schema, &SchemaOptions::default()) {
-            Err(SchemaError::UnresolvedRef { uri: u, pointer: p, .. }) => {
+            Err(SchemaError::UnresolvedRef {
+                uri: u, pointer: p, ..
+            }) => {
                 assert_eq!((u.as_str(), p.as_str()), (uri, pointer), "{schema}")
             }
             other => panic!("{schema}: expected UnresolvedRef, got {other:?}"),
@@ -609,8 +615,11 @@ fn references_resolve_through_the_registry_only() {
                "required": ["age"]}),
     )
     .unwrap();
-    reg.insert_by_id(json!({"$id": "urn:example:name", "type": "string", "maxLength": 3}), "name")
-        .unwrap();
+    reg.insert_by_id(
+        json!({"$id": "urn:example:name", "type": "string", "maxLength": 3}),
+        "name",
+    )
+    .unwrap();
     let schema = json!({"$id": "http://example.com/root.json",
         "properties": {"who": {"$ref": "s.json"}, "name": {"$ref": "urn:example:name"}}});
     let opts = SchemaOptions {

@@ -76,6 +76,9 @@ pub struct CompiledGrammar {
     /// (the rest of its alternative, and of each enclosing one up to a checked rule, is
     /// nullable). Masks re-verify such tokens with the parser.
     pub(crate) lex_check_sensitive: Vec<bool>,
+    /// Whether some checked rule derives the empty text (it can then complete, and its
+    /// check run, at any set, not only where a sensitive lexeme completes).
+    pub(crate) nullable_check: bool,
     /// Shortest derivations (see [`shortest`]), computed on first use.
     shortest: std::sync::OnceLock<shortest::Shortest>,
     /// Every byte a shortest completion can write (see
@@ -1824,6 +1827,11 @@ impl<'a> Lowerer<'a> {
         }
         let lex_follow = follow_bytes(&syms, &rule_alts, &nullable, &self.lexemes);
         let lex_check_sensitive = check_sensitive(&syms, &rule_alts, &nullable, &self.rule_check);
+        let nullable_check = self
+            .rule_check
+            .iter()
+            .zip(&nullable)
+            .any(|(c, &n)| c.is_some() && n);
         let total: usize = self.lexemes.iter().map(|d| d.num_states()).sum();
         Ok(CompiledGrammar {
             syms,
@@ -1837,6 +1845,7 @@ impl<'a> Lowerer<'a> {
             pos_rule,
             lex_follow,
             has_checks: self.rule_check.iter().any(|c| c.is_some()),
+            nullable_check,
             lex_check_sensitive,
             rule_check: self.rule_check,
             shortest: std::sync::OnceLock::new(),

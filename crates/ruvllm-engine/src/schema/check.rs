@@ -194,7 +194,8 @@ impl<'a> CheckBuilder<'a> {
 /// engine reads Unicode's, which differs at U+0085 and U+FEFF).
 /// Written with ECMA-262's escapes: the draft-7 meta-schema checks `patternProperties`'s
 /// keys as ECMA regexes.
-const ECMA_SPACE: &str = r"\t\n\v\f\r \u00A0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000\uFEFF";
+const ECMA_SPACE: &str =
+    r"\t\n\v\f\r \u00A0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000\uFEFF";
 /// ECMA-262's word characters (ASCII only, whatever the flags).
 const ECMA_WORD: &str = "A-Za-z0-9_";
 
@@ -267,7 +268,10 @@ pub(crate) fn ecma_patterns(v: &mut Value, depth: usize) -> bool {
                 }
             }
             for (k, x) in m.iter_mut() {
-                if !matches!(k.as_str(), "enum" | "const" | "default" | "examples" | "pattern") {
+                if !matches!(
+                    k.as_str(),
+                    "enum" | "const" | "default" | "examples" | "pattern"
+                ) {
                     changed |= ecma_patterns(x, depth + 1);
                 }
             }
@@ -297,8 +301,10 @@ fn reads_differently(v: &Value, depth: usize) -> bool {
                     .and_then(Value::as_object)
                     .is_some_and(|pp| pp.keys().any(|k| ecma_pattern(k).is_some()))
                 || m.iter().any(|(k, x)| {
-                    !matches!(k.as_str(), "enum" | "const" | "default" | "examples" | "pattern")
-                        && reads_differently(x, depth + 1)
+                    !matches!(
+                        k.as_str(),
+                        "enum" | "const" | "default" | "examples" | "pattern"
+                    ) && reads_differently(x, depth + 1)
                 })
         }
         Value::Array(a) => a.iter().any(|x| reads_differently(x, depth + 1)),

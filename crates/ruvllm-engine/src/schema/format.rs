@@ -77,7 +77,8 @@ fn uri_parts(iri: bool) -> (String, String) {
         ""
     };
     let pct = "%[0-9A-Fa-f]{2}";
-    let unreserved_sub = format!("A-Za-z0-9._~!$&'()*+,;={u}-");
+    // `-` first: anywhere else in a class it could start a range.
+    let unreserved_sub = format!("\\-A-Za-z0-9._~!$&'()*+,;={u}");
     let pchar = format!("(?:[{unreserved_sub}:@]|{pct})");
     let userinfo = format!("(?:(?:[{unreserved_sub}:]|{pct})*@)?");
     let reg_name = format!("(?:[{unreserved_sub}]|{pct})*");
@@ -132,7 +133,9 @@ pub(super) fn format_regex(f: &str) -> Option<String> {
         "date" => date.to_string(),
         "time" => time.to_string(),
         "date-time" => format!("{date}[Tt]{time}"),
-        "uuid" => "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}".into(),
+        "uuid" => {
+            "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}".into()
+        }
         "ipv4" => ipv4(),
         "ipv6" => ipv6(),
         "hostname" => format!(r"{LABEL}(?:\.{LABEL})*"),
@@ -154,7 +157,9 @@ pub(super) fn format_regex(f: &str) -> Option<String> {
         // RFC 3339 appendix A durations.
         "duration" => {
             let time = r"T(?:[0-9]+H(?:[0-9]+M(?:[0-9]+S)?)?|[0-9]+M(?:[0-9]+S)?|[0-9]+S)";
-            format!(r"P(?:(?:[0-9]+Y(?:[0-9]+M(?:[0-9]+D)?)?|[0-9]+M(?:[0-9]+D)?|[0-9]+D)(?:{time})?|{time}|[0-9]+W)")
+            format!(
+                r"P(?:(?:[0-9]+Y(?:[0-9]+M(?:[0-9]+D)?)?|[0-9]+M(?:[0-9]+D)?|[0-9]+D)(?:{time})?|{time}|[0-9]+W)"
+            )
         }
         _ => return None,
     })

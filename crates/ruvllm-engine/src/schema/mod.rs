@@ -2612,6 +2612,31 @@ impl<'a> Compiler<'a> {
                 seq.extend([ws, Expr::Literal(b"]".to_vec())]);
                 Expr::Seq(seq)
             }
+            // Properties in any order: the members in any order, each exactly once (a
+            // check of the keys: the same as an object's in any order).
+            Value::Object(o) if self.opts.any_order && o.len() > 1 => {
+                let ws = self.ws();
+                let mut members = Vec::new();
+                for (k, x) in o {
+                    let key = self.literal_value(&Value::String(k.clone()));
+                    let colon = self.colon();
+                    let value = self.literal_value(x);
+                    members.push(Expr::Seq(vec![key, colon, value]));
+                }
+                let member = Expr::Alt(members);
+                let comma = self.comma();
+                let body = Expr::Seq(vec![
+                    Expr::Literal(b"{".to_vec()),
+                    ws.clone(),
+                    member.clone(),
+                    rep(Expr::Seq(vec![comma, member]), 0, Some(o.len() as u32 - 1)),
+                    ws,
+                    Expr::Literal(b"}".to_vec()),
+                ]);
+                let keys: Vec<String> = o.keys().cloned().collect();
+                let c = check::object_keys(keys, o.len(), o.len());
+                self.checked_rule("const-object", body, c)
+            }
             Value::Object(o) => {
                 let ws = self.ws();
                 let mut seq = vec![Expr::Literal(b"{".to_vec()), ws.clone()];
