@@ -189,7 +189,10 @@ pub struct GenerateArgs {
 }
 
 /// Runs `ruvllm generate`.
-pub fn run(a: GenerateArgs) -> Result<()> {
+pub fn run(
+    a: GenerateArgs,
+    registry: Option<std::sync::Arc<ruvllm_engine::schema::SchemaRegistry>>,
+) -> Result<()> {
     let prompt_text = if a.prompt == "-" {
         crate::read_input("-")?
     } else {
@@ -211,7 +214,10 @@ pub fn run(a: GenerateArgs) -> Result<()> {
     if let Some(p) = &c.schema {
         let text =
             std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-        let schema = JsonSchema::from_str(&text).with_context(|| format!("in {}", p.display()))?;
+        let v: serde_json::Value =
+            serde_json::from_str(&text).with_context(|| format!("{} is not JSON", p.display()))?;
+        let schema = JsonSchema::from_value_with(v, registry.as_deref())
+            .with_context(|| format!("in {}", p.display()))?;
         params.json_mode = Some(JsonModeConfig {
             schema: Some(schema),
             constrained_decoding: !a.no_constrain,

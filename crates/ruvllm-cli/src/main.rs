@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
-use ruvllm_engine::schema::{schema_to_grammar, SchemaOptions};
+use ruvllm_engine::schema::{schema_to_grammar, SchemaOptions, SchemaRegistry};
 use ruvllm_engine::{
     Builtin, CheckResult, CompiledGrammar, Constraint, Grammar, Limits, Matcher, Vocabulary,
 };
@@ -30,6 +30,30 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+    /// Schemas that `$ref`s may name besides the schema itself: a folder of `*.json`
+    /// schemas (each registered under its `$id`), or `URI=FILE`. Repeatable; nothing is
+    /// ever fetched over the network.
+    #[arg(long = "schema-registry", global = true, value_name = "DIR|URI=FILE")]
+    schema_registry: Vec<String>,
+}
+
+/// The schema registry of `--schema-registry` (`None` when none is given).
+fn load_registry(args: &[String]) -> Result<Option<Arc<SchemaRegistry>>> {
+    if args.is_empty() {
+        return Ok(None);
+    }
+    let mut reg = SchemaRegistry::new();
+    for a in args {
+        let dir = std::path::Path::new(a);
+        if dir.is_dir() {
+            reg.insert_dir(dir, None)?;
+        } else if let Some((uri, file)) = a.split_once('=') {
+            reg.insert_file(uri, std::path::Path::new(file))?;
+        } else {
+            bail!("--schema-registry {a:?}: neither a folder nor URI=FILE");
+        }
+    }
+    Ok(Some(Arc::new(reg)))
 }
 
 mod generate;
@@ -92,9 +116,11 @@ pub(crate) fn read_input(input: &str) -> Result<String> {
     })
 }
 
-fn load_json_schema(p: &PathBuf) -> Result<JsonSchema> {
+fn load_json_schema(p: &PathBuf, registry: Option<&SchemaRegistry>) -> Result<JsonSchema> {
     let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-    JsonSchema::from_str(&text).with_context(|| format!("in {}", p.display()))
+    let v: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", p.display()))?;
+    JsonSchema::from_value_with(v, registry).with_context(|| format!("in {}", p.display()))
 }
 
 #[derive(Subcommand)]
@@ -205,8 +231,9 @@ fn matcher_after(
     tokenizer: &PathBuf,
     prefix: &str,
     limits: &Limits,
+    registry: Option<&Arc<SchemaRegistry>>,
 ) -> Result<(Arc<Vocabulary>, Matcher)> {
-    let g = grammar.load(limits)?;
+    let g = grammar.load(limits, registry)?;
     let vocab = Arc::new(
         Vocabulary::from_file(tokenizer)
             .with_context(|| format!("loading {}", tokenizer.display()))?,
@@ -222,20 +249,26 @@ fn matcher_after(
     Ok((vocab, m))
 }
 
-fn load_schema(p: &PathBuf, strict: bool, any_order: bool) -> Result<Grammar> {
+fn load_schema(
+    p: &PathBuf,
+    strict: bool,
+    any_order: bool,
+    registry: Option<&Arc<SchemaRegistry>>,
+) -> Result<Grammar> {
     let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
     let v: serde_json::Value =
         serde_json::from_str(&text).with_context(|| format!("{} is not JSON", p.display()))?;
     let opts = SchemaOptions {
         strict,
         any_order,
+        registry: registry.cloned(),
         ..SchemaOptions::default()
     };
     schema_to_grammar(&v, &opts).with_context(|| format!("in {}", p.display()))
 }
 
 impl GrammarArgs {
-    fn load(&self, limits: &Limits) -> Result<Grammar> {
+    fn load(&self, limits: &Limits, registry: Option<&Arc<SchemaRegistry>>) -> Result<Grammar> {
         if let Some(p) = &self.src.gbnf {
             let text =
                 std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
@@ -252,7 +285,7 @@ impl GrammarArgs {
             return Ok(Grammar::builtin(Builtin::from_name(b)?, limits)?);
         }
         if let Some(p) = &self.src.schema {
-            return load_schema(p, false, self.any_order);
+            return load_schema(p, false, self.any_order, registry);
         }
         bail!("no grammar given")
     }
@@ -275,17 +308,18 @@ fn main() -> ExitCode {
 fn run() -> Result<ExitCode> {
     let cli = Cli::parse();
     let limits = Limits::default();
+    let reg = load_registry(&cli.schema_registry)?;
     match cli.cmd {
         Cmd::Generate(a) => {
-            generate::run(a)?;
+            generate::run(a, reg)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Serve(a) => {
-            serve::run(a)?;
+            serve::run(a, reg)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Validate { schema, input } => {
-            let s = load_json_schema(&schema)?;
+            let s = load_json_schema(&schema, reg.as_deref())?;
             let text = read_input(&input)?;
             let v: serde_json::Value = match serde_json::from_str(&text) {
                 Ok(v) => v,
@@ -317,7 +351,10 @@ fn run() -> Result<ExitCode> {
             }
         }
         Cmd::Repair { schema, input } => {
-            let s = schema.as_ref().map(load_json_schema).transpose()?;
+            let s = schema
+                .as_ref()
+                .map(|p| load_json_schema(p, reg.as_deref()))
+                .transpose()?;
             let text = read_input(&input)?;
             match JsonValidator::new(s, true, true).validate(&text) {
                 Ok(r) => {
@@ -349,7 +386,7 @@ fn run() -> Result<ExitCode> {
             any_order,
         }) => {
             let t0 = std::time::Instant::now();
-            let g = load_schema(&file, strict, any_order)?;
+            let g = load_schema(&file, strict, any_order, reg.as_ref())?;
             let cg = CompiledGrammar::new(&g, &limits)?;
             let st = cg.stats();
             println!("ok: {} IR rules; compiled to {} rules, {} positions, {} lexemes with {} DFA states ({} KiB); {:.1} ms",
@@ -370,7 +407,7 @@ fn run() -> Result<ExitCode> {
             strict,
             any_order,
         }) => {
-            let g = load_schema(&file, strict, any_order)?;
+            let g = load_schema(&file, strict, any_order, reg.as_ref())?;
             print!("{}", g.to_gbnf().map_err(anyhow::Error::msg)?);
             Ok(ExitCode::SUCCESS)
         }
@@ -386,7 +423,7 @@ fn run() -> Result<ExitCode> {
                 }
                 (None, None) => bail!("give --text or --file"),
             };
-            let g = grammar.load(&limits)?;
+            let g = grammar.load(&limits, reg.as_ref())?;
             // Checking text needs no vocabulary: a one-token dummy one will do.
             let vocab = Vocabulary::new("none", vec![b"\0".to_vec()], vec![true], vec![])?;
             let c = Constraint::new(&g, Arc::new(vocab), &limits)?;
@@ -433,7 +470,8 @@ fn run() -> Result<ExitCode> {
             prefix,
             sample,
         }) => {
-            let (vocab, mut m) = matcher_after(&grammar, &tokenizer, &prefix, &limits)?;
+            let (vocab, mut m) =
+                matcher_after(&grammar, &tokenizer, &prefix, &limits, reg.as_ref())?;
             let mut mask = vec![0u32; vocab.mask_words()];
             let t0 = std::time::Instant::now();
             m.compute_mask(&mut mask)?;
@@ -465,7 +503,8 @@ fn run() -> Result<ExitCode> {
             tokenizer,
             prefix,
         }) => {
-            let (vocab, mut m) = matcher_after(&grammar, &tokenizer, &prefix, &limits)?;
+            let (vocab, mut m) =
+                matcher_after(&grammar, &tokenizer, &prefix, &limits, reg.as_ref())?;
             let t0 = std::time::Instant::now();
             let w = m.shortest_completion()?;
             let elapsed = t0.elapsed();

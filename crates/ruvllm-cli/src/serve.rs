@@ -68,7 +68,10 @@ pub enum Objects {
 }
 
 /// Loads the model and serves until ctrl-c.
-pub fn run(a: ServeArgs) -> Result<()> {
+pub fn run(
+    a: ServeArgs,
+    registry: Option<std::sync::Arc<ruvllm_engine::schema::SchemaRegistry>>,
+) -> Result<()> {
     if a.max_batch == 0 {
         bail!("--max-batch must be at least 1");
     }
@@ -94,6 +97,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
             Objects::Open => ObjectPolicy::Open,
             Objects::Closed => ObjectPolicy::Closed,
         },
+        registry,
     };
     let model = backend.name().to_string();
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -77,6 +77,9 @@ pub struct ServerConfig {
     /// [`params::ObjectPolicy`]). A request's `additional_properties` (a boolean) decides
     /// for that request.
     pub objects: params::ObjectPolicy,
+    /// Schemas that request schemas may `$ref` by URI (`--schema-registry`); nothing is
+    /// ever fetched over the network.
+    pub registry: Option<Arc<ruvllm_engine::schema::SchemaRegistry>>,
 }
 
 impl Default for ServerConfig {
@@ -91,6 +94,7 @@ impl Default for ServerConfig {
             scheduler: SchedulerOptions::default(),
             prompt_schema: true,
             objects: params::ObjectPolicy::Dialect,
+            registry: None,
         }
     }
 }
@@ -174,7 +178,7 @@ impl AppState {
 
     /// The object policy of a request (see [`ServerConfig::objects`]).
     pub fn objects(&self, f: &params::Fields) -> ApiResult<params::Objects> {
-        params::Objects::of(self.config.objects, f)
+        params::Objects::of(self.config.objects, self.config.registry.clone(), f)
     }
 
     /// Budget-aware decoding for a request: its `budget_aware` field (a boolean; Ollama

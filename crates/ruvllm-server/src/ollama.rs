@@ -171,7 +171,7 @@ async fn chat_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResul
         Some(t) => Some(OutputConstraint::Tools {
             calling: t.clone(),
             text: format.map(|c| Box::new(c.c)),
-            options: params::generation_options(false, objects.closed("ollama tools", false)),
+            options: objects.options("ollama tools", false),
         }),
         None => format.map(|c| c.c),
     };

@@ -117,7 +117,7 @@ fn chat_constraint(
                 Some(OutputConstraint::Tools {
                     calling: t.clone(),
                     text: format.map(|c| Box::new(c.c)),
-                    options: params::generation_options(false, objects.closed("tools", false)),
+                    options: objects.options("tools", false),
                 }),
                 param,
             )

@@ -6,7 +6,9 @@
 //! unknown `response_format` types) are refused rather than silently dropped; fields that
 //! only label a request (`user`, `metadata`, `store`) are accepted and ignored.
 
-use ruvllm_engine::schema::{SchemaOptions, Whitespace};
+use std::sync::Arc;
+
+use ruvllm_engine::schema::{SchemaOptions, SchemaRegistry, Whitespace};
 use ruvllm_runtime::{JsonSchema, Message, OutputConstraint, Tool, ToolCalling, ToolChoice};
 use serde_json::{Map, Value};
 
@@ -190,12 +192,15 @@ pub struct Constraint {
 
 /// What objects whose schema leaves `additionalProperties` unsaid accept (see
 /// [`ObjectPolicy`]), resolved for one request.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Objects {
     /// The server's policy.
     pub policy: ObjectPolicy,
     /// The request's `additional_properties` field: `true` open, `false` closed.
     pub request: Option<bool>,
+    /// The server's schema registry (`ruvllm serve --schema-registry`): documents the
+    /// request's schemas may `$ref` by URI.
+    pub registry: Option<Arc<SchemaRegistry>>,
 }
 
 /// The server's policy for objects whose schema declares `properties` but leaves
@@ -236,11 +241,25 @@ impl Objects {
 
     /// The policy for a request: the server's, and the request's `additional_properties`
     /// (a boolean) if it has one.
-    pub fn of(policy: ObjectPolicy, f: &Fields) -> ApiResult<Objects> {
+    pub fn of(
+        policy: ObjectPolicy,
+        registry: Option<Arc<SchemaRegistry>>,
+        f: &Fields,
+    ) -> ApiResult<Objects> {
         Ok(Objects {
             policy,
             request: f.bool("additional_properties")?,
+            registry,
         })
+    }
+
+    /// Schema options for a schema from `param` ([`generation_options`], with the
+    /// server's registry).
+    pub fn options(&self, param: &str, strict: bool) -> SchemaOptions {
+        SchemaOptions {
+            registry: self.registry.clone(),
+            ..generation_options(strict, self.closed(param, strict))
+        }
     }
 }
 
@@ -269,12 +288,12 @@ fn schema_constraint(
             ),
         ));
     }
-    let js = JsonSchema::from_value(schema.clone())
+    let js = JsonSchema::from_value_with(schema.clone(), objects.registry.as_deref())
         .map_err(|e| ApiError::bad(param, format!("`{param}` is not a valid JSON Schema: {e}")))?;
     Ok(Constraint {
         c: OutputConstraint::JsonSchema {
             schema: js,
-            options: generation_options(strict, objects.closed(param, strict)),
+            options: objects.options(param, strict),
         },
         param: param.into(),
     })

@@ -612,3 +612,75 @@ fn full_queue_is_503_and_a_disconnect_frees_the_place() {
     let (_, m) = get(a, "/metrics");
     assert!(m.contains("ruvllm_generations_cancelled_total 1"), "{m}");
 }
+
+/// `$ref`s to other documents resolve through the server's registry in every dialect, and
+/// one that names nothing there is a 400 naming its URI and pointer (never the validator
+/// crate's internals, never a fetch).
+#[test]
+fn references_resolve_through_the_server_registry() {
+    let mut reg = ruvllm_engine::schema::SchemaRegistry::new();
+    reg.insert(
+        "https://example.com/person.json",
+        json!({"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
+               "age": {"type": "integer", "minimum": 0, "maximum": 120}},
+               "required": ["name", "age"], "additionalProperties": false}),
+    )
+    .unwrap();
+    let a = start(ServerConfig {
+        registry: Some(std::sync::Arc::new(reg)),
+        ..ServerConfig::default()
+    });
+    let schema = json!({"type": "object", "properties": {"lead": {"$ref": "https://example.com/person.json"}},
+                        "required": ["lead"], "additionalProperties": false});
+    let ask = "Describe the team lead as JSON.";
+    let check = |text: &str| {
+        let doc: Value = serde_json::from_str(text).unwrap();
+        let age = doc["lead"]["age"].as_i64().unwrap();
+        assert!((0..=120).contains(&age), "{doc}");
+        assert!(
+            doc["lead"]["name"].as_str().unwrap().chars().count() <= 12,
+            "{doc}"
+        );
+    };
+    let (s, v) = post(
+        a,
+        "/completion",
+        json!({"prompt": ask, "json_schema": schema, "n_predict": 64}),
+    );
+    assert_eq!(s, 200, "{v}");
+    check(v["content"].as_str().unwrap());
+    let (s, v) = post(
+        a,
+        "/api/chat",
+        json!({"stream": false, "format": schema,
+        "messages": [{"role": "user", "content": ask}], "options": {"num_predict": 64}}),
+    );
+    assert_eq!(s, 200, "{v}");
+    check(v["message"]["content"].as_str().unwrap());
+    let (s, v) = post(
+        a,
+        "/v1/chat/completions",
+        json!({"messages": [{"role": "user", "content": ask}],
+        "max_tokens": 64, "response_format": {"type": "json_schema",
+        "json_schema": {"name": "team", "schema": schema}}}),
+    );
+    assert_eq!(s, 200, "{v}");
+    check(v["choices"][0]["message"]["content"].as_str().unwrap());
+    // Not in the registry.
+    let missing = json!({"properties": {"x": {"$ref": "https://example.com/nope.json"}}});
+    let (s, v) = post(
+        a,
+        "/completion",
+        json!({"prompt": ask, "json_schema": missing, "n_predict": 8}),
+    );
+    assert_eq!(s, 400, "{v}");
+    let msg = v.to_string();
+    assert!(
+        msg.contains("https://example.com/nope.json") && msg.contains("#/properties/x"),
+        "{msg}"
+    );
+    assert!(
+        !msg.contains("resolve-http") && !msg.contains("custom resolver"),
+        "{msg}"
+    );
+}

@@ -533,6 +533,23 @@ impl Index {
     }
 }
 
+/// `#` and the JSON pointer `ptr` as a URI fragment: every character RFC 3986 does not
+/// allow there percent-encoded (`[`, `%`, spaces, non-ASCII...), so that any validator
+/// reads the reference.
+fn fragment(ptr: &str) -> String {
+    let mut out = String::with_capacity(ptr.len() + 1);
+    out.push('#');
+    for b in ptr.bytes() {
+        let plain = b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@/?".contains(&b);
+        if plain {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 /// The value at `path` (keys and indices) under `v`.
 fn child_mut<'v>(v: &'v mut Value, path: &[String]) -> Option<&'v mut Value> {
     let Some((k, rest)) = path.split_first() else {
@@ -657,7 +674,7 @@ fn rewrite(
         let target = ix.resolve(r, &base, &at, registry)?;
         m.insert(
             "$ref".into(),
-            Value::String(format!("#{}", ix.bundle_ptr(&target))),
+            Value::String(fragment(&ix.bundle_ptr(&target))),
         );
     }
     for (key, active) in [
@@ -679,7 +696,7 @@ fn rewrite(
         match ix.resolve_dynamic(&r, &name, &base, &at, registry)? {
             Some(t) => {
                 m.remove(key);
-                extra_refs.push(format!("#{}", ix.bundle_ptr(&t)));
+                extra_refs.push(fragment(&ix.bundle_ptr(&t)));
             }
             None => {
                 return Err(SchemaError::Unsupported {

@@ -103,8 +103,9 @@ impl<'a> CheckBuilder<'a> {
         // The validator reads patterns with its engine's Unicode semantics: a copy of the
         // root with ECMA-262's, when any pattern reads differently.
         let registry = if reads_differently(root, 0) {
+            // Pattern names kept: the checks' `$ref`s may point into them.
             let mut ecma = root.clone();
-            ecma_patterns(&mut ecma, 0);
+            ecma_patterns(&mut ecma, false, 0);
             Registry::new().add(ROOT_URI, draft.create_resource(ecma))
         } else {
             Registry::new().add(ROOT_URI, draft.create_resource_ref(root))
@@ -127,7 +128,7 @@ impl<'a> CheckBuilder<'a> {
     pub(crate) fn build(&mut self, schema: &Value, pointer: &str) -> Check {
         let mut s = schema.clone();
         rebase_refs(&mut s, 0);
-        ecma_patterns(&mut s, 0);
+        ecma_patterns(&mut s, true, 0);
         let key = self.schemas.len().to_string();
         self.schemas.push((s, pointer.to_string()));
         Check(Arc::new(SchemaCheck {
@@ -195,14 +196,15 @@ impl<'a> CheckBuilder<'a> {
 /// Written with ECMA-262's escapes: the draft-7 meta-schema checks `patternProperties`'s
 /// keys as ECMA regexes.
 const ECMA_SPACE: &str =
-    r"\t\n\v\f\r \u00A0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000\uFEFF";
+    r"\t\n\u000B\u000C\r \u00A0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000\uFEFF";
 /// ECMA-262's word characters (ASCII only, whatever the flags).
 const ECMA_WORD: &str = "A-Za-z0-9_";
 
 /// A pattern rewritten so that the validator's regex engine (Unicode-aware) reads it as
 /// ECMA-262 does: `\b` and `\B` on ASCII word characters, `.` excluding every line
-/// terminator, `\s` and `\S` as ECMA's white space. `None` when nothing changes. Cost:
-/// one pass over the pattern.
+/// terminator, `\s` and `\S` as ECMA's white space (outside character classes: ECMA
+/// syntax nests no class, so inside one they are left as written). `None` when nothing
+/// changes. Cost: one pass over the pattern.
 pub(crate) fn ecma_pattern(p: &str) -> Option<String> {
     if !p.contains(['\\', '.']) {
         return None;
@@ -218,10 +220,8 @@ pub(crate) fn ecma_pattern(p: &str) -> Option<String> {
             '\\' => match it.next() {
                 Some('b') if !in_class => out.push_str(&boundary),
                 Some('B') if !in_class => out.push_str(&not_boundary),
-                Some('s') if in_class => out.push_str(ECMA_SPACE),
-                Some('s') => out.push_str(&format!("[{ECMA_SPACE}]")),
-                Some('S') if in_class => out.push_str(&format!("[^{ECMA_SPACE}]")),
-                Some('S') => out.push_str(&format!("[^{ECMA_SPACE}]")),
+                Some('s') if !in_class => out.push_str(&format!("[{ECMA_SPACE}]")),
+                Some('S') if !in_class => out.push_str(&format!("[^{ECMA_SPACE}]")),
                 Some(n) => {
                     out.push('\\');
                     out.push(n);
@@ -243,9 +243,10 @@ pub(crate) fn ecma_pattern(p: &str) -> Option<String> {
     (out != p).then_some(out)
 }
 
-/// Rewrites the `pattern`s and `patternProperties` of `v` (schema positions) with
-/// [`ecma_pattern`]; whether anything changed.
-pub(crate) fn ecma_patterns(v: &mut Value, depth: usize) -> bool {
+/// Rewrites the `pattern`s of `v` (schema positions) with [`ecma_pattern`], and the
+/// `patternProperties` names too when `keys` (not in a document whose `$ref`s may point
+/// into them by name); whether anything changed.
+pub(crate) fn ecma_patterns(v: &mut Value, keys: bool, depth: usize) -> bool {
     if depth > 256 {
         return false;
     }
@@ -258,7 +259,7 @@ pub(crate) fn ecma_patterns(v: &mut Value, depth: usize) -> bool {
                     changed = true;
                 }
             }
-            if let Some(Value::Object(pp)) = m.get_mut("patternProperties") {
+            if let Some(Value::Object(pp)) = m.get_mut("patternProperties").filter(|_| keys) {
                 if pp.keys().any(|k| ecma_pattern(k).is_some()) {
                     let old = std::mem::take(pp);
                     for (k, x) in old {
@@ -272,13 +273,13 @@ pub(crate) fn ecma_patterns(v: &mut Value, depth: usize) -> bool {
                     k.as_str(),
                     "enum" | "const" | "default" | "examples" | "pattern"
                 ) {
-                    changed |= ecma_patterns(x, depth + 1);
+                    changed |= ecma_patterns(x, keys, depth + 1);
                 }
             }
         }
         Value::Array(a) => {
             for x in a {
-                changed |= ecma_patterns(x, depth + 1);
+                changed |= ecma_patterns(x, keys, depth + 1);
             }
         }
         _ => {}

@@ -405,6 +405,26 @@ pub fn schema_to_grammar_limited(
     }
 }
 
+/// The schema as one self-contained document for a JSON Schema validator: references to
+/// other documents resolved into it from `registry` (see [`bundle`]; nothing is fetched),
+/// and patterns rewritten so that a validator with a Unicode regex engine reads them as
+/// ECMA-262 does (`\b`, `.`, `\s`). A validator given this document judges as the grammar
+/// does. Cost: one walk of the schema; a copy when anything changes.
+pub fn validator_document(
+    schema: &Value,
+    registry: Option<&SchemaRegistry>,
+) -> Result<Value, SchemaError> {
+    let mut doc = if needs_bundle(schema) {
+        bundle(schema, draft_of_schema(schema), registry)?
+    } else {
+        schema.clone()
+    };
+    // Pattern names kept where a `$ref` may point into them by name.
+    let keys = !serde_json::to_string(&doc).is_ok_and(|t| t.contains("/patternProperties/"));
+    check::ecma_patterns(&mut doc, keys, 0);
+    Ok(doc)
+}
+
 /// The draft a schema's `$schema` names: 4, 6, 7, 2019 or 2020 (the default).
 fn draft_of_schema(root: &Value) -> u32 {
     match root.get("$schema").and_then(|s| s.as_str()) {

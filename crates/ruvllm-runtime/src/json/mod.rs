@@ -23,6 +23,7 @@ mod repair;
 use std::str::FromStr;
 use std::sync::Arc;
 
+use ruvllm_engine::schema::SchemaError;
 use serde_json::Value;
 use thiserror::Error;
 
@@ -119,8 +120,35 @@ impl JsonSchema {
     }
 
     /// Compiles a schema given as a JSON value. References must be inside the document
-    /// (nothing is fetched).
+    /// (nothing is fetched); [`JsonSchema::from_value_with`] also resolves them in a
+    /// registry.
     pub fn from_value(schema: Value) -> Result<JsonSchema, JsonSchemaError> {
+        JsonSchema::from_value_with(schema, None)
+    }
+
+    /// Compiles a schema whose references may name documents of `registry` (by URI;
+    /// nothing is ever fetched). The schema is kept as one self-contained document
+    /// ([`ruvllm_engine::schema::validator_document`]: other documents copied in,
+    /// references rewritten as JSON pointers, patterns read as ECMA-262 does), which
+    /// [`JsonSchema::as_value`] returns and the grammar is compiled from. An unresolved
+    /// reference is an error naming its URI and JSON pointer. Cost: a walk of the schema
+    /// and the documents it reaches, then as [`JsonSchema::from_value`].
+    pub fn from_value_with(
+        schema: Value,
+        registry: Option<&ruvllm_engine::schema::SchemaRegistry>,
+    ) -> Result<JsonSchema, JsonSchemaError> {
+        let schema = ruvllm_engine::schema::validator_document(&schema, registry).map_err(|e| {
+            let pointer = match &e {
+                SchemaError::UnresolvedRef { pointer, .. }
+                | SchemaError::Unsupported { pointer, .. }
+                | SchemaError::Invalid { pointer, .. } => pointer.clone(),
+                _ => "#".into(),
+            };
+            JsonSchemaError::Invalid {
+                pointer,
+                msg: e.to_string(),
+            }
+        })?;
         if let Err(e) = jsonschema::meta::validate(&schema) {
             return Err(JsonSchemaError::Invalid {
                 pointer: pointer_or_root(e.instance_path().as_str()),
