@@ -476,3 +476,76 @@ fn every_limit_hint_names_a_serve_flag() {
         );
     }
 }
+
+/// `--schema-registry`: a folder of schemas by `$id` or `URI=FILE`; every subcommand that
+/// reads a schema resolves references through it, and one that names nothing there is an
+/// error naming its URI and pointer on every path (never the validator crate's internals).
+#[test]
+fn schema_registry_on_every_path() {
+    let dir = std::env::temp_dir().join(format!("ruvllm-cli-reg-{}", std::process::id()));
+    let reg = dir.join("reg");
+    std::fs::create_dir_all(&reg).unwrap();
+    std::fs::write(
+        reg.join("person.json"),
+        r#"{"$id": "https://example.com/person.json", "type": "object",
+            "properties": {"n": {"type": "integer", "minimum": 1, "maximum": 9}},
+            "required": ["n"], "additionalProperties": false}"#,
+    )
+    .unwrap();
+    let team = dir.join("team.json");
+    std::fs::write(
+        &team,
+        r#"{"type": "object", "properties": {"lead": {"$ref": "https://example.com/person.json"}},
+            "required": ["lead"], "additionalProperties": false}"#,
+    )
+    .unwrap();
+    let (t, r) = (team.to_str().unwrap(), reg.to_str().unwrap());
+    let pair = format!(
+        "https://example.com/person.json={}",
+        reg.join("person.json").display()
+    );
+    for args in [
+        vec!["schema", "compile", t],
+        vec!["validate", "--schema", t, "-"],
+        vec!["generate", "--max-tokens", "8", "--schema", t, "Pick."],
+    ] {
+        let (code, _, err) = ruvllm_stdin(&args, "{}");
+        assert_ne!(code, 0, "{args:?}");
+        assert!(
+            err.contains("https://example.com/person.json") && err.contains("#/properties/lead"),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("resolve-http"), "{err}");
+    }
+    for registry in [r, pair.as_str()] {
+        let (code, out, err) = ruvllm(&["schema", "compile", "--schema-registry", registry, t]);
+        assert_eq!(code, 0, "{err}");
+        assert!(out.starts_with("ok:"), "{out}");
+        let (code, _, _) = ruvllm_stdin(
+            &[
+                "validate",
+                "--schema-registry",
+                registry,
+                "--schema",
+                t,
+                "-",
+            ],
+            r#"{"lead": {"n": 12}}"#,
+        );
+        assert_eq!(code, 1);
+    }
+    let (code, out, err) = ruvllm(&[
+        "generate",
+        "--seed",
+        "3",
+        "--schema-registry",
+        r,
+        "--schema",
+        t,
+        "Pick the lead's n.",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert!((1..=9).contains(&v["lead"]["n"].as_i64().unwrap()), "{v}");
+    std::fs::remove_dir_all(&dir).ok();
+}

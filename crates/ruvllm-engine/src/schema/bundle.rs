@@ -37,6 +37,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
+use std::sync::Arc;
 
 use serde_json::{Map, Value};
 use url::Url;
@@ -222,7 +223,7 @@ type Loc = (usize, String);
 struct Index {
     draft: u32,
     /// The documents: the root, then those taken from the registry, with their URIs.
-    docs: Vec<(Value, Url)>,
+    docs: Vec<(Arc<Value>, Url)>,
     /// Resource URI (no fragment) to its root.
     resources: HashMap<String, Loc>,
     /// `resource#name` to the named location (`$anchor`, `$dynamicAnchor`, `$id: "#name"`).
@@ -306,15 +307,17 @@ impl Index {
         if depth > MAX_DEPTH {
             return;
         }
-        let v = match lookup(&self.docs[doc].0, &ptr) {
-            Some(v) => v.clone(),
-            None => return,
+        // The document by its `Arc`: borrowed while the index grows (a copy of each
+        // sub-schema made the walk quadratic).
+        let d = self.docs[doc].0.clone();
+        let Some(v) = lookup(&d, &ptr) else {
+            return;
         };
         let loc = (doc, ptr.clone());
         if self.bases.contains_key(&loc) {
             return;
         }
-        let Value::Object(m) = &v else {
+        let Value::Object(m) = v else {
             self.bases.insert(loc, base);
             return;
         };
@@ -418,7 +421,7 @@ impl Index {
             }
         }
         let d = self.docs.len();
-        self.docs.push((doc.clone(), uri.clone()));
+        self.docs.push((Arc::new(doc.clone()), uri.clone()));
         self.resources.insert(uri.to_string(), (d, String::new()));
         self.walk(d, String::new(), uri.clone(), 0);
         Ok(true)
@@ -590,6 +593,9 @@ pub fn needs_bundle(schema: &Value) -> bool {
         match v {
             Value::Object(m) => m.iter().any(|(k, x)| match k.as_str() {
                 "$ref" => x.as_str().is_some_and(|r| !r.starts_with("#/") && r != "#"),
+                // The root's identifier changes nothing for pointers into the document
+                // (a reference naming it by URI is caught above).
+                "$id" if depth == 0 => false,
                 "$id" | "$dynamicRef" | "$recursiveRef" | "$recursiveAnchor" | "$dynamicAnchor" => {
                     true
                 }
@@ -615,7 +621,7 @@ pub fn bundle(
     let root_uri = Url::parse(DEFAULT_BASE).expect("a valid URL");
     let mut ix = Index {
         draft,
-        docs: vec![(schema.clone(), root_uri.clone())],
+        docs: vec![(Arc::new(schema.clone()), root_uri.clone())],
         resources: HashMap::new(),
         anchors: HashMap::new(),
         dynamic: HashMap::new(),
@@ -628,8 +634,7 @@ pub fn bundle(
     let mut out_docs: Vec<Value> = Vec::new();
     let mut d = 0;
     while d < ix.docs.len() {
-        let v = ix.docs[d].0.clone();
-        let mut v2 = v.clone();
+        let mut v2 = (*ix.docs[d].0).clone();
         rewrite(&mut ix, d, "", &mut v2, registry, 0)?;
         out_docs.push(v2);
         d += 1;

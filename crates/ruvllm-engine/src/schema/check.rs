@@ -209,6 +209,16 @@ pub(crate) fn ecma_pattern(p: &str) -> Option<String> {
     if !p.contains(['\\', '.']) {
         return None;
     }
+    // An unanchored pattern is a search: a `.*` at its start or end matches the empty
+    // text there whatever `.` means, so it goes (`.*` alone matches every string).
+    let trimmed = p.strip_prefix(".*").unwrap_or(p);
+    let trimmed = match trimmed.strip_suffix(".*") {
+        Some(t) if !t.ends_with('\\') => t,
+        _ => trimmed,
+    };
+    if trimmed.len() != p.len() {
+        return Some(ecma_pattern(trimmed).unwrap_or_else(|| trimmed.to_string()));
+    }
     let w = ECMA_WORD;
     let boundary = format!("(?:(?<=[{w}])(?![{w}])|(?<![{w}])(?=[{w}]))");
     let not_boundary = format!("(?:(?<=[{w}])(?=[{w}])|(?<![{w}])(?![{w}]))");

@@ -466,6 +466,10 @@ struct Compiler<'a> {
     /// properties, parses and translates its regex once per schema (the parse was 70% of
     /// the translation). Only successes are kept (an error names the pointer it is at).
     patterns: [HashMap<String, Expr>; 2],
+    /// The grammar of each number constant compiled so far (see
+    /// [`Compiler::number_literal`]): a value met again (enums repeat `0`, `1`...) reuses
+    /// its rules, so that its checked rule exists once.
+    number_literals: HashMap<dec::Dec, Expr>,
     limits: &'a Limits,
     started: std::time::Instant,
 }
@@ -545,6 +549,7 @@ impl<'a> Compiler<'a> {
             enums: Default::default(),
             key_sets: HashMap::new(),
             patterns: [HashMap::new(), HashMap::new()],
+            number_literals: HashMap::new(),
             limits,
             started: std::time::Instant::now(),
         })
@@ -2517,6 +2522,9 @@ impl<'a> Compiler<'a> {
     /// its plain decimal notation with any trailing zeros (`100`, `100.0`, `-0.0` for 0) as
     /// grammar, and exponent spellings (`1e2`, `10E+1`) through a check of the exact value.
     fn number_literal(&mut self, d: dec::Dec) -> Expr {
+        if let Some(e) = self.number_literals.get(&d) {
+            return e.clone();
+        }
         let (neg, int, frac) = d.plain_parts();
         let zeros = || rep(lit("0"), 1, None);
         let mut plain = Vec::new();
@@ -2534,11 +2542,13 @@ impl<'a> Compiler<'a> {
         }
         let exp_form = self.exponent_number();
         let c = dec::NumberCheck {
-            one_of: Some(vec![d]),
+            one_of: Some(vec![d.clone()]),
             ..Default::default()
         };
         let exp = self.checked_rule("number-value", exp_form, c.into_check());
-        Expr::Alt(vec![Expr::Seq(plain), exp])
+        let e = Expr::Alt(vec![Expr::Seq(plain), exp]);
+        self.number_literals.insert(d, e.clone());
+        e
     }
 
     fn literal_value(&mut self, v: &Value) -> Expr {
