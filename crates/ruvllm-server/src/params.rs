@@ -827,6 +827,7 @@ mod tests {
     const OPEN: Objects = Objects {
         policy: ObjectPolicy::Dialect,
         request: None,
+        registry: None,
     };
 
     fn sys(text: &str) -> Message {

@@ -641,12 +641,9 @@ pub fn bundle(
     }
     let mut root = out_docs.remove(0);
     if !out_docs.is_empty() {
-        match &mut root {
-            Value::Object(m) => {
-                m.insert(DOCS_KEY.into(), Value::Array(out_docs));
-            }
-            // `true`/`false` reference nothing.
-            _ => {}
+        // `true`/`false` reference nothing.
+        if let Value::Object(m) = &mut root {
+            m.insert(DOCS_KEY.into(), Value::Array(out_docs));
         }
     }
     Ok(root)
