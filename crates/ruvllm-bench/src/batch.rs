@@ -48,6 +48,7 @@ pub fn run_file(
         closed_objects: false,
         number_digits: None,
         registry: None,
+        plain_numbers: false,
     };
     let Ok(g) = schema_to_grammar(&case.schema, &opts) else {
         return Ok(());

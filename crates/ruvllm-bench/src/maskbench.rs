@@ -326,6 +326,7 @@ pub fn load(vocab: &Vocabulary, file: &Path) -> Result<FileCase> {
         schema: doc.get("schema").cloned().unwrap_or(Value::Bool(true)),
         tests,
         registry: None,
+        plain_numbers: false,
     })
 }
 

@@ -137,7 +137,8 @@ enum SchemaCmd {
         #[arg(long)]
         any_order: bool,
     },
-    /// Print a GBNF grammar equivalent to the schema.
+    /// Print a GBNF grammar equivalent to the schema (numbers in plain decimal notation:
+    /// their exponent spellings need a check GBNF cannot carry).
     ToGbnf {
         /// The schema file.
         file: PathBuf,
@@ -255,6 +256,18 @@ fn load_schema(
     any_order: bool,
     registry: Option<&Arc<SchemaRegistry>>,
 ) -> Result<Grammar> {
+    load_schema_with(p, strict, any_order, registry, false)
+}
+
+/// [`load_schema`]; `plain_numbers` for a grammar without semantic checks on numbers
+/// (GBNF output: see `SchemaOptions::plain_numbers`).
+fn load_schema_with(
+    p: &PathBuf,
+    strict: bool,
+    any_order: bool,
+    registry: Option<&Arc<SchemaRegistry>>,
+    plain_numbers: bool,
+) -> Result<Grammar> {
     let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
     let v: serde_json::Value =
         serde_json::from_str(&text).with_context(|| format!("{} is not JSON", p.display()))?;
@@ -262,6 +275,7 @@ fn load_schema(
         strict,
         any_order,
         registry: registry.cloned(),
+        plain_numbers,
         ..SchemaOptions::default()
     };
     schema_to_grammar(&v, &opts).with_context(|| format!("in {}", p.display()))
@@ -407,7 +421,9 @@ fn run() -> Result<ExitCode> {
             strict,
             any_order,
         }) => {
-            let g = load_schema(&file, strict, any_order, reg.as_ref())?;
+            // Numbers in plain notation only: their other spellings need a check of the
+            // exact value, which GBNF cannot carry.
+            let g = load_schema_with(&file, strict, any_order, reg.as_ref(), true)?;
             print!("{}", g.to_gbnf().map_err(anyhow::Error::msg)?);
             Ok(ExitCode::SUCCESS)
         }

@@ -207,7 +207,7 @@ fn schema_compile_and_to_gbnf() {
     let (code, _, err) = ruvllm(&["schema", "to-gbnf", checked.to_str().unwrap()]);
     assert_eq!(code, 2);
     assert!(err.contains("semantic check"), "{err}");
-    // What cannot be enforced at all is refused with the keyword and its pointer.
+    // A reference to a document not in the registry is refused with its URI and pointer.
     let bad = dir.join("bad.json");
     std::fs::write(
         &bad,
@@ -217,7 +217,22 @@ fn schema_compile_and_to_gbnf() {
     let (code, _, err) = ruvllm(&["schema", "compile", bad.to_str().unwrap()]);
     assert_eq!(code, 2);
     assert!(
-        err.contains("`$ref`") && err.contains("#/properties/a"),
+        err.contains("https://example.com/a.json") && err.contains("#/properties/a"),
+        "{err}"
+    );
+    // What cannot be enforced at all is refused with the keyword and its pointer.
+    let dynamic = dir.join("dynamic.json");
+    std::fs::write(
+        &dynamic,
+        r##"{"$defs": {"a": {"$id": "a", "$dynamicAnchor": "n", "items": {"$dynamicRef": "#n"}},
+                      "b": {"$id": "b", "$dynamicAnchor": "n", "$ref": "a"}},
+             "anyOf": [{"$ref": "a"}, {"$ref": "b"}]}"##,
+    )
+    .unwrap();
+    let (code, _, err) = ruvllm(&["schema", "compile", dynamic.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("`$dynamicRef`") && err.contains("#/$defs/a/items"),
         "{err}"
     );
 }

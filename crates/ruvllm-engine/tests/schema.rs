@@ -624,6 +624,7 @@ fn references_resolve_through_the_registry_only() {
         "properties": {"who": {"$ref": "s.json"}, "name": {"$ref": "urn:example:name"}}});
     let opts = SchemaOptions {
         registry: Some(Arc::new(reg)),
+        plain_numbers: false,
         ..Default::default()
     };
     let g = schema_to_grammar(&schema, &opts).unwrap();

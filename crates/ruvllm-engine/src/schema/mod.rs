@@ -114,6 +114,11 @@ pub struct SchemaOptions {
     /// [`SchemaRegistry`]); nothing is ever fetched over the network. `None`: references
     /// resolve inside the document only.
     pub registry: Option<Arc<SchemaRegistry>>,
+    /// Numbers only in the spellings a grammar alone says: plain decimal notation for
+    /// bounded numbers, integers and number constants, without the exponent spellings that
+    /// need a check of the exact value. A subset of the valid documents, for grammars
+    /// that must carry no semantic check (`ruvllm schema to-gbnf`). Off by default.
+    pub plain_numbers: bool,
 }
 
 impl SchemaOptions {
@@ -131,6 +136,7 @@ impl SchemaOptions {
             unique_keys: true,
             number_digits: Some(20),
             registry: None,
+            plain_numbers: false,
         }
     }
 }
@@ -1548,7 +1554,7 @@ impl<'a> Compiler<'a> {
             }
         };
         let exact_bounds = as_int(&lo, false).zip(as_int(&hi, true));
-        let exact_language = self.opts.number_digits.is_none();
+        let exact_language = self.opts.number_digits.is_none() && !self.opts.plain_numbers;
         let plain_int = integer_only && (self.draft == 4 || self.opts.plain_integers);
         let bounded = lo.is_some() || hi.is_some();
         let body = match exact_bounds {
@@ -1665,7 +1671,7 @@ impl<'a> Compiler<'a> {
                     min: 0,
                     max: Some(1),
                 };
-                let exact_language = self.opts.number_digits.is_none();
+                let exact_language = self.opts.number_digits.is_none() && !self.opts.plain_numbers;
                 return self.common("integer", move |c| {
                     let plain = Expr::Seq(vec![minus, uint(), frac0(), exp]);
                     if !exact_language {
@@ -2566,7 +2572,9 @@ impl<'a> Compiler<'a> {
                     let (_, i, f) = d.plain_parts();
                     i.len() + f.len() <= 400
                 });
-                if let Some(d) = exact.filter(|_| self.opts.number_digits.is_none()) {
+                if let Some(d) =
+                    exact.filter(|_| self.opts.number_digits.is_none() && !self.opts.plain_numbers)
+                {
                     if !(self.opts.plain_integers && d.is_integer()) {
                         return self.number_literal(d);
                     }
