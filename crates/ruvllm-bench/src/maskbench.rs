@@ -326,7 +326,6 @@ pub fn load(vocab: &Vocabulary, file: &Path) -> Result<FileCase> {
         schema: doc.get("schema").cloned().unwrap_or(Value::Bool(true)),
         tests,
         registry: None,
-        plain_numbers: false,
     })
 }
 
@@ -396,6 +395,7 @@ fn run_ruvllm_with(
         closed_objects: false,
         number_digits: None,
         registry: case.registry.clone(),
+        plain_numbers: false,
     };
     let t0 = Instant::now();
     let grammar = schema_to_grammar(&case.schema, &opts);

@@ -624,7 +624,6 @@ fn references_resolve_through_the_registry_only() {
         "properties": {"who": {"$ref": "s.json"}, "name": {"$ref": "urn:example:name"}}});
     let opts = SchemaOptions {
         registry: Some(Arc::new(reg)),
-        plain_numbers: false,
         ..Default::default()
     };
     let g = schema_to_grammar(&schema, &opts).unwrap();
@@ -739,6 +738,7 @@ fn whitespace_policies() {
             closed_objects: false,
             number_digits: None,
             registry: None,
+            plain_numbers: false,
         },
     )
     .unwrap();

@@ -16,8 +16,9 @@
 //! * A `$ref` is resolved against its base URI to an absolute URI: a resource and a JSON
 //!   pointer or anchor inside it. A resource not in the document is looked up in the
 //!   [`SchemaRegistry`] the caller gives (a folder of schemas by their `$id`, or
-//!   URI-to-file pairs); nothing is ever fetched over the network, and an unresolved
-//!   reference is an error naming its URI and the JSON pointer where it is.
+//!   URI-to-file pairs), which also holds the official meta-schemas of every draft; nothing
+//!   is ever fetched over the network, and an unresolved reference is an error naming its
+//!   URI and the JSON pointer where it is.
 //! * Documents from the registry are copied under the key [`DOCS_KEY`] of the bundle,
 //!   every `$ref` becomes `#` plus the pointer of its target in the bundle, and the
 //!   identifiers (`$id`, anchors) are removed: the bundle means what the documents meant,
@@ -196,8 +197,43 @@ impl SchemaRegistry {
     }
 
     fn get(&self, uri: &Url) -> Option<&Value> {
-        self.docs.get(uri.as_str())
+        self.docs
+            .get(uri.as_str())
+            .or_else(|| meta_schema(uri.as_str()))
     }
+}
+
+/// The official meta-schema at `uri`, which every registry holds (they come with the
+/// `referencing` crate, the validator's; nothing is fetched).
+fn meta_schema(uri: &str) -> Option<&'static Value> {
+    use referencing::meta as m;
+    let doc = match uri {
+        "http://json-schema.org/draft-04/schema" => &m::DRAFT4,
+        "http://json-schema.org/draft-06/schema" => &m::DRAFT6,
+        "http://json-schema.org/draft-07/schema" => &m::DRAFT7,
+        "https://json-schema.org/draft/2019-09/schema" => &m::DRAFT201909,
+        "https://json-schema.org/draft/2019-09/meta/applicator" => &m::DRAFT201909_APPLICATOR,
+        "https://json-schema.org/draft/2019-09/meta/content" => &m::DRAFT201909_CONTENT,
+        "https://json-schema.org/draft/2019-09/meta/core" => &m::DRAFT201909_CORE,
+        "https://json-schema.org/draft/2019-09/meta/format" => &m::DRAFT201909_FORMAT,
+        "https://json-schema.org/draft/2019-09/meta/meta-data" => &m::DRAFT201909_META_DATA,
+        "https://json-schema.org/draft/2019-09/meta/validation" => &m::DRAFT201909_VALIDATION,
+        "https://json-schema.org/draft/2020-12/schema" => &m::DRAFT202012,
+        "https://json-schema.org/draft/2020-12/meta/core" => &m::DRAFT202012_CORE,
+        "https://json-schema.org/draft/2020-12/meta/applicator" => &m::DRAFT202012_APPLICATOR,
+        "https://json-schema.org/draft/2020-12/meta/unevaluated" => &m::DRAFT202012_UNEVALUATED,
+        "https://json-schema.org/draft/2020-12/meta/validation" => &m::DRAFT202012_VALIDATION,
+        "https://json-schema.org/draft/2020-12/meta/meta-data" => &m::DRAFT202012_META_DATA,
+        "https://json-schema.org/draft/2020-12/meta/format-annotation" => {
+            &m::DRAFT202012_FORMAT_ANNOTATION
+        }
+        "https://json-schema.org/draft/2020-12/meta/format-assertion" => {
+            &m::DRAFT202012_FORMAT_ASSERTION
+        }
+        "https://json-schema.org/draft/2020-12/meta/content" => &m::DRAFT202012_CONTENT,
+        _ => return None,
+    };
+    Some(&***doc)
 }
 
 fn collect_json(dir: &Path, out: &mut Vec<std::path::PathBuf>) -> Result<(), RegistryError> {
@@ -405,7 +441,11 @@ impl Index {
         if self.resources.contains_key(uri.as_str()) {
             return Ok(true);
         }
-        let Some(doc) = registry.and_then(|r| r.get(uri)) else {
+        let found = match registry {
+            Some(r) => r.get(uri),
+            None => meta_schema(uri.as_str()),
+        };
+        let Some(doc) = found else {
             return Ok(false);
         };
         // One draft's semantics for the whole bundle: a document of another draft would

@@ -206,7 +206,7 @@ const ECMA_WORD: &str = "A-Za-z0-9_";
 /// syntax nests no class, so inside one they are left as written). `None` when nothing
 /// changes. Cost: one pass over the pattern.
 pub(crate) fn ecma_pattern(p: &str) -> Option<String> {
-    if !p.contains(['\\', '.']) {
+    if !p.contains(['\\', '.', '{', '}']) {
         return None;
     }
     // An unanchored pattern is a search: a `.*` at its start or end matches the empty
@@ -235,6 +235,15 @@ pub(crate) fn ecma_pattern(p: &str) -> Option<String> {
                 Some(n) => {
                     out.push('\\');
                     out.push(n);
+                    // `\p{Letter}`, `\u{1F600}`: the braces belong to the escape.
+                    if matches!(n, 'p' | 'P' | 'u' | 'x') && it.clone().next() == Some('{') {
+                        for x in it.by_ref() {
+                            out.push(x);
+                            if x == '}' {
+                                break;
+                            }
+                        }
+                    }
                 }
                 None => out.push('\\'),
             },
@@ -247,6 +256,28 @@ pub(crate) fn ecma_pattern(p: &str) -> Option<String> {
                 out.push(']');
             }
             '.' if !in_class => out.push_str(r"[^\n\r\u2028\u2029]"),
+            // Annex B reads a brace that does not make a quantifier as itself; the
+            // validator's `regex` format does not: escape it.
+            '{' if !in_class => {
+                let rest: String = it.clone().collect();
+                let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+                let tail = &rest[digits..];
+                let more = tail
+                    .strip_prefix(',')
+                    .map(|t| t.bytes().take_while(u8::is_ascii_digit).count() + 1)
+                    .unwrap_or(0);
+                if digits > 0 && rest[digits + more..].starts_with('}') {
+                    out.push('{');
+                    for _ in 0..digits + more + 1 {
+                        if let Some(x) = it.next() {
+                            out.push(x);
+                        }
+                    }
+                } else {
+                    out.push_str("\\{");
+                }
+            }
+            '}' if !in_class => out.push_str("\\}"),
             c => out.push(c),
         }
     }
