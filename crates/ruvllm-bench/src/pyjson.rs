@@ -11,48 +11,26 @@
 
 use serde_json::Value;
 
-/// Serializes like Python's `json.dumps(v, ensure_ascii=False)`.
+/// Serializes like Python's `json.dumps(v, ensure_ascii=False)` (a `serde_json` value: an
+/// integer beyond 64 bits has already become a float; [`loads`] keeps it).
 pub fn dumps(v: &Value) -> String {
-    let mut out = String::new();
-    write(v, &mut out);
-    out
+    dumps_py(&Py::from(v))
 }
 
-fn write(v: &Value, out: &mut String) {
-    match v {
-        Value::Null => out.push_str("null"),
-        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-        Value::Number(n) => {
-            if let Some(i) = n.as_i64() {
-                out.push_str(&i.to_string());
-            } else if let Some(u) = n.as_u64() {
-                out.push_str(&u.to_string());
-            } else {
-                out.push_str(&float_repr(n.as_f64().unwrap_or(0.0)));
-            }
-        }
-        Value::String(s) => string(s, out),
-        Value::Array(a) => {
-            out.push('[');
-            for (i, x) in a.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(", ");
-                }
-                write(x, out);
-            }
-            out.push(']');
-        }
-        Value::Object(o) => {
-            out.push('{');
-            for (i, (k, x)) in o.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(", ");
-                }
-                string(k, out);
-                out.push_str(": ");
-                write(x, out);
-            }
-            out.push('}');
+impl From<&Value> for Py {
+    /// The value as Python would hold it. Cost: a copy.
+    fn from(v: &Value) -> Py {
+        match v {
+            Value::Null => Py::Null,
+            Value::Bool(b) => Py::Bool(*b),
+            Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+                (Some(i), _) => Py::Int(i.to_string()),
+                (_, Some(u)) => Py::Int(u.to_string()),
+                _ => Py::Float(n.as_f64().unwrap_or(0.0)),
+            },
+            Value::String(s) => Py::Str(s.clone()),
+            Value::Array(a) => Py::List(a.iter().map(Py::from).collect()),
+            Value::Object(o) => Py::Dict(o.iter().map(|(k, x)| (k.clone(), Py::from(x))).collect()),
         }
     }
 }

@@ -346,7 +346,7 @@ impl Index {
         // The document by its `Arc`: borrowed while the index grows (a copy of each
         // sub-schema made the walk quadratic).
         let d = self.docs[doc].0.clone();
-        let Some(v) = lookup(&d, &ptr) else {
+        let Some(v) = d.pointer(&ptr) else {
             return;
         };
         let loc = (doc, ptr.clone());
@@ -491,9 +491,13 @@ impl Index {
             )));
         }
         if frag.is_empty() || frag.starts_with('/') {
-            let (doc, root) = self.resources[u.as_str()].clone();
+            let (doc, root) = self
+                .resources
+                .get(u.as_str())
+                .cloned()
+                .ok_or_else(|| unresolved(&format!("no resource {u}")))?;
             let ptr = format!("{root}{frag}");
-            if lookup(&self.docs[doc].0, &ptr).is_none() {
+            if self.docs[doc].0.pointer(&ptr).is_none() {
                 return Err(unresolved("the JSON pointer points nowhere"));
             }
             return Ok((doc, ptr));
@@ -543,7 +547,7 @@ impl Index {
                 && self
                     .docs
                     .get(initial.0)
-                    .and_then(|(d, _)| lookup(d, &initial.1))
+                    .and_then(|(d, _)| d.pointer(&initial.1))
                     .and_then(|v| v.get("$dynamicAnchor"))
                     .and_then(Value::as_str)
                     == Some(name)
@@ -553,9 +557,16 @@ impl Index {
         }
         let root = self.docs[0].1.clone();
         let root_res = self.bases.get(&(0, String::new())).cloned().unwrap_or(root);
+        // The walk registered every resource and anchor it counted: a miss is a bug, but
+        // an error, not a panic.
+        let lost = |what: &str| SchemaError::UnresolvedRef {
+            uri: r.to_string(),
+            pointer: at.to_string(),
+            reason: format!("the dynamic anchor's resource {what} was not indexed"),
+        };
         let target_in = |ix: &mut Index, res: &str| -> Result<Loc, SchemaError> {
             if name.is_empty() {
-                return Ok(ix.resources[res].clone());
+                return ix.resources.get(res).cloned().ok_or_else(|| lost(res));
             }
             let mut u = Url::parse(res).map_err(|e| SchemaError::UnresolvedRef {
                 uri: res.to_string(),
@@ -563,7 +574,10 @@ impl Index {
                 reason: e.to_string(),
             })?;
             u.set_fragment(Some(name));
-            Ok(ix.anchors[u.as_str()].clone())
+            ix.anchors
+                .get(u.as_str())
+                .cloned()
+                .ok_or_else(|| lost(u.as_str()))
         };
         if declares(self, root_res.as_str()) {
             return target_in(self, root_res.as_str()).map(Some);
@@ -604,23 +618,6 @@ fn child_mut<'v>(v: &'v mut Value, path: &[String]) -> Option<&'v mut Value> {
         _ => return None,
     };
     child_mut(next, rest)
-}
-
-/// A JSON pointer lookup (`""` is the document).
-fn lookup<'v>(v: &'v Value, ptr: &str) -> Option<&'v Value> {
-    if ptr.is_empty() {
-        return Some(v);
-    }
-    let mut v = v;
-    for part in ptr.strip_prefix('/')?.split('/') {
-        let key = part.replace("~1", "/").replace("~0", "~");
-        v = match v {
-            Value::Object(m) => m.get(&key)?,
-            Value::Array(a) => a.get(key.parse::<usize>().ok()?)?,
-            _ => return None,
-        };
-    }
-    Some(v)
 }
 
 /// Whether `schema` needs [`bundle`]: an identifier or a reference that is not a plain

@@ -595,19 +595,7 @@ impl<'a> Compiler<'a> {
     // ---- references -------------------------------------------------------------------
 
     fn lookup(&self, ptr: &str) -> Option<&'a Value> {
-        let mut v = self.root;
-        if ptr.is_empty() {
-            return Some(v);
-        }
-        for part in ptr.strip_prefix('/')?.split('/') {
-            let key = part.replace("~1", "/").replace("~0", "~");
-            v = match v {
-                Value::Object(m) => m.get(&key)?,
-                Value::Array(a) => a.get(key.parse::<usize>().ok()?)?,
-                _ => return None,
-            };
-        }
-        Some(v)
+        self.root.pointer(ptr)
     }
 
     /// Resolves a `$ref` value to a pointer into the root document.
