@@ -218,7 +218,8 @@ fn schema_compile_and_to_gbnf() {
         err.contains("https://example.com/a.json") && err.contains("#/properties/a"),
         "{err}"
     );
-    // What cannot be enforced at all is refused with the keyword and its pointer.
+    // A dynamic reference whose target depends on the path compiles (one copy per
+    // dynamic scope).
     let dynamic = dir.join("dynamic.json");
     std::fs::write(
         &dynamic,
@@ -227,10 +228,20 @@ fn schema_compile_and_to_gbnf() {
              "anyOf": [{"$ref": "a"}, {"$ref": "b"}]}"##,
     )
     .unwrap();
-    let (code, _, err) = ruvllm(&["schema", "compile", dynamic.to_str().unwrap()]);
+    let (code, out, err) = ruvllm(&["schema", "compile", dynamic.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    // What cannot be enforced at all is refused with the keyword and its pointer.
+    let media = dir.join("media.json");
+    std::fs::write(
+        &media,
+        r##"{"$schema": "http://json-schema.org/draft-07/schema#",
+             "properties": {"page": {"contentMediaType": "text/html"}}}"##,
+    )
+    .unwrap();
+    let (code, _, err) = ruvllm(&["schema", "compile", media.to_str().unwrap()]);
     assert_eq!(code, 2);
     assert!(
-        err.contains("`$dynamicRef`") && err.contains("#/$defs/a/items"),
+        err.contains("`contentMediaType`") && err.contains("#/properties/page"),
         "{err}"
     );
 }

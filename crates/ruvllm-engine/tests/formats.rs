@@ -183,17 +183,9 @@ fn patterns_mean_what_ecmascript_says() {
 /// characters beyond it): every string a walk completes validates.
 #[test]
 fn every_string_the_grammar_completes_validates() {
-    let mut tokens: Vec<Vec<u8>> = (0x20u8..0x7f).map(|b| vec![b]).collect();
-    for s in [
+    let vocab = common::walk_vocab(&[
         "é", "ß", "실", "례", "ƒ", "\u{3002}", "::", "xn--", "ff", ".com", "12", "T", "Z",
-    ] {
-        tokens.push(s.as_bytes().to_vec());
-    }
-    tokens.push(b"<eos>".to_vec());
-    let eos = (tokens.len() - 1) as u32;
-    let mut special = vec![false; tokens.len()];
-    special[eos as usize] = true;
-    let vocab = Arc::new(Vocabulary::new("walk", tokens, special, vec![eos]).unwrap());
+    ]);
     let mut rng = common::Rng(0x0f01_23a7);
     let mut completed = 0;
     for f in FORMATS {
@@ -203,29 +195,8 @@ fn every_string_the_grammar_completes_validates() {
             .build(&schema)
             .unwrap();
         let c = compile(&schema, vocab.clone());
-        let mut mask = vec![0u32; vocab.mask_words()];
         for _ in 0..40 {
-            let mut m = Matcher::new(&c).unwrap();
-            let mut text = Vec::new();
-            for _ in 0..60 {
-                m.compute_mask(&mut mask).unwrap();
-                let allowed: Vec<u32> = (0..vocab.len() as u32)
-                    .filter(|&t| mask[(t >> 5) as usize] >> (t & 31) & 1 == 1)
-                    .collect();
-                if allowed.is_empty() {
-                    break;
-                }
-                let t = allowed[rng.below(allowed.len())];
-                if t == eos {
-                    break;
-                }
-                m.commit_token(t).unwrap();
-                text.extend_from_slice(vocab.token_bytes(t));
-                if m.is_accepting() && rng.below(3) == 0 {
-                    break;
-                }
-            }
-            if m.is_accepting() {
+            if let Some(text) = common::random_walk(&c, &mut rng, 60) {
                 let v: Value = serde_json::from_slice(&text).unwrap();
                 assert!(oracle.is_valid(&v), "{f}: the grammar completed {v}");
                 completed += 1;

@@ -260,6 +260,8 @@ struct Index {
     draft: u32,
     /// The documents: the root, then those taken from the registry, with their URIs.
     docs: Vec<(Arc<Value>, Url)>,
+    /// Each document's draft (its `$schema`'s, else the root's).
+    drafts: Vec<u32>,
     /// Resource URI (no fragment) to its root.
     resources: HashMap<String, Loc>,
     /// `resource#name` to the named location (`$anchor`, `$dynamicAnchor`, `$id: "#name"`).
@@ -269,15 +271,21 @@ struct Index {
     dynamic: HashMap<String, Vec<String>>,
     /// Each walked sub-schema's base URI.
     bases: HashMap<Loc, Url>,
+    /// The dynamic anchor names whose target depends on the path: declared by several
+    /// resources, not by the root (filled after every reachable document is loaded).
+    scoped: HashSet<String>,
+    /// The copies the bundle is made of: slot 0 is the root document, the others go
+    /// under [`DOCS_KEY`] in order. Each is a sub-schema and the dynamic scope it is
+    /// evaluated in.
+    slots: Vec<(Loc, Scope)>,
 }
 
-fn draft_name(d: u32) -> String {
-    match d {
-        2019 => "2019-09".into(),
-        2020 => "2020-12".into(),
-        d => d.to_string(),
-    }
-}
+/// The dynamic scope, as far as the bundle needs it: for each name in
+/// [`Index::scoped`], the outermost resource entered that declares it.
+type Scope = BTreeMap<String, String>;
+
+/// Most copies of sub-schemas the dynamic scopes may need.
+const MAX_SLOTS: usize = 256;
 
 fn id_keyword(draft: u32) -> &'static str {
     if draft == 4 {
@@ -346,6 +354,7 @@ impl Index {
         // The document by its `Arc`: borrowed while the index grows (a copy of each
         // sub-schema made the walk quadratic).
         let d = self.docs[doc].0.clone();
+        let draft = self.drafts[doc];
         let Some(v) = d.pointer(&ptr) else {
             return;
         };
@@ -358,11 +367,11 @@ impl Index {
             return;
         };
         // Before 2019-09 a `$ref` makes its siblings (an `$id` too) ignored.
-        let ref_only = self.draft <= 7 && m.contains_key("$ref");
-        if let Some(Value::String(id)) = m.get(id_keyword(self.draft)).filter(|_| !ref_only) {
+        let ref_only = draft <= 7 && m.contains_key("$ref");
+        if let Some(Value::String(id)) = m.get(id_keyword(draft)).filter(|_| !ref_only) {
             match id.strip_prefix('#') {
                 // Draft 6/7: a location-independent name.
-                Some(name) if self.draft <= 7 && !name.is_empty() => {
+                Some(name) if draft <= 7 && !name.is_empty() => {
                     let mut u = base.clone();
                     u.set_fragment(Some(name));
                     self.anchors.insert(u.to_string(), loc.clone());
@@ -375,7 +384,7 @@ impl Index {
                         self.resources
                             .entry(base.to_string())
                             .or_insert_with(|| loc.clone());
-                        if let Some(f) = frag.filter(|f| !f.is_empty() && self.draft <= 7) {
+                        if let Some(f) = frag.filter(|f| !f.is_empty() && draft <= 7) {
                             let mut a = base.clone();
                             a.set_fragment(Some(&f));
                             self.anchors.insert(a.to_string(), loc.clone());
@@ -385,14 +394,14 @@ impl Index {
             }
         }
         for key in ["$anchor", "$dynamicAnchor"] {
-            if self.draft < 2019 {
+            if draft < 2019 {
                 break;
             }
             if let Some(Value::String(name)) = m.get(key) {
                 let mut u = base.clone();
                 u.set_fragment(Some(name));
                 self.anchors.entry(u.to_string()).or_insert(loc.clone());
-                if key == "$dynamicAnchor" && self.draft >= 2020 {
+                if key == "$dynamicAnchor" && draft >= 2020 {
                     self.dynamic
                         .entry(name.clone())
                         .or_default()
@@ -400,14 +409,14 @@ impl Index {
                 }
             }
         }
-        if self.draft == 2019 && m.get("$recursiveAnchor") == Some(&Value::Bool(true)) {
+        if draft == 2019 && m.get("$recursiveAnchor") == Some(&Value::Bool(true)) {
             self.dynamic
                 .entry(String::new())
                 .or_default()
                 .push(base.to_string());
         }
         self.bases.insert(loc, base.clone());
-        for (path, _) in children(m, self.draft) {
+        for (path, _) in children(m, draft) {
             let mut p = ptr.clone();
             for k in &path {
                 p = join(&p, k);
@@ -448,20 +457,15 @@ impl Index {
         let Some(doc) = found else {
             return Ok(false);
         };
-        // One draft's semantics for the whole bundle: a document of another draft would
-        // be read with the wrong keywords (refused, never reread silently).
-        if doc.get("$schema").is_some() {
-            let d = super::draft_of_schema(doc);
-            if d != self.draft {
-                return Err(format!(
-                    "{uri} is a draft {} schema and the referring one draft {}: references                      across drafts are not supported",
-                    draft_name(d),
-                    draft_name(self.draft)
-                ));
-            }
-        }
+        // A document of another draft is read with its own keywords, and its sub-schemas
+        // written in the root's (see `drafts`).
+        let draft = match doc.get("$schema") {
+            Some(_) => super::draft_of_schema(doc),
+            None => self.draft,
+        };
         let d = self.docs.len();
         self.docs.push((Arc::new(doc.clone()), uri.clone()));
+        self.drafts.push(draft);
         self.resources.insert(uri.to_string(), (d, String::new()));
         self.walk(d, String::new(), uri.clone(), 0);
         Ok(true)
@@ -511,25 +515,141 @@ impl Index {
         Err(unresolved(&format!("no anchor {frag:?} in {u}")))
     }
 
-    /// The pointer of `loc` in the bundle.
-    fn bundle_ptr(&self, loc: &Loc) -> String {
-        if loc.0 == 0 {
-            loc.1.clone()
-        } else {
-            format!("/{DOCS_KEY}/{}{}", loc.0 - 1, loc.1)
+    /// `scope` after entering `resource`: the scoped names it declares that no outer
+    /// resource did are bound to it.
+    fn enter(&self, scope: &Scope, resource: &str) -> Scope {
+        let mut out = scope.clone();
+        for name in &self.scoped {
+            let declares = self
+                .dynamic
+                .get(name)
+                .is_some_and(|v| v.iter().any(|r| r == resource));
+            if declares && !out.contains_key(name) {
+                out.insert(name.clone(), resource.to_string());
+            }
         }
+        out
     }
 
-    /// Where a dynamic reference `r` (`name` its anchor; `""` for `$recursiveRef`) lands
-    /// whatever the path, or `None` when that depends on the path.
+    /// The scope at `(doc, to)` when evaluation descends to it from `(doc, from)` (a
+    /// prefix) in `scope`: every resource whose root lies on the way is entered.
+    fn descend(&mut self, scope: &Scope, doc: usize, from: &str, to: &str) -> Scope {
+        let mut out = scope.clone();
+        if self.scoped.is_empty() {
+            return out;
+        }
+        let rest = &to[from.len()..];
+        for (i, c) in rest.char_indices() {
+            if c == '/' && i > 0 {
+                out = self.enter_at(&out, &(doc, format!("{from}{}", &rest[..i])));
+            }
+        }
+        if !rest.is_empty() {
+            out = self.enter_at(&out, &(doc, to.to_string()));
+        }
+        out
+    }
+
+    /// `scope` after reaching `loc`, which enters a resource when it is one's root.
+    fn enter_at(&mut self, scope: &Scope, loc: &Loc) -> Scope {
+        let is_root = self.resources.values().any(|r| r == loc);
+        if !is_root {
+            return scope.clone();
+        }
+        let res = self.base_of(loc).to_string();
+        self.enter(scope, &res)
+    }
+
+    /// The bundle pointer of `target` evaluated in `scope`: inside a copy that already
+    /// serves it, else in a new copy (of its whole document where that serves).
+    fn place(&mut self, target: &Loc, scope: &Scope, at: &str) -> Result<String, SchemaError> {
+        for i in 0..self.slots.len() {
+            let (loc, sc) = self.slots[i].clone();
+            let inside = loc.0 == target.0
+                && target.1.starts_with(&loc.1)
+                && (target.1.len() == loc.1.len() || target.1[loc.1.len()..].starts_with('/'));
+            if inside && self.descend(&sc, loc.0, &loc.1, &target.1) == *scope {
+                return Ok(format!("{}{}", slot_ptr(i), &target.1[loc.1.len()..]));
+            }
+        }
+        if self.slots.len() >= MAX_SLOTS {
+            return Err(SchemaError::Unsupported {
+                keyword: "$dynamicRef".into(),
+                pointer: at.to_string(),
+                reason: format!(
+                    "the dynamic scopes of the schema need more than {MAX_SLOTS} copies of its sub-schemas"
+                ),
+            });
+        }
+        let whole = (target.0, String::new());
+        let loc = if target.0 > 0 && self.descend(scope, target.0, "", &target.1) == *scope {
+            whole
+        } else {
+            target.clone()
+        };
+        let prefix = loc.1.len();
+        self.slots.push((loc, scope.clone()));
+        Ok(format!(
+            "{}{}",
+            slot_ptr(self.slots.len() - 1),
+            &target.1[prefix..]
+        ))
+    }
+
+    /// The scope in force at `target`, reached by a reference from `scope`.
+    fn scope_at(&mut self, scope: &Scope, target: &Loc) -> Scope {
+        if self.scoped.is_empty() {
+            return scope.clone();
+        }
+        let res = self.base_of(target).to_string();
+        self.enter(scope, &res)
+    }
+
+    /// Loads every document the references reach, so that [`Index::scoped`] knows every
+    /// resource declaring a dynamic anchor. Unresolved references are left for the
+    /// rewrite to report.
+    fn load_all(&mut self, registry: Option<&SchemaRegistry>) {
+        let mut d = 0;
+        while d < self.docs.len() {
+            let mut locs: Vec<Loc> = self.bases.keys().filter(|l| l.0 == d).cloned().collect();
+            locs.sort();
+            for loc in locs {
+                let doc = self.docs[d].0.clone();
+                let Some(Value::Object(m)) = doc.pointer(&loc.1) else {
+                    continue;
+                };
+                let base = self.base_of(&loc);
+                for key in ["$ref", "$dynamicRef", "$recursiveRef"] {
+                    if let Some(Value::String(r)) = m.get(key) {
+                        let _ = self.resolve(r, &base, &loc.1, registry);
+                    }
+                }
+            }
+            d += 1;
+        }
+        let root = self.bases.get(&(0, String::new())).map(Url::to_string);
+        self.scoped = self
+            .dynamic
+            .iter()
+            .filter(|(_, res)| {
+                let distinct: HashSet<&String> = res.iter().collect();
+                distinct.len() > 1 && !root.as_ref().is_some_and(|r| distinct.contains(r))
+            })
+            .map(|(n, _)| n.clone())
+            .collect();
+    }
+
+    /// Where a dynamic reference `r` (`name` its anchor; `""` for `$recursiveRef`)
+    /// written at `at` lands when evaluated in `scope`.
     fn resolve_dynamic(
         &mut self,
         r: &str,
         name: &str,
         base: &Url,
         at: &str,
+        scope: &Scope,
         registry: Option<&SchemaRegistry>,
-    ) -> Result<Option<Loc>, SchemaError> {
+    ) -> Result<Loc, SchemaError> {
         let initial = self.resolve(r, base, at, registry)?;
         let initial_base = self.base_of(&initial);
         let declares = |ix: &Index, res: &str| {
@@ -553,10 +673,23 @@ impl Index {
                     == Some(name)
         };
         if !dynamic_target {
-            return Ok(Some(initial));
+            return Ok(initial);
         }
+        // Evaluation starts at the root, the outermost resource of every scope.
         let root = self.docs[0].1.clone();
         let root_res = self.bases.get(&(0, String::new())).cloned().unwrap_or(root);
+        if declares(self, root_res.as_str()) {
+            return self.anchor_in(root_res.as_str(), name, r, at);
+        }
+        match scope.get(name) {
+            Some(res) if self.scoped.contains(name) => self.anchor_in(res, name, r, at),
+            // One declarer (the initial target's resource), or none entered yet.
+            _ => Ok(initial),
+        }
+    }
+
+    /// The location of dynamic anchor `name` in resource `res` (`""`: its root).
+    fn anchor_in(&self, res: &str, name: &str, r: &str, at: &str) -> Result<Loc, SchemaError> {
         // The walk registered every resource and anchor it counted: a miss is a bug, but
         // an error, not a panic.
         let lost = |what: &str| SchemaError::UnresolvedRef {
@@ -564,29 +697,28 @@ impl Index {
             pointer: at.to_string(),
             reason: format!("the dynamic anchor's resource {what} was not indexed"),
         };
-        let target_in = |ix: &mut Index, res: &str| -> Result<Loc, SchemaError> {
-            if name.is_empty() {
-                return ix.resources.get(res).cloned().ok_or_else(|| lost(res));
-            }
-            let mut u = Url::parse(res).map_err(|e| SchemaError::UnresolvedRef {
-                uri: res.to_string(),
-                pointer: at.to_string(),
-                reason: e.to_string(),
-            })?;
-            u.set_fragment(Some(name));
-            ix.anchors
-                .get(u.as_str())
-                .cloned()
-                .ok_or_else(|| lost(u.as_str()))
-        };
-        if declares(self, root_res.as_str()) {
-            return target_in(self, root_res.as_str()).map(Some);
+        if name.is_empty() {
+            return self.resources.get(res).cloned().ok_or_else(|| lost(res));
         }
-        let declaring: HashSet<&String> = self.dynamic.get(name).into_iter().flatten().collect();
-        if declaring.len() == 1 {
-            return Ok(Some(initial));
-        }
-        Ok(None)
+        let mut u = Url::parse(res).map_err(|e| SchemaError::UnresolvedRef {
+            uri: res.to_string(),
+            pointer: at.to_string(),
+            reason: e.to_string(),
+        })?;
+        u.set_fragment(Some(name));
+        self.anchors
+            .get(u.as_str())
+            .cloned()
+            .ok_or_else(|| lost(u.as_str()))
+    }
+}
+
+/// The bundle pointer of copy `i` (see [`Index::slots`]).
+fn slot_ptr(i: usize) -> String {
+    if i == 0 {
+        String::new()
+    } else {
+        format!("/{DOCS_KEY}/{}", i - 1)
     }
 }
 
@@ -659,28 +791,37 @@ pub fn bundle(
     let mut ix = Index {
         draft,
         docs: vec![(Arc::new(schema.clone()), root_uri.clone())],
+        drafts: vec![draft],
         resources: HashMap::new(),
         anchors: HashMap::new(),
         dynamic: HashMap::new(),
         bases: HashMap::new(),
+        scoped: HashSet::new(),
+        slots: vec![((0, String::new()), Scope::new())],
     };
     ix.resources
         .insert(root_uri.to_string(), (0, String::new()));
     ix.walk(0, String::new(), root_uri, 0);
-    // Rewrite each document in turn; resolving may add documents.
-    let mut out_docs: Vec<Value> = Vec::new();
-    let mut d = 0;
-    while d < ix.docs.len() {
-        let mut v2 = (*ix.docs[d].0).clone();
-        rewrite(&mut ix, d, "", &mut v2, registry, 0)?;
-        out_docs.push(v2);
-        d += 1;
+    ix.load_all(registry);
+    // Rewrite each copy in turn; resolving may add copies.
+    let mut out: Vec<Value> = Vec::new();
+    let mut i = 0;
+    while i < ix.slots.len() {
+        let ((doc, ptr), scope) = ix.slots[i].clone();
+        let mut v = ix.docs[doc]
+            .0
+            .pointer(&ptr)
+            .cloned()
+            .unwrap_or(Value::Bool(true));
+        rewrite(&mut ix, doc, &ptr, &mut v, &scope, registry, 0)?;
+        out.push(v);
+        i += 1;
     }
-    let mut root = out_docs.remove(0);
-    if !out_docs.is_empty() {
+    let mut root = out.remove(0);
+    if !out.is_empty() {
         // `true`/`false` reference nothing.
         if let Value::Object(m) = &mut root {
-            m.insert(DOCS_KEY.into(), Value::Array(out_docs));
+            m.insert(DOCS_KEY.into(), Value::Array(out));
         }
     }
     Ok(root)
@@ -691,6 +832,7 @@ fn rewrite(
     doc: usize,
     ptr: &str,
     v: &mut Value,
+    scope: &Scope,
     registry: Option<&SchemaRegistry>,
     depth: usize,
 ) -> Result<(), SchemaError> {
@@ -707,14 +849,13 @@ fn rewrite(
     } else {
         format!("{}#{ptr}", ix.docs[doc].1)
     };
-    let draft = ix.draft;
+    let draft = ix.drafts[doc];
     let mut extra_refs = Vec::new();
     if let Some(Value::String(r)) = m.get("$ref") {
         let target = ix.resolve(r, &base, &at, registry)?;
-        m.insert(
-            "$ref".into(),
-            Value::String(fragment(&ix.bundle_ptr(&target))),
-        );
+        let sc = ix.scope_at(scope, &target);
+        let p = ix.place(&target, &sc, &at)?;
+        m.insert("$ref".into(), Value::String(fragment(&p)));
     }
     for (key, active) in [
         ("$dynamicRef", draft >= 2020),
@@ -732,22 +873,11 @@ fn rewrite(
             let u = base.join(&r).ok();
             percent_decode(u.as_ref().and_then(|u| u.fragment()).unwrap_or(""))
         };
-        match ix.resolve_dynamic(&r, &name, &base, &at, registry)? {
-            Some(t) => {
-                m.remove(key);
-                extra_refs.push(fragment(&ix.bundle_ptr(&t)));
-            }
-            None => {
-                return Err(SchemaError::Unsupported {
-                    keyword: key.into(),
-                    pointer: at,
-                    reason: format!(
-                        "{r:?} lands on a different schema depending on the path evaluation takes \
-                         (several resources declare the dynamic anchor and the root does not)"
-                    ),
-                })
-            }
-        }
+        let t = ix.resolve_dynamic(&r, &name, &base, &at, scope, registry)?;
+        let sc = ix.scope_at(scope, &t);
+        let p = ix.place(&t, &sc, &at)?;
+        m.remove(key);
+        extra_refs.push(fragment(&p));
     }
     for r in extra_refs {
         if m.contains_key("$ref") {
@@ -766,15 +896,23 @@ fn rewrite(
     for k in ["$anchor", "$dynamicAnchor", "$recursiveAnchor"] {
         m.remove(k);
     }
-    // Children, by the same keywords the walk took.
+    // Children, by the same keywords the walk took; a child that is a resource's root
+    // enters it.
     let paths: Vec<Vec<String>> = children(m, draft).into_iter().map(|(p, _)| p).collect();
     for path in paths {
         let mut p = ptr.to_string();
         for k in &path {
             p = join(&p, k);
         }
+        let sc = ix.descend(scope, doc, ptr, &p);
         if let Some(node) = child_mut(v, &path) {
-            rewrite(ix, doc, &p, node, registry, depth + 1)?;
+            rewrite(ix, doc, &p, node, &sc, registry, depth + 1)?;
+        }
+    }
+    // Last, as its keywords may move the children rewritten above.
+    if draft != ix.draft {
+        if let Value::Object(m) = v {
+            super::drafts::translate(m, draft, ix.draft, &at)?;
         }
     }
     Ok(())

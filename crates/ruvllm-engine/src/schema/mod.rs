@@ -41,6 +41,7 @@
 mod bundle;
 mod check;
 mod dec;
+mod drafts;
 mod format;
 mod num;
 
@@ -450,6 +451,10 @@ struct Compiler<'a> {
     rules: Vec<Rule>,
     ref_rules: HashMap<String, RuleId>,
     queue: Vec<(String, RuleId)>,
+    /// Checked sub-schemas by their JSON text (see `compile_checked`).
+    checked_by_value: HashMap<String, RuleId>,
+    /// The keys of `checked_by_value` in insertion order (to undo a failed attempt).
+    checked_log: Vec<String>,
     anchors: HashMap<String, String>,
     common: HashMap<&'static str, RuleId>,
     /// Semantic checks attached to rules (see [`check`]).
@@ -495,11 +500,14 @@ const CHECK_ONLY_EXTRA: &[&str] = &["uniqueItems", "minProperties", "maxProperti
 fn relaxable(keyword: &str, reason: &str) -> bool {
     match keyword {
         "$ref" => reason.contains("recursive"),
-        "$dynamicRef" | "$recursiveRef" | "contentEncoding" | "contentMediaType"
-        | "contentSchema" => false,
+        "contentEncoding" | "contentMediaType" => reason == CONTENT_CHECKED,
+        "$dynamicRef" | "$recursiveRef" | "contentSchema" => false,
         _ => true,
     }
 }
+
+/// The reason of the `Unsupported` error that sends draft-7 content assertions to a check.
+const CONTENT_CHECKED: &str = "content assertions are checked when the string completes";
 
 /// The keywords to strip for an `Unsupported` error on `keyword`.
 fn strip_for(keyword: &str, reason: &str) -> Vec<&'static str> {
@@ -512,6 +520,7 @@ fn strip_for(keyword: &str, reason: &str) -> Vec<&'static str> {
             vec!["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"]
         }
         "minLength" | "maxLength" => vec!["minLength", "maxLength"],
+        "contentEncoding" | "contentMediaType" => vec!["contentEncoding", "contentMediaType"],
         "minItems" | "maxItems" => vec!["minItems", "maxItems"],
         "anyOf" => vec!["anyOf"],
         "items" | "prefixItems" | "additionalItems" => {
@@ -547,6 +556,8 @@ impl<'a> Compiler<'a> {
             rules: Vec::new(),
             ref_rules: HashMap::new(),
             queue: Vec::new(),
+            checked_by_value: HashMap::new(),
+            checked_log: Vec::new(),
             anchors,
             common: HashMap::new(),
             checks: Vec::new(),
@@ -649,7 +660,43 @@ impl<'a> Compiler<'a> {
         }
     }
 
+    /// A checked sub-schema, one rule per distinct value: references are pointers into
+    /// the root, so equal values mean the same wherever they are. This also ends the
+    /// recursion of a relaxed schema whose inlined references lead back to itself (a
+    /// recursive `$ref` beside `unevaluatedProperties`).
     fn compile_checked(
+        &mut self,
+        s: &Value,
+        ptr: &str,
+        depth: usize,
+        keyword: &str,
+        reason: &str,
+    ) -> Result<Expr, SchemaError> {
+        let key = s.to_string();
+        if let Some(&r) = self.checked_by_value.get(&key) {
+            return Ok(Expr::Ref(r));
+        }
+        let r = self.reserve(&format!("checkedv{}", ptr.replace('/', "-")));
+        let mark = self.checked_log.len();
+        self.checked_by_value.insert(key.clone(), r);
+        self.checked_log.push(key);
+        match self.compile_checked_once(s, ptr, depth, keyword, reason) {
+            Ok(body) => {
+                self.set(r, body);
+                Ok(Expr::Ref(r))
+            }
+            Err(e) => {
+                // A caller may retry with a looser schema: no rule of this failed attempt
+                // (empty, or referring to one that is) may be found again.
+                for k in self.checked_log.drain(mark..) {
+                    self.checked_by_value.remove(&k);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn compile_checked_once(
         &mut self,
         s: &Value,
         ptr: &str,
@@ -674,7 +721,7 @@ impl<'a> Compiler<'a> {
         strip.extend(strip_for(keyword, reason));
         let mut body = None;
         for _ in 0..4 {
-            let relaxed = self.relax(s, &strip, 0);
+            let relaxed = self.with_encoding(s, self.relax(s, &strip, 0));
             match self.compile_exact(&relaxed, ptr, depth) {
                 Ok(b) => {
                     body = Some(b);
@@ -711,6 +758,15 @@ impl<'a> Compiler<'a> {
                 .map(|k| k.as_str())
                 .filter(|k| strip.contains(k))
                 .collect();
+            // Only the encoding left out, and `with_encoding` put it in the grammar as a
+            // pattern: the grammar is exact, nothing to check.
+            let encoded = removed == ["contentEncoding"]
+                && !["pattern", "format", "minLength", "maxLength"]
+                    .iter()
+                    .any(|k| m.contains_key(*k));
+            if encoded {
+                return Ok(body);
+            }
             if let Some(c) = check::native(m, &removed, self.draft) {
                 return Ok(self.checked_rule(
                     &format!("checked{}", ptr.replace('/', "-")),
@@ -1045,20 +1101,67 @@ impl<'a> Compiler<'a> {
     }
 
     /// Draft 7 and earlier treat `contentMediaType`/`contentEncoding` as assertions (later
-    /// drafts as annotations): refused there rather than ignored.
+    /// drafts as annotations). The ones the validator knows (the RFC 4648 encodings,
+    /// `application/json`) are enforced: the encoding as grammar, the decoded content by
+    /// a check when the string completes (an `Unsupported` error [`relaxable`] reads as
+    /// "check it"); any other is refused, never ignored.
     fn check_content(&self, m: &Map<String, Value>, ptr: &str) -> Result<(), SchemaError> {
-        if self.draft <= 7 {
-            for k in ["contentMediaType", "contentEncoding"] {
-                if m.contains_key(k) {
-                    return Err(unsupported(
-                        k,
-                        ptr,
-                        "content assertions (draft 7 and earlier) are not supported",
-                    ));
-                }
-            }
+        if self.draft > 7 {
+            return Ok(());
         }
-        Ok(())
+        let mut found = None;
+        if let Some(e) = m.get("contentEncoding") {
+            let e = e
+                .as_str()
+                .ok_or_else(|| invalid(&join(ptr, "contentEncoding"), "must be a string"))?;
+            if format::encoding_regex(e).is_none() {
+                return Err(unsupported(
+                    "contentEncoding",
+                    ptr,
+                    format!("no validator knows the encoding {e:?} (known: base64, base64url, base32, base32hex, base16)"),
+                ));
+            }
+            found = Some("contentEncoding");
+        }
+        if let Some(t) = m.get("contentMediaType") {
+            let t = t
+                .as_str()
+                .ok_or_else(|| invalid(&join(ptr, "contentMediaType"), "must be a string"))?;
+            if t != "application/json" {
+                return Err(unsupported(
+                    "contentMediaType",
+                    ptr,
+                    format!("no validator knows the media type {t:?} (known: application/json)"),
+                ));
+            }
+            found = Some("contentMediaType");
+        }
+        match found {
+            Some(k) => Err(unsupported(k, ptr, CONTENT_CHECKED)),
+            None => Ok(()),
+        }
+    }
+
+    /// `relaxed` (the grammar's schema for `s`) with `s`'s draft-7 `contentEncoding` as a
+    /// `pattern`, where nothing else constrains the string's text: the encoding is a
+    /// regular language, so the grammar says it exactly.
+    fn with_encoding(&self, s: &Value, relaxed: Value) -> Value {
+        let enc = s
+            .get("contentEncoding")
+            .and_then(Value::as_str)
+            .filter(|_| self.draft <= 7)
+            .and_then(format::encoding_regex);
+        match (enc, relaxed) {
+            (Some(re), Value::Object(mut m))
+                if !["pattern", "format", "minLength", "maxLength"]
+                    .iter()
+                    .any(|k| m.contains_key(*k)) =>
+            {
+                m.insert("pattern".into(), Value::String(re));
+                Value::Object(m)
+            }
+            (_, relaxed) => relaxed,
+        }
     }
 
     /// Refuses a `oneOf` whose branches may overlap.

@@ -73,3 +73,51 @@ impl Rng {
         (self.next() % n.max(1) as u64) as usize
     }
 }
+
+/// A vocabulary of printable ASCII, one byte per token, the strings in `extra`, and an
+/// EOS token (the last id), for random walks through masks.
+#[allow(dead_code)]
+pub fn walk_vocab(extra: &[&str]) -> Arc<Vocabulary> {
+    let mut tokens: Vec<Vec<u8>> = (0x20u8..0x7f).map(|b| vec![b]).collect();
+    tokens.extend(extra.iter().map(|s| s.as_bytes().to_vec()));
+    tokens.push(b"<eos>".to_vec());
+    let eos = (tokens.len() - 1) as u32;
+    let mut special = vec![false; tokens.len()];
+    special[eos as usize] = true;
+    Arc::new(Vocabulary::new("walk", tokens, special, vec![eos]).unwrap())
+}
+
+/// One random walk of at most `steps` tokens through the masks of `c` (over a
+/// [`walk_vocab`]), stopping at EOS, a dead end, or (one time in three) wherever the text
+/// is complete. Returns the text when the matcher accepts it.
+#[allow(dead_code)]
+pub fn random_walk(
+    c: &Arc<ruvllm_engine::Constraint>,
+    rng: &mut Rng,
+    steps: usize,
+) -> Option<Vec<u8>> {
+    let vocab = c.vocab();
+    let eos = (vocab.len() - 1) as u32;
+    let mut mask = vec![0u32; vocab.mask_words()];
+    let mut m = ruvllm_engine::Matcher::new(c).unwrap();
+    let mut text = Vec::new();
+    for _ in 0..steps {
+        m.compute_mask(&mut mask).unwrap();
+        let allowed: Vec<u32> = (0..vocab.len() as u32)
+            .filter(|&t| mask[(t >> 5) as usize] >> (t & 31) & 1 == 1)
+            .collect();
+        if allowed.is_empty() {
+            break;
+        }
+        let t = allowed[rng.below(allowed.len())];
+        if t == eos {
+            break;
+        }
+        m.commit_token(t).unwrap();
+        text.extend_from_slice(vocab.token_bytes(t));
+        if m.is_accepting() && rng.below(3) == 0 {
+            break;
+        }
+    }
+    m.is_accepting().then_some(text)
+}
