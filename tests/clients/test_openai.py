@@ -193,17 +193,17 @@ def test_unsupported_keyword_is_a_400_naming_it(server, model):
                 "type": "json_schema",
                 "json_schema": {
                     "name": "x",
-                    # Draft 7 asserts the media type; no validator knows this one.
+                    # Draft 7 asserts the encoding; no validator knows this one.
                     "schema": {
                         "$schema": "http://json-schema.org/draft-07/schema#",
                         "type": "object",
-                        "properties": {"page": {"contentMediaType": "text/html"}},
+                        "properties": {"page": {"contentEncoding": "uuencode"}},
                     },
                 },
             },
         )
     assert e.value.body["param"] == "response_format.json_schema.schema"
-    assert "`contentMediaType`" in e.value.body["message"]
+    assert "`contentEncoding`" in e.value.body["message"]
     assert "/properties/page" in e.value.body["message"]
 
 

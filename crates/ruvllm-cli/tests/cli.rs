@@ -231,17 +231,17 @@ fn schema_compile_and_to_gbnf() {
     let (code, out, err) = ruvllm(&["schema", "compile", dynamic.to_str().unwrap()]);
     assert_eq!(code, 0, "{out}{err}");
     // What cannot be enforced at all is refused with the keyword and its pointer.
-    let media = dir.join("media.json");
+    let encoded = dir.join("encoded.json");
     std::fs::write(
-        &media,
+        &encoded,
         r##"{"$schema": "http://json-schema.org/draft-07/schema#",
-             "properties": {"page": {"contentMediaType": "text/html"}}}"##,
+             "properties": {"page": {"contentEncoding": "uuencode"}}}"##,
     )
     .unwrap();
-    let (code, _, err) = ruvllm(&["schema", "compile", media.to_str().unwrap()]);
+    let (code, _, err) = ruvllm(&["schema", "compile", encoded.to_str().unwrap()]);
     assert_eq!(code, 2);
     assert!(
-        err.contains("`contentMediaType`") && err.contains("#/properties/page"),
+        err.contains("`contentEncoding`") && err.contains("#/properties/page"),
         "{err}"
     );
 }

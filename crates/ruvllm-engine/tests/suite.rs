@@ -142,6 +142,25 @@ fn draft7_content_assertions() {
     });
     let err = schema_to_grammar(&schema, &SchemaOptions::default()).unwrap_err();
     assert!(err.to_string().contains("contentEncoding"), "{err}");
+    // A media type no validator checks is an annotation; the encoding still holds.
+    let schema = serde_json::json!({
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "contentEncoding": "base64",
+        "contentMediaType": "application/x-pem-file"
+    });
+    let g = schema_to_grammar(&schema, &SchemaOptions::default()).unwrap();
+    let c = Constraint::new(&g, dummy_vocab(), &Limits::default()).unwrap();
+    for (text, ok) in [
+        (r#""LS0tLS1CRUdJTg==""#, true),
+        (r#""LS0tLS1CRUdJTg=""#, false),
+    ] {
+        let got = Matcher::new(&c)
+            .unwrap()
+            .check_bytes(text.as_bytes())
+            .unwrap()
+            == CheckResult::Accepted;
+        assert_eq!(got, ok, "{text}");
+    }
 }
 
 /// The RFC 4648 encodings draft 7's `contentEncoding` asserts, against the validator:
@@ -227,4 +246,36 @@ fn content_encodings_agree_with_the_validator() {
     }
     assert_eq!(judged, 6000);
     assert!(walked > 50, "only {walked} walks completed");
+}
+
+/// A custom meta-schema's `$vocabulary`: keywords of a vocabulary it leaves out are
+/// annotations; a required vocabulary nobody defines is refused.
+#[test]
+fn vocabularies_of_custom_meta_schemas() {
+    let reg = remotes();
+    let n = run("draft2020-12", "vocabulary.json", "", &reg)
+        + run("draft2019-09", "vocabulary.json", "", &reg);
+    assert!(n >= 4, "{n} tests");
+    let mut r = SchemaRegistry::new();
+    r.insert(
+        "http://example.com/meta.json",
+        serde_json::json!({
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "$vocabulary": {
+                "https://json-schema.org/draft/2020-12/vocab/core": true,
+                "https://example.com/vocab/units": true
+            }
+        }),
+    )
+    .unwrap();
+    let opts = SchemaOptions {
+        registry: Some(Arc::new(r)),
+        ..Default::default()
+    };
+    let schema = serde_json::json!({"$schema": "http://example.com/meta.json", "type": "integer"});
+    let err = schema_to_grammar(&schema, &opts).unwrap_err();
+    assert!(
+        err.to_string().contains("https://example.com/vocab/units"),
+        "{err}"
+    );
 }

@@ -24,13 +24,19 @@
 //!   identifiers (`$id`, anchors) are removed: the bundle means what the documents meant,
 //!   and the compiler and the semantic checks' validator read it without any URI.
 //! * **Dynamic references** (`$dynamicRef` of 2020-12, `$recursiveRef` of 2019-09) depend
-//!   on the dynamic scope: the resources evaluation passed through. Evaluation always
-//!   starts at the root resource, the outermost of every scope, so when the root declares
-//!   the dynamic anchor (the way the meta-schemas and "extensible" schemas use them), the
-//!   reference resolves to the root's, statically. When the initial target declares no
-//!   such anchor, the reference is a plain `$ref`; when exactly one resource declares it,
-//!   there is nothing else to find. Otherwise the target changes with the path taken, and
-//!   the schema is refused with the keyword and its pointer.
+//!   on the dynamic scope: the resources evaluation passed through, and the outermost of
+//!   them that declares the anchor wins. What matters of a scope is therefore, for each
+//!   anchor name, the first resource entered that declares it. Where the answer is the
+//!   same on every path (the root declares the anchor, as the meta-schemas and
+//!   "extensible" schemas do; or one resource alone does; or the initial target declares
+//!   none) the reference is a plain `$ref`. Otherwise the bundle is made of **copies**:
+//!   each sub-schema a reference reaches is placed once per scope it is reached in (the
+//!   names bound so far), and a dynamic reference inside a copy resolves by that copy's
+//!   scope. Scopes only grow (a name, once bound, stays bound), so the copies are finite;
+//!   more than 256 are refused with the keyword and pointer.
+//! * A document of **another draft** keeps its meaning: it is walked with its own
+//!   keywords (`id` or `$id`, `$ref` overriding siblings or not) and each sub-schema is
+//!   rewritten in the root's (see `drafts`).
 //!
 //! Limits: a document nested deeper than 256 levels is not walked further (the compiler's
 //! depth limit refuses it anyway); sub-schemas under unknown keywords are not resources (as
@@ -196,6 +202,12 @@ impl SchemaRegistry {
         self.docs.is_empty()
     }
 
+    /// The schema registered at `uri` (or the official meta-schema there), if any.
+    /// Cost: a hash lookup.
+    pub(super) fn lookup(&self, uri: &str) -> Option<&Value> {
+        self.get(&absolute(uri).ok()?)
+    }
+
     fn get(&self, uri: &Url) -> Option<&Value> {
         self.docs
             .get(uri.as_str())
@@ -296,7 +308,7 @@ fn id_keyword(draft: u32) -> &'static str {
 }
 
 /// The sub-schemas of `m`: (key path, value), by the keywords that hold schemas.
-fn children(m: &Map<String, Value>, draft: u32) -> Vec<(Vec<String>, &Value)> {
+pub(super) fn children(m: &Map<String, Value>, draft: u32) -> Vec<(Vec<String>, &Value)> {
     const ONE: &[&str] = &[
         "additionalProperties",
         "additionalItems",
@@ -740,7 +752,7 @@ fn fragment(ptr: &str) -> String {
 }
 
 /// The value at `path` (keys and indices) under `v`.
-fn child_mut<'v>(v: &'v mut Value, path: &[String]) -> Option<&'v mut Value> {
+pub(super) fn child_mut<'v>(v: &'v mut Value, path: &[String]) -> Option<&'v mut Value> {
     let Some((k, rest)) = path.split_first() else {
         return Some(v);
     };

@@ -210,3 +210,177 @@ fn exclusive_bounds(m: &mut Map<String, Value>, from: u32, to: u32) {
         }
     }
 }
+
+/// The keywords of each vocabulary of 2019-09 and 2020-12 that constrain instances, by
+/// the vocabulary's last path segment (`.../vocab/validation`).
+fn vocabulary_keywords(name: &str, draft: u32) -> Option<&'static [&'static str]> {
+    Some(match name {
+        "core" | "meta-data" | "content" | "format-annotation" | "format-assertion" | "format" => {
+            &[]
+        }
+        "validation" => &[
+            "type",
+            "enum",
+            "const",
+            "multipleOf",
+            "maximum",
+            "exclusiveMaximum",
+            "minimum",
+            "exclusiveMinimum",
+            "maxLength",
+            "minLength",
+            "pattern",
+            "maxItems",
+            "minItems",
+            "uniqueItems",
+            "maxContains",
+            "minContains",
+            "maxProperties",
+            "minProperties",
+            "required",
+            "dependentRequired",
+        ],
+        "applicator" if draft == 2019 => &[
+            "items",
+            "additionalItems",
+            "unevaluatedItems",
+            "contains",
+            "additionalProperties",
+            "unevaluatedProperties",
+            "properties",
+            "patternProperties",
+            "dependentSchemas",
+            "propertyNames",
+            "if",
+            "then",
+            "else",
+            "allOf",
+            "anyOf",
+            "oneOf",
+            "not",
+        ],
+        "applicator" => &[
+            "prefixItems",
+            "items",
+            "contains",
+            "additionalProperties",
+            "properties",
+            "patternProperties",
+            "dependentSchemas",
+            "propertyNames",
+            "if",
+            "then",
+            "else",
+            "allOf",
+            "anyOf",
+            "oneOf",
+            "not",
+        ],
+        "unevaluated" if draft == 2020 => &["unevaluatedItems", "unevaluatedProperties"],
+        _ => return None,
+    })
+}
+
+/// The official meta-schema URI of draft `d`.
+fn official_uri(d: u32) -> &'static str {
+    match d {
+        4 => "http://json-schema.org/draft-04/schema#",
+        6 => "http://json-schema.org/draft-06/schema#",
+        7 => "http://json-schema.org/draft-07/schema#",
+        2019 => "https://json-schema.org/draft/2019-09/schema",
+        _ => "https://json-schema.org/draft/2020-12/schema",
+    }
+}
+
+/// `schema` as its meta-schema's vocabularies read it, when its `$schema` names a custom
+/// meta-schema in `registry` that declares `$vocabulary` (2019-09 and later): the
+/// keywords of the standard vocabularies it leaves out are annotations there, so they
+/// are removed from every sub-schema of the document, and `$schema` becomes the official
+/// URI of the meta-schema's draft. A required vocabulary nobody defines is refused, as
+/// the specification asks. `None` when nothing changes. Cost: one walk of the schema.
+pub(super) fn apply_vocabularies(
+    schema: &Value,
+    registry: Option<&super::SchemaRegistry>,
+) -> Result<Option<Value>, SchemaError> {
+    let Some(uri) = schema.get("$schema").and_then(Value::as_str) else {
+        return Ok(None);
+    };
+    // The official meta-schemas declare every standard vocabulary.
+    if uri.contains("://json-schema.org/") {
+        return Ok(None);
+    }
+    let Some(meta) = registry.and_then(|r| r.lookup(uri)) else {
+        return Ok(None);
+    };
+    let Some(Value::Object(vocabs)) = meta.get("$vocabulary") else {
+        return Ok(None);
+    };
+    let draft = super::draft_of_schema(meta);
+    if draft < 2019 {
+        return Ok(None);
+    }
+    let prefix = format!("https://json-schema.org/draft/{}/vocab/", draft_name(draft));
+    let mut on: Vec<&str> = Vec::new();
+    for (v, required) in vocabs {
+        match v
+            .strip_prefix(&prefix)
+            .filter(|n| vocabulary_keywords(n, draft).is_some())
+        {
+            Some(name) => on.push(name),
+            None if required == &Value::Bool(true) => return Err(SchemaError::Unsupported {
+                keyword: "$vocabulary".into(),
+                pointer: "#".into(),
+                reason: format!(
+                    "the meta-schema {uri} requires the vocabulary {v}, which ruvllm does not know"
+                ),
+            }),
+            None => {}
+        }
+    }
+    let all = [
+        "validation",
+        "applicator",
+        "unevaluated",
+        "format",
+        "format-annotation",
+        "format-assertion",
+    ];
+    let mut off: Vec<&str> = all
+        .iter()
+        .filter(|n| !on.contains(n))
+        .filter_map(|n| vocabulary_keywords(n, draft))
+        .flatten()
+        .copied()
+        .collect();
+    // No format vocabulary at all: `format` is an unknown keyword.
+    if !on.iter().any(|n| n.starts_with("format")) {
+        off.push("format");
+    }
+    let mut out = schema.clone();
+    strip(&mut out, &off, draft, 0);
+    if let Value::Object(m) = &mut out {
+        m.insert("$schema".into(), Value::String(official_uri(draft).into()));
+    }
+    Ok(Some(out))
+}
+
+/// Removes `off` from `v` and every sub-schema under it (subschemas under removed
+/// keywords go with them).
+fn strip(v: &mut Value, off: &[&str], draft: u32, depth: usize) {
+    if depth > 256 {
+        return;
+    }
+    let Value::Object(m) = v else {
+        return;
+    };
+    m.retain(|k, _| !off.contains(&k.as_str()));
+    let paths: Vec<Vec<String>> = super::bundle::children(m, draft)
+        .into_iter()
+        .map(|(p, _)| p)
+        .collect();
+    for p in paths {
+        if let Some(child) = super::bundle::child_mut(v, &p) {
+            strip(child, off, draft, depth + 1);
+        }
+    }
+}

@@ -34,9 +34,11 @@
 //! Whitespace between tokens follows [`Whitespace`]; properties come in schema order, or in
 //! any order with [`SchemaOptions::any_order`].
 //!
-//! Refused (with the keyword and its JSON pointer): references outside the document,
-//! `$dynamicRef`/`$recursiveRef`, draft-7 content assertions, and anything past the limits
-//! (nesting depth, grammar size, number of checks).
+//! References (other documents from a registry, dynamic scopes, other drafts) are
+//! resolved into one document first (see `bundle`). Refused (with the keyword and its
+//! JSON pointer): a reference to nothing in the schema or the registry, content
+//! encodings no validator knows, required vocabularies nobody defines,
+//! and anything past the limits (nesting depth, grammar size, number of checks).
 
 mod bundle;
 mod check;
@@ -383,6 +385,9 @@ pub fn schema_to_grammar_limited(
     }
     // References to other documents, identifiers and dynamic references: resolved into
     // one document first (see `bundle`).
+    // A custom meta-schema's vocabularies (see `drafts::apply_vocabularies`).
+    let read = drafts::apply_vocabularies(schema, opts.registry.as_deref())?;
+    let schema = read.as_ref().unwrap_or(schema);
     let bundled;
     let schema = if needs_bundle(schema) {
         bundled = bundle(schema, draft_of_schema(schema), opts.registry.as_deref())?;
@@ -421,6 +426,8 @@ pub fn validator_document(
     schema: &Value,
     registry: Option<&SchemaRegistry>,
 ) -> Result<Value, SchemaError> {
+    let read = drafts::apply_vocabularies(schema, registry)?;
+    let schema = read.as_ref().unwrap_or(schema);
     let mut doc = if needs_bundle(schema) {
         bundle(schema, draft_of_schema(schema), registry)?
     } else {
@@ -496,7 +503,7 @@ const MAX_CHECKS: usize = 512;
 const CHECK_ONLY_EXTRA: &[&str] = &["uniqueItems", "minProperties", "maxProperties", "oneOf"];
 
 /// Whether an `Unsupported` error can be handled by a relaxed grammar plus a semantic check.
-/// Remote or dynamic references and draft-7 content assertions cannot.
+/// Dynamic references left unresolved and unknown content encodings cannot; known draft-7 content assertions can (see `check_content`).
 fn relaxable(keyword: &str, reason: &str) -> bool {
     match keyword {
         "$ref" => reason.contains("recursive"),
@@ -1101,10 +1108,11 @@ impl<'a> Compiler<'a> {
     }
 
     /// Draft 7 and earlier treat `contentMediaType`/`contentEncoding` as assertions (later
-    /// drafts as annotations). The ones the validator knows (the RFC 4648 encodings,
-    /// `application/json`) are enforced: the encoding as grammar, the decoded content by
-    /// a check when the string completes (an `Unsupported` error [`relaxable`] reads as
-    /// "check it"); any other is refused, never ignored.
+    /// drafts as annotations). The RFC 4648 encodings are enforced as grammar, the
+    /// `application/json` media type by a check of the decoded text when the string
+    /// completes (an `Unsupported` error [`relaxable`] reads as "check it"); another
+    /// encoding is refused. Another media type is an annotation, as it is to the validator
+    /// (no validator decides what a valid `image/png` is).
     fn check_content(&self, m: &Map<String, Value>, ptr: &str) -> Result<(), SchemaError> {
         if self.draft > 7 {
             return Ok(());
@@ -1127,14 +1135,11 @@ impl<'a> Compiler<'a> {
             let t = t
                 .as_str()
                 .ok_or_else(|| invalid(&join(ptr, "contentMediaType"), "must be a string"))?;
-            if t != "application/json" {
-                return Err(unsupported(
-                    "contentMediaType",
-                    ptr,
-                    format!("no validator knows the media type {t:?} (known: application/json)"),
-                ));
+            // Any other media type is an annotation to every validator (none can say what
+            // a valid `application/x-pem-file` is): the check judges as they do.
+            if t == "application/json" {
+                found = Some("contentMediaType");
             }
-            found = Some("contentMediaType");
         }
         match found {
             Some(k) => Err(unsupported(k, ptr, CONTENT_CHECKED)),
