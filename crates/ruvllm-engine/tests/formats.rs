@@ -168,6 +168,8 @@ fn patterns_mean_what_ecmascript_says() {
         (r"^\d$", vec!["7"], vec!["٣"]),
         (r"^(a)\1$", vec!["aa"], vec!["ab"]),
         (r"^(?=.*x).{2}$", vec!["ax", "xa"], vec!["ab"]),
+        // A `]` that closes no class is itself (Annex B), in a checked pattern too.
+        (r"^\[a]:(1)\1$", vec!["[a]:11"], vec!["[a:11", "a]:11"]),
     ] {
         let c = compile(&json!({"type": "string", "pattern": p}), dummy_vocab());
         for (texts, want) in [(good, true), (bad, false)] {

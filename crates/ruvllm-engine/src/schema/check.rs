@@ -206,7 +206,7 @@ const ECMA_WORD: &str = "A-Za-z0-9_";
 /// syntax nests no class, so inside one they are left as written). `None` when nothing
 /// changes. Cost: one pass over the pattern.
 pub(crate) fn ecma_pattern(p: &str) -> Option<String> {
-    if !p.contains(['\\', '.', '{', '}']) {
+    if !p.contains(['\\', '.', '{', '}', ']']) {
         return None;
     }
     // An unanchored pattern is a search: a `.*` at its start or end matches the empty
@@ -278,6 +278,8 @@ pub(crate) fn ecma_pattern(p: &str) -> Option<String> {
                 }
             }
             '}' if !in_class => out.push_str("\\}"),
+            // So does a `]` that closes no class.
+            ']' => out.push_str("\\]"),
             c => out.push(c),
         }
     }

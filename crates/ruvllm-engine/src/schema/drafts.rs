@@ -327,13 +327,15 @@ pub(super) fn apply_vocabularies(
             .filter(|n| vocabulary_keywords(n, draft).is_some())
         {
             Some(name) => on.push(name),
-            None if required == &Value::Bool(true) => return Err(SchemaError::Unsupported {
-                keyword: "$vocabulary".into(),
-                pointer: "#".into(),
-                reason: format!(
+            None if required == &Value::Bool(true) => {
+                return Err(SchemaError::Unsupported {
+                    keyword: "$vocabulary".into(),
+                    pointer: "#".into(),
+                    reason: format!(
                     "the meta-schema {uri} requires the vocabulary {v}, which ruvllm does not know"
                 ),
-            }),
+                })
+            }
             None => {}
         }
     }

@@ -788,15 +788,8 @@ impl<'a> Compiler<'a> {
                     .map_err(|e| invalid("", format!("cannot register the schema: {e}")))?,
             );
         }
-        let key = format!("{ptr}\n{s}");
-        let c = match self.check_memo.get(&key) {
-            Some(c) => c.clone(),
-            None => {
-                let c = self.check_builder.as_mut().unwrap().build(s, ptr);
-                self.check_memo.insert(key, c.clone());
-                c
-            }
-        };
+        // One check per value: `compile_checked` already memoizes by value.
+        let c = self.check_builder.as_mut().unwrap().build(s, ptr);
         Ok(self.checked_rule(&format!("checked{}", ptr.replace('/', "-")), body, c))
     }
 
