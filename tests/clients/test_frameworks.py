@@ -26,12 +26,16 @@ def test_instructor_modes(server, model, mode):
         openai.OpenAI(base_url=server + "/v1", api_key="x", max_retries=0),
         mode=getattr(instructor.Mode, mode),
     )
+    # JSON and MD_JSON put the schema in the prompt only: the request turns on the
+    # prompt-declared schema rule (off by default) with `prompt_schema`.
+    extra = {"extra_body": {"prompt_schema": True}} if mode in ("JSON", "MD_JSON") else {}
     p = c.chat.completions.create(
         model=model,
         response_model=Person,
         messages=[{"role": "user", "content": PROMPT}],
         temperature=0,
         max_retries=0,
+        **extra,
     )
     assert isinstance(p, Person)
     assert "John" in p.name

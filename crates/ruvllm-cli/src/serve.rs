@@ -43,10 +43,17 @@ pub struct ServeArgs {
     /// messages, tool lists); 0 turns prefix caching off.
     #[arg(long, default_value_t = 256)]
     prefix_cache_mb: usize,
-    /// Do not apply JSON Schemas declared in system prompts (instructor's JSON/MD_JSON
-    /// modes, LangChain output parsers) as constraints.
+    /// Apply a JSON Schema declared in a system prompt (instructor's JSON/MD_JSON modes,
+    /// LangChain output parsers) to JSON-mode requests, when the prompt shows exactly one
+    /// (off by default; a request's `prompt_schema` boolean decides for itself).
     #[arg(long)]
-    no_prompt_schema: bool,
+    prompt_schema: bool,
+    /// Another name the model answers to (repeatable), besides its file stem.
+    #[arg(long = "alias", value_name = "NAME")]
+    aliases: Vec<String>,
+    /// Answer under any model name a request gives (as llama-server does).
+    #[arg(long)]
+    any_model: bool,
     /// Objects whose schema declares properties but leaves additionalProperties unsaid:
     /// `dialect` closes them where that field's own server does (Ollama `format`,
     /// llama.cpp `json_schema`, Ollama tools) and leaves them open elsewhere (OpenAI,
@@ -91,7 +98,9 @@ pub fn run(
             max_waiting: a.max_queue,
             ..Default::default()
         },
-        prompt_schema: !a.no_prompt_schema,
+        prompt_schema: a.prompt_schema,
+        aliases: a.aliases,
+        any_model: a.any_model,
         objects: match a.additional_properties {
             Objects::Dialect => ObjectPolicy::Dialect,
             Objects::Open => ObjectPolicy::Open,

@@ -327,6 +327,11 @@ fn worker(shared: Arc<Shared>) {
     let mut active: Vec<Job> = Vec::new();
     let mut gone: Vec<Job> = Vec::new();
     loop {
+        // What is still running (0 once the last one ended, before the wait below).
+        shared
+            .counters
+            .active
+            .store(active.len(), Ordering::Relaxed);
         {
             let mut q = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
             while active.is_empty() && q.is_empty() {

@@ -61,6 +61,7 @@ impl Message {
 /// A compiled chat template plus the special-token strings it may use.
 pub struct ChatTemplate {
     env: Environment<'static>,
+    source: String,
     supports_tools: bool,
     bos: String,
     eos: String,
@@ -116,10 +117,16 @@ impl ChatTemplate {
             .map_err(|e| RuntimeError::Template(e.to_string()))?;
         Ok(ChatTemplate {
             env,
+            source: source.to_string(),
             supports_tools: source.contains("tools"),
             bos: bos.to_string(),
             eos: eos.to_string(),
         })
+    }
+
+    /// The template's Jinja source.
+    pub fn source(&self) -> &str {
+        &self.source
     }
 
     /// Whether the template renders `tools` itself (it mentions them); otherwise

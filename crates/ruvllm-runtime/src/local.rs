@@ -302,6 +302,11 @@ impl CandleBackend {
         &self.inner.vocab
     }
 
+    /// The chat template's Jinja source (the GGUF's, else ChatML).
+    pub fn chat_template(&self) -> &str {
+        self.inner.template.source()
+    }
+
     /// The weights.
     pub fn model(&self) -> &Model {
         &self.inner.model

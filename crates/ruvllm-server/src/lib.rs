@@ -7,6 +7,7 @@
 //! | OpenAI | `POST /v1/chat/completions`, `POST /v1/completions`, `GET /v1/models` | [`openai`] |
 //! | Ollama | `POST /api/chat`, `POST /api/generate`, `GET /api/tags`, `GET /api/version` | [`ollama`] |
 //! | llama.cpp | `POST /completion` | [`llamacpp`] |
+//! | probes | `GET /v1/models/{id}`, `POST /api/show`, `GET /api/ps`, `POST /tokenize`, `POST /detokenize`, `GET /props` | [`probe`] |
 //!
 //! plus `GET /health` and `GET /metrics` (Prometheus text). Structured output may be asked
 //! for in any dialect's spelling, including vLLM's (`structured_outputs`, `guided_*`) and
@@ -30,6 +31,7 @@ pub mod llamacpp;
 pub mod ollama;
 pub mod openai;
 pub mod params;
+pub mod probe;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -69,8 +71,8 @@ pub struct ServerConfig {
     /// Batch and queue sizes.
     pub scheduler: SchedulerOptions,
     /// Apply a JSON Schema declared in the system prompt to JSON-mode requests and to
-    /// requests that ask for a ```json block (default on; see
-    /// [`params::apply_prompt_schema`]).
+    /// requests that ask for a ```json block (default off: `--prompt-schema`; a request's
+    /// `prompt_schema` boolean decides for itself; see [`params::apply_prompt_schema`]).
     pub prompt_schema: bool,
     /// What objects whose schema declares `properties` but leaves `additionalProperties`
     /// unsaid accept (default: as each dialect's own server does; see
@@ -80,6 +82,10 @@ pub struct ServerConfig {
     /// Schemas that request schemas may `$ref` by URI (`--schema-registry`); nothing is
     /// ever fetched over the network.
     pub registry: Option<Arc<ruvllm_engine::schema::SchemaRegistry>>,
+    /// More names the model answers to (`--alias NAME`), besides its file stem.
+    pub aliases: Vec<String>,
+    /// Answer under any model name a request gives (`--any-model`), as llama-server does.
+    pub any_model: bool,
 }
 
 impl Default for ServerConfig {
@@ -92,9 +98,11 @@ impl Default for ServerConfig {
             default_max_tokens: 1024,
             max_tokens_limit: 8192,
             scheduler: SchedulerOptions::default(),
-            prompt_schema: true,
+            prompt_schema: false,
             objects: params::ObjectPolicy::Dialect,
             registry: None,
+            aliases: Vec::new(),
+            any_model: false,
         }
     }
 }
@@ -147,15 +155,24 @@ impl AppState {
         }
     }
 
-    /// Checks a request's `model` field: the served model's id (Ollama's `:latest` tag
-    /// and a `.gguf` suffix are accepted). A missing model means the served one.
+    /// The names the model answers to: its id (the file stem), then the aliases.
+    pub fn model_names(&self) -> Vec<&str> {
+        let mut v = vec![self.model_id.as_str()];
+        v.extend(self.config.aliases.iter().map(String::as_str));
+        v
+    }
+
+    /// Checks a request's `model` field: the served model's id or an alias (Ollama's
+    /// `:latest` tag and a `.gguf` suffix are accepted), or any name under `--any-model`.
+    /// A missing model means the served one.
     pub fn check_model(&self, model: Option<&str>, d: Dialect) -> ApiResult<()> {
         match model {
             None | Some("") => Ok(()),
+            _ if self.config.any_model => Ok(()),
             Some(m) => {
                 let m = m.strip_suffix(":latest").unwrap_or(m);
                 let m = m.strip_suffix(".gguf").unwrap_or(m);
-                if m == self.model_id {
+                if self.model_names().contains(&m) {
                     Ok(())
                 } else {
                     Err(ApiError {
@@ -164,8 +181,9 @@ impl AppState {
                             StatusCode::NOT_FOUND,
                             "invalid_request_error",
                             format!(
-                                "the model {m:?} does not exist; this server serves {:?}",
-                                self.model_id
+                                "the model {m:?} does not exist; this server serves {:?} \
+                                 (more names: --alias, or --any-model)",
+                                self.model_names()
                             ),
                         )
                         .code("model_not_found")
@@ -348,7 +366,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 fn dialect_of(path: &str) -> Dialect {
     if path.starts_with("/api/") {
         Dialect::Ollama
-    } else if path == "/completion" {
+    } else if matches!(path, "/completion" | "/tokenize" | "/detokenize" | "/props") {
         Dialect::LlamaCpp
     } else {
         Dialect::OpenAi
@@ -482,6 +500,12 @@ pub fn router(state: Shared) -> Router {
         .route("/v1/chat/completions", post(openai::chat))
         .route("/v1/completions", post(openai::completions))
         .route("/v1/models", get(openai::models))
+        .route("/v1/models/{id}", get(probe::model))
+        .route("/api/show", post(probe::show))
+        .route("/api/ps", get(probe::ps))
+        .route("/tokenize", post(probe::tokenize))
+        .route("/detokenize", post(probe::detokenize))
+        .route("/props", get(probe::props))
         .route("/api/chat", post(ollama::chat))
         .route("/api/generate", post(ollama::generate))
         .route("/api/tags", get(ollama::tags))

@@ -160,7 +160,8 @@ async fn chat_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResul
     let tools = params::tools(&f)?;
     let objects = st.objects(&f)?;
     let format = params::constraint(&f, true, &objects)?;
-    let (format, note) = crate::openai::prompt_schema(&st, &msgs, format, tools.as_ref(), &objects);
+    let (format, note) =
+        crate::openai::prompt_schema(&st, &f, &msgs, format, tools.as_ref(), &objects)?;
     let mut gp = options(&st, &f)?;
     let stream = f.bool("stream")?.unwrap_or(true);
     let calling: Option<ToolCalling> = tools.filter(|t| t.choice != ToolChoice::None);

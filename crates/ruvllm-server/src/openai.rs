@@ -174,7 +174,7 @@ async fn chat_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResul
     let tools = params::tools(&f)?;
     let objects = st.objects(&f)?;
     let format = params::constraint(&f, false, &objects)?;
-    let (format, note) = prompt_schema(&st, &messages, format, tools.as_ref(), &objects);
+    let (format, note) = prompt_schema(&st, &f, &messages, format, tools.as_ref(), &objects)?;
     let mut gp = sampling(&st, &f, &["max_tokens", "max_completion_tokens"])?;
     let stream = f.bool("stream")?.unwrap_or(false);
     let include_usage = match f.obj("stream_options")? {
@@ -232,18 +232,22 @@ async fn chat_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResul
     Ok(with_note(crate::with_budget_header(r, &g), note))
 }
 
-/// The prompt-declared schema rule ([`params::apply_prompt_schema`]) when the server has
-/// it on and no tool call is possible.
+/// The prompt-declared schema rule ([`params::apply_prompt_schema`]) when the request or
+/// the server turns it on and no tool call is possible.
 pub(crate) fn prompt_schema(
     st: &Shared,
+    f: &Fields,
     messages: &[ruvllm_runtime::Message],
     format: Option<params::Constraint>,
     tools: Option<&ToolCalling>,
     objects: &params::Objects,
-) -> (Option<params::Constraint>, Option<String>) {
+) -> ApiResult<(Option<params::Constraint>, Option<String>)> {
     let tools_on = tools.is_some_and(|t| t.choice != ToolChoice::None);
-    if !st.config.prompt_schema || tools_on {
-        return (format, None);
+    // Off unless the request (`prompt_schema: true`) or the server (`--prompt-schema`)
+    // turns it on.
+    let on = f.bool("prompt_schema")?.unwrap_or(st.config.prompt_schema);
+    if !on || tools_on {
+        return Ok((format, None));
     }
     let json_object = format.as_ref().is_some_and(|c| {
         matches!(
@@ -251,13 +255,13 @@ pub(crate) fn prompt_schema(
             OutputConstraint::JsonObject { .. } | OutputConstraint::Json { .. }
         )
     });
-    params::apply_prompt_schema(
+    Ok(params::apply_prompt_schema(
         messages,
         format,
         json_object,
         st.sched.backend().limits(),
         objects,
-    )
+    ))
 }
 
 /// Adds the `x-ruvllm-constraint` header saying where the constraint came from.
@@ -460,7 +464,10 @@ async fn completions_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> A
 
 /// `GET /v1/models`.
 pub async fn models(State(st): State<Shared>) -> Json<Value> {
-    Json(json!({"object": "list", "data": [{
-        "id": st.model_id, "object": "model", "created": st.created, "owned_by": "ruvllm",
-    }]}))
+    let data: Vec<Value> = st
+        .model_names()
+        .into_iter()
+        .map(|id| json!({"id": id, "object": "model", "created": st.created, "owned_by": "ruvllm"}))
+        .collect();
+    Json(json!({"object": "list", "data": data}))
 }

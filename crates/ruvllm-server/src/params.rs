@@ -21,7 +21,8 @@ pub struct Fields<'a> {
     prefix: String,
 }
 
-fn type_name(v: &Value) -> &'static str {
+/// The JSON type of `v`, for error messages.
+pub fn type_name(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
@@ -335,13 +336,13 @@ pub fn response_format(f: &Fields, objects: &Objects) -> ApiResult<Option<Constr
                         "`response_format.json_schema.schema` is required",
                     )
                 })?;
-                schema_constraint(
-                    schema,
-                    "response_format.json_schema.schema",
-                    strict,
-                    objects,
-                )
-                .map(Some)
+                let param = "response_format.json_schema.schema";
+                let schema = if strict {
+                    strict_schema(schema, param)?
+                } else {
+                    schema.clone()
+                };
+                schema_constraint(&schema, param, strict, objects).map(Some)
             } else if let Some(s) = rf.get("schema") {
                 schema_constraint(s, "response_format.schema", false, objects).map(Some)
             } else {
@@ -520,8 +521,24 @@ pub fn tools(f: &Fields) -> ApiResult<Option<ToolCalling>> {
             .iter()
             .enumerate()
             .map(|(i, t)| {
-                Tool::from_openai(t)
-                    .map_err(|e| ApiError::bad(format!("tools[{i}]"), e.to_string()))
+                let mut tool = Tool::from_openai(t)
+                    .map_err(|e| ApiError::bad(format!("tools[{i}]"), e.to_string()))?;
+                let function = t.get("function").unwrap_or(t);
+                let param = format!("tools[{i}].function.strict");
+                match function.get("strict") {
+                    None | Some(Value::Null) | Some(Value::Bool(false)) => {}
+                    Some(Value::Bool(true)) => {
+                        let at = format!("tools[{i}].function.parameters");
+                        tool.parameters = strict_schema(&tool.parameters, &at)?;
+                    }
+                    Some(v) => {
+                        return Err(ApiError::bad(
+                            param,
+                            format!("`strict` must be a boolean, got {}", type_name(v)),
+                        ))
+                    }
+                }
+                Ok(tool)
             })
             .collect::<ApiResult<Vec<_>>>()?,
         Some(v) => {
@@ -593,6 +610,86 @@ pub fn tools(f: &Fields) -> ApiResult<Option<ToolCalling>> {
         choice,
         parallel,
     }))
+}
+
+/// `schema` as OpenAI's strict mode reads it: every object closed (`additionalProperties:
+/// false`) and every property it declares required, in every sub-schema. A schema strict
+/// mode cannot serve (an object whose `additionalProperties` is set to anything but
+/// `false`) is a 400 naming `param` and the JSON pointer. Cost: one walk of the schema.
+pub fn strict_schema(schema: &Value, param: &str) -> ApiResult<Value> {
+    fn go(v: &mut Value, ptr: &str, depth: usize) -> Result<(), String> {
+        if depth > 128 {
+            return Ok(());
+        }
+        let Value::Object(m) = v else {
+            return Ok(());
+        };
+        let is_object = m.contains_key("properties")
+            || match m.get("type") {
+                Some(Value::String(t)) => t == "object",
+                Some(Value::Array(ts)) => ts.iter().any(|t| t == "object"),
+                _ => false,
+            };
+        if is_object {
+            match m.get("additionalProperties") {
+                None => {
+                    m.insert("additionalProperties".into(), Value::Bool(false));
+                }
+                Some(Value::Bool(false)) => {}
+                Some(other) => {
+                    return Err(format!(
+                        "strict mode closes every object, but {} sets `additionalProperties` to {other}",
+                        if ptr.is_empty() { "#".to_string() } else { format!("#{ptr}") }
+                    ))
+                }
+            }
+            if let Some(Value::Object(props)) = m.get("properties") {
+                let all: Vec<Value> = props.keys().map(|k| Value::String(k.clone())).collect();
+                m.insert("required".into(), Value::Array(all));
+            }
+        }
+        for (key, many) in [
+            ("properties", true),
+            ("patternProperties", true),
+            ("$defs", true),
+            ("definitions", true),
+            ("dependentSchemas", true),
+            ("items", false),
+            ("additionalItems", false),
+            ("contains", false),
+            ("not", false),
+            ("if", false),
+            ("then", false),
+            ("else", false),
+            ("prefixItems", false),
+            ("anyOf", false),
+            ("oneOf", false),
+            ("allOf", false),
+        ] {
+            let Some(child) = m.get_mut(key) else {
+                continue;
+            };
+            let escape = |k: &str| k.replace('~', "~0").replace('/', "~1");
+            match child {
+                Value::Object(named) if many => {
+                    for (k, x) in named.iter_mut() {
+                        go(x, &format!("{ptr}/{key}/{}", escape(k)), depth + 1)?;
+                    }
+                }
+                Value::Array(list) => {
+                    for (i, x) in list.iter_mut().enumerate() {
+                        go(x, &format!("{ptr}/{key}/{i}"), depth + 1)?;
+                    }
+                }
+                x if !many => go(x, &format!("{ptr}/{key}"), depth + 1)?,
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+    let mut out = schema.clone();
+    go(&mut out, "", 0).map_err(|msg| ApiError::bad(param, msg))?;
+    Ok(out)
 }
 
 /// One content part list or string, as text (OpenAI allows `[{"type":"text","text":..}]`).
@@ -716,16 +813,18 @@ pub fn refuse_unsupported(f: &Fields) -> ApiResult<()> {
     Ok(())
 }
 
-/// How many `{` positions [`prompt_schema`] tries per message (bounds its cost).
+/// How many `{` positions [`prompt_schemas`] tries per message (bounds its cost).
 const PROMPT_SCHEMA_TRIES: usize = 32;
 
-/// A JSON Schema declared in the system messages, the way prompt-only structured-output
-/// libraries declare it (instructor's JSON and MD_JSON modes: "...match the following
-/// json_schema: {...}"; LangChain's output parsers: "...conforms to the JSON schema
-/// below: {...}"): a JSON object after the word "schema" that looks like a schema
-/// (has `properties`, `$defs`, `anyOf`/`oneOf`, or `type: object`); when there are several,
-/// the last. Cost: at most `PROMPT_SCHEMA_TRIES` (32) JSON parses per system message.
-pub fn prompt_schema(messages: &[Message]) -> Option<Value> {
+/// The JSON Schemas declared in the system messages, the way prompt-only
+/// structured-output libraries declare them (instructor's JSON and MD_JSON modes: "...match
+/// the following json_schema: {...}"; LangChain's output parsers: "...conforms to the JSON
+/// schema below: {...}"): the distinct JSON objects after the word "schema" that look like
+/// schemas (have `properties`, `$defs`, `anyOf`/`oneOf`, or `type: object`), leaving out
+/// LangChain's fixed example (a schema of one property `foo`, and a wrong instance of it,
+/// shown before the real one). Cost: at most `PROMPT_SCHEMA_TRIES` (32) JSON parses per system
+/// message.
+pub fn prompt_schemas(messages: &[Message]) -> Vec<Value> {
     let schemaish = |o: &Map<String, Value>| {
         o.contains_key("properties")
             || o.contains_key("$defs")
@@ -733,15 +832,23 @@ pub fn prompt_schema(messages: &[Message]) -> Option<Value> {
             || o.contains_key("oneOf")
             || o.get("type").and_then(|t| t.as_str()) == Some("object")
     };
-    let mut found = None;
+    // LangChain's instructions show a schema with one property `foo` (titled "Foo") and
+    // a wrong instance of it (`{"properties": {"foo": ["bar", "baz"]}}`).
+    let langchain_example = |o: &Map<String, Value>| {
+        o.get("properties")
+            .and_then(Value::as_object)
+            .filter(|p| p.len() == 1)
+            .and_then(|p| p.get("foo"))
+            .is_some_and(|p| p.is_array() || p.get("title") == Some(&Value::from("Foo")))
+    };
+    let mut found: Vec<Value> = Vec::new();
     for m in messages.iter().filter(|m| m.role == "system") {
         let text = &m.content;
         let Some(at) = text.to_ascii_lowercase().find("schema") else {
             continue;
         };
         // Top-level JSON objects after the word, each skipped whole once parsed (so a
-        // schema's own sub-objects are never taken for it); the last schema-like one
-        // wins (LangChain shows an example schema before the real one).
+        // schema's own sub-objects are never taken for it).
         let mut pos = at;
         for _ in 0..PROMPT_SCHEMA_TRIES {
             let Some(i) = text[pos..].find('{') else {
@@ -751,8 +858,11 @@ pub fn prompt_schema(messages: &[Message]) -> Option<Value> {
             let mut it = serde_json::Deserializer::from_str(&text[start..]).into_iter::<Value>();
             match it.next() {
                 Some(Ok(Value::Object(o))) => {
-                    if schemaish(&o) {
-                        found = Some(Value::Object(o));
+                    if schemaish(&o) && !langchain_example(&o) {
+                        let v = Value::Object(o);
+                        if !found.contains(&v) {
+                            found.push(v);
+                        }
                     }
                     pos = start + it.byte_offset().max(1);
                 }
@@ -770,7 +880,8 @@ pub fn asks_for_json_fence(messages: &[Message]) -> bool {
         .any(|m| m.role != "assistant" && m.content.contains("```json"))
 }
 
-/// Applies a schema the prompt declares ([`prompt_schema`]) to a JSON-mode request
+/// Applies the schema the prompt declares ([`prompt_schemas`]; none when it shows
+/// several) to a JSON-mode request
 /// (`json_object` becomes that schema) or to a request without any format whose messages
 /// ask for a ```json code block (the answer becomes such a block holding an instance).
 /// Returns the new format and a note for the `x-ruvllm-constraint` header; a declared
@@ -786,8 +897,19 @@ pub fn apply_prompt_schema(
     if !(json_object || fence) {
         return (format, None);
     }
-    let Some(schema) = prompt_schema(messages) else {
-        return (format, None);
+    let mut schemas = prompt_schemas(messages);
+    let schema = match schemas.len() {
+        0 => return (format, None),
+        1 => schemas.remove(0),
+        // Which one the answer should follow is a guess: none is applied.
+        n => {
+            return (
+                format,
+                Some(format!(
+                    "prompt-schema ignored: the prompt shows {n} schemas"
+                )),
+            )
+        }
     };
     let compiled = ruvllm_engine::schema::schema_to_grammar_limited(
         &schema,
@@ -841,15 +963,29 @@ mod tests {
             "As a genius expert, provide the parsed objects in json that match the following json_schema:\n\n{}\n\nMake sure to return an instance",
             serde_json::to_string_pretty(&schema).unwrap()
         );
-        assert_eq!(prompt_schema(&[sys(&instructor)]), Some(schema.clone()));
-        // LangChain's PydanticOutputParser: an example schema first, then the real one.
+        assert_eq!(prompt_schemas(&[sys(&instructor)]), vec![schema.clone()]);
+        // LangChain's PydanticOutputParser: its fixed example schema first, then the real one.
         let langchain = format!(
-            "The output should be formatted as a JSON instance that conforms to the JSON schema below.\n\nAs an example, for the schema {{\"properties\": {{\"foo\": {{\"title\": \"Foo\", \"type\": \"array\", \"items\": {{\"type\": \"string\"}}}}}}, \"required\": [\"foo\"]}}\nthe object {{\"foo\": [\"bar\", \"baz\"]}} is a well-formatted instance of the schema. The object {{\"properties\": {{\"foo\": [\"bar\", \"baz\"]}}}} is not well-formatted.\n\nHere is the output schema:\n```\n{schema}\n```"
+            "The output should be formatted as a JSON instance that conforms to the JSON schema below.\n\nAs an example, for the schema {{\"properties\": {{\"foo\": {{\"title\": \"Foo\", \"description\": \"a list of strings\", \"type\": \"array\", \"items\": {{\"type\": \"string\"}}}}}}, \"required\": [\"foo\"]}}\nthe object {{\"foo\": [\"bar\", \"baz\"]}} is a well-formatted instance of the schema. The object {{\"properties\": {{\"foo\": [\"bar\", \"baz\"]}}}} is not well-formatted.\n\nHere is the output schema:\n```\n{schema}\n```"
         );
-        assert_eq!(prompt_schema(&[sys(&langchain)]), Some(schema.clone()));
+        assert_eq!(prompt_schemas(&[sys(&langchain)]), vec![schema.clone()]);
         // No "schema" word, or only in a user message: nothing.
-        assert_eq!(prompt_schema(&[sys(&schema.to_string())]), None);
-        assert_eq!(prompt_schema(&[Message::user(instructor.clone())]), None);
+        assert!(prompt_schemas(&[sys(&schema.to_string())]).is_empty());
+        assert!(prompt_schemas(&[Message::user(instructor.clone())]).is_empty());
+        // Two schemas (a ReAct prompt showing a tool's arguments and its answer format):
+        // which one applies is a guess, so none does.
+        let two = format!("{instructor}\nAnswer with this schema: {{\"type\": \"object\", \"properties\": {{\"action\": {{}}}}}}");
+        assert_eq!(prompt_schemas(&[sys(&two)]).len(), 2);
+        let json_object = Some(Constraint {
+            c: OutputConstraint::JsonObject {
+                whitespace: Whitespace::Compact,
+            },
+            param: "response_format".into(),
+        });
+        let (c, note) =
+            apply_prompt_schema(&[sys(&two)], json_object, true, &Limits::default(), &OPEN);
+        assert!(matches!(c.unwrap().c, OutputConstraint::JsonObject { .. }));
+        assert!(note.unwrap().contains("2 schemas"));
     }
 
     #[test]

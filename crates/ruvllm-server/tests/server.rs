@@ -502,15 +502,27 @@ fn budgets_and_object_policy_in_every_dialect() {
 
 #[test]
 fn health_and_metrics() {
-    let a = shared();
+    // Its own server: other tests' generations would count as active on the shared one.
+    let a = start(ServerConfig::default());
     post(
         a,
         "/v1/completions",
         json!({"prompt": "Hello", "max_tokens": 2}),
     );
-    let (s, t) = get(a, "/health");
-    assert_eq!(s, 200);
-    assert!(t.contains("\"ok\""));
+    // Once the answer is back, nothing is running: `active` returns to 0 (the scheduler
+    // updates it as its loop turns, so give it a moment).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (s, t) = get(a, "/health");
+        assert_eq!(s, 200);
+        let h: Value = serde_json::from_str(&t).unwrap();
+        assert_eq!(h["status"], "ok");
+        if h["active"] == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "active stays at {}", h["active"]);
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let (s, t) = get(a, "/metrics");
     assert_eq!(s, 200);
     for name in [
@@ -683,4 +695,185 @@ fn references_resolve_through_the_server_registry() {
         !msg.contains("resolve-http") && !msg.contains("custom resolver"),
         "{msg}"
     );
+}
+
+/// OpenAI's strict mode on a function tool and on `response_format`: objects closed and
+/// every declared property present; an open object under strict is a 400 naming it.
+#[test]
+fn strict_tools_close_objects_and_require_every_property() {
+    let a = shared();
+    let tool = |strict: bool| {
+        json!({"type": "function", "function": {"name": "weather", "strict": strict,
+            "parameters": {"type": "object", "properties": {
+                "city": {"type": "string", "maxLength": 12},
+                "unit": {"enum": ["c", "f"]}}}}})
+    };
+    for seed in 0..3 {
+        let body = json!({"messages": user("Weather in Tokyo?"), "tools": [tool(true)],
+            "tool_choice": "required", "temperature": 1.0, "seed": seed, "max_tokens": 60});
+        let (s, v) = post(a, "/v1/chat/completions", body);
+        assert_eq!(s, 200, "{v}");
+        let choice = &v["choices"][0];
+        assert_eq!(choice["finish_reason"], "tool_calls", "{v}");
+        let args: Value = serde_json::from_str(
+            choice["message"]["tool_calls"][0]["function"]["arguments"]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        let keys: Vec<&String> = args.as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["city", "unit"], "{args}");
+    }
+    // An object strict mode cannot close.
+    let mut open = tool(true);
+    open["function"]["parameters"]["additionalProperties"] = json!(true);
+    let body = json!({"messages": user("hi"), "tools": [open], "tool_choice": "required"});
+    let (s, v) = post(a, "/v1/chat/completions", body);
+    assert_eq!(s, 400, "{v}");
+    assert_eq!(v["error"]["param"], "tools[0].function.parameters");
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("additionalProperties"));
+    let body = json!({"messages": user("hi"), "tools": [tool(true)],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "x", "strict": true,
+            "schema": {"type": "object", "properties": {"a": {
+                "type": "object", "additionalProperties": {"type": "integer"}}}}}}});
+    let (s, v) = post(a, "/v1/chat/completions", body);
+    assert_eq!(s, 400, "{v}");
+    assert_eq!(v["error"]["param"], "response_format.json_schema.schema");
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("#/properties/a"));
+    let mut bad = tool(true);
+    bad["function"]["strict"] = json!("yes");
+    let (s, v) = post(
+        a,
+        "/v1/chat/completions",
+        json!({"messages": user("hi"), "tools": [bad]}),
+    );
+    assert_eq!(s, 400, "{v}");
+    assert_eq!(v["error"]["param"], "tools[0].function.strict");
+}
+
+/// A schema shown in the system prompt constrains nothing unless asked for (a request's
+/// `prompt_schema`, or `--prompt-schema`); when it does, the response says so.
+#[test]
+fn prompt_declared_schemas_are_opt_in() {
+    let a = shared();
+    let messages = json!([
+        {"role": "system", "content": "Reply with JSON matching this json_schema: {\"type\": \"object\", \"properties\": {\"n\": {\"type\": \"integer\"}}, \"required\": [\"n\"], \"additionalProperties\": false}"},
+        {"role": "user", "content": "Pick a number."}]);
+    let ask = |extra: Value| {
+        let mut body = json!({"messages": messages, "response_format": {"type": "json_object"},
+            "temperature": 0, "max_tokens": 40});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        let mut r = agent()
+            .post(&format!("http://{a}/v1/chat/completions"))
+            .header("Content-Type", "application/json")
+            .send(body.to_string().as_bytes())
+            .unwrap();
+        let note = r
+            .headers()
+            .get("x-ruvllm-constraint")
+            .map(|h| h.to_str().unwrap().to_string());
+        let v: Value = serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap();
+        (note, v)
+    };
+    let (note, _) = ask(json!({}));
+    assert_eq!(note, None);
+    let (note, v) = ask(json!({"prompt_schema": true}));
+    assert_eq!(note.as_deref(), Some("prompt-schema"));
+    assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
+    let out: Value =
+        serde_json::from_str(v["choices"][0]["message"]["content"].as_str().unwrap()).unwrap();
+    assert!(
+        out["n"].is_i64() && out.as_object().unwrap().len() == 1,
+        "{out}"
+    );
+}
+
+/// The endpoints clients probe, and the names the model answers to.
+#[test]
+fn probes_and_model_names() {
+    let a = start(ServerConfig {
+        aliases: vec!["gpt-4o-mini".into()],
+        ..ServerConfig::default()
+    });
+    let (s, t) = get(a, "/v1/models");
+    assert_eq!(s, 200);
+    let list: Value = serde_json::from_str(&t).unwrap();
+    let ids: Vec<&str> = list["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 2);
+    assert_eq!(ids[1], "gpt-4o-mini");
+    let id = ids[0].to_string();
+    let (s, t) = get(a, "/v1/models/gpt-4o-mini");
+    assert_eq!(s, 200, "{t}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&t).unwrap()["id"],
+        "gpt-4o-mini"
+    );
+    let (s, t) = get(a, "/v1/models/nope");
+    assert_eq!(s, 404);
+    assert_eq!(
+        serde_json::from_str::<Value>(&t).unwrap()["error"]["code"],
+        "model_not_found"
+    );
+    let chat = |model: &str| json!({"model": model, "messages": user("Hi"), "max_tokens": 2});
+    assert_eq!(post(a, "/v1/chat/completions", chat("gpt-4o-mini")).0, 200);
+    assert_eq!(post(a, "/v1/chat/completions", chat("llama3:8b")).0, 404);
+    let any = start(ServerConfig {
+        any_model: true,
+        ..ServerConfig::default()
+    });
+    assert_eq!(post(any, "/v1/chat/completions", chat("llama3:8b")).0, 200);
+    // Ollama.
+    let (s, v) = post(a, "/api/show", json!({"model": id}));
+    assert_eq!(s, 200, "{v}");
+    assert!(v["template"].as_str().unwrap().contains("im_start"), "{v}");
+    assert_eq!(v["details"]["format"], "gguf");
+    assert!(v["model_info"]["general.architecture"].is_string());
+    assert_eq!(post(a, "/api/show", json!({"model": "nope"})).0, 404);
+    let (s, t) = get(a, "/api/ps");
+    assert_eq!(s, 200);
+    let ps: Value = serde_json::from_str(&t).unwrap();
+    assert_eq!(ps["models"][0]["name"], format!("{id}:latest"));
+    // llama.cpp.
+    let (s, v) = post(a, "/tokenize", json!({"content": "Hello world"}));
+    assert_eq!(s, 200, "{v}");
+    let tokens = v["tokens"].clone();
+    assert!(tokens.as_array().unwrap().len() >= 2);
+    let (s, v) = post(a, "/detokenize", json!({"tokens": tokens}));
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["content"], "Hello world");
+    let (_, v) = post(
+        a,
+        "/tokenize",
+        json!({"content": "Hello", "with_pieces": true}),
+    );
+    assert_eq!(v["tokens"][0]["piece"], "Hello", "{v}");
+    let (s, v) = post(
+        a,
+        "/tokenize",
+        json!({"content": "Hello", "add_special": true}),
+    );
+    assert_eq!(s, 200);
+    assert!(!v["tokens"].as_array().unwrap().is_empty());
+    let (s, v) = post(a, "/detokenize", json!({"tokens": [1, 99999999]}));
+    assert_eq!(s, 400, "{v}");
+    assert!(v.to_string().contains("tokens[1]"), "{v}");
+    let (s, t) = get(a, "/props");
+    assert_eq!(s, 200);
+    let p: Value = serde_json::from_str(&t).unwrap();
+    assert!(p["total_slots"].as_u64().unwrap() >= 1);
+    assert!(p["chat_template"].as_str().unwrap().contains("im_start"));
+    assert!(p["default_generation_settings"]["n_ctx"].as_u64().unwrap() > 0);
 }
