@@ -2,8 +2,9 @@
 //!
 //! Every bad request is a 400 (never a 5xx: clients retry those) that names the offending
 //! field in `param`, in the OpenAI shape `{"error":{"message","type","param","code"}}`;
-//! Ollama clients expect `{"error":"message"}` and llama.cpp clients
-//! `{"error":{"code","message","type"}}`, so the shape follows the endpoint.
+//! Ollama clients expect `{"error":"message"}`, llama.cpp clients
+//! `{"error":{"code","message","type"}}` and Anthropic's
+//! `{"type":"error","error":{"type","message"}}`, so the shape follows the endpoint.
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -20,6 +21,8 @@ pub enum Dialect {
     Ollama,
     /// llama.cpp's server (`/completion`).
     LlamaCpp,
+    /// Anthropic's Messages API (`/v1/messages`).
+    Anthropic,
 }
 
 /// An HTTP error answer.
@@ -149,6 +152,25 @@ impl ApiError {
                 "message": self.message,
                 "type": self.kind,
             }}),
+            // Anthropic's types; the field is named in the message, which its SDK shows.
+            Dialect::Anthropic => {
+                let kind = match self.status.as_u16() {
+                    400 | 413 | 422 => "invalid_request_error",
+                    401 => "authentication_error",
+                    403 => "permission_error",
+                    404 => "not_found_error",
+                    429 => "rate_limit_error",
+                    503 | 529 => "overloaded_error",
+                    _ => "api_error",
+                };
+                let message = match &self.param {
+                    Some(p) if !self.message.contains(p.as_str()) => {
+                        format!("{p}: {}", self.message)
+                    }
+                    _ => self.message.clone(),
+                };
+                json!({"type": "error", "error": {"type": kind, "message": message}})
+            }
         }
     }
 }

@@ -7,6 +7,7 @@
 //! | OpenAI | `POST /v1/chat/completions`, `POST /v1/completions`, `GET /v1/models` | [`openai`] |
 //! | Ollama | `POST /api/chat`, `POST /api/generate`, `GET /api/tags`, `GET /api/version` | [`ollama`] |
 //! | llama.cpp | `POST /completion` | [`llamacpp`] |
+//! | Anthropic | `POST /v1/messages`, `POST /v1/messages/count_tokens` | [`anthropic`] |
 //! | probes | `GET /v1/models/{id}`, `POST /api/show`, `GET /api/ps`, `POST /tokenize`, `POST /detokenize`, `GET /props` | [`probe`] |
 //!
 //! plus `GET /health` and `GET /metrics` (Prometheus text). Structured output may be asked
@@ -26,6 +27,7 @@
 
 #![warn(missing_docs)]
 
+pub mod anthropic;
 pub mod error;
 pub mod llamacpp;
 pub mod ollama;
@@ -334,11 +336,15 @@ async fn auth(State(st): State<Shared>, req: Request, next: Next) -> Response {
     let path = req.uri().path().to_string();
     if let Some(key) = &st.config.api_key {
         if path != "/health" {
-            let ok = req
+            // `Authorization: Bearer KEY`, or Anthropic's `x-api-key: KEY`.
+            let bearer = req
                 .headers()
                 .get(header::AUTHORIZATION)
                 .and_then(|h| h.to_str().ok())
-                .and_then(|h| h.strip_prefix("Bearer "))
+                .and_then(|h| h.strip_prefix("Bearer "));
+            let x_api_key = req.headers().get("x-api-key").and_then(|h| h.to_str().ok());
+            let ok = bearer
+                .or(x_api_key)
                 .is_some_and(|t| constant_time_eq(t.trim().as_bytes(), key.as_bytes()));
             if !ok {
                 st.metrics.count(&path, 401);
@@ -364,7 +370,9 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 fn dialect_of(path: &str) -> Dialect {
-    if path.starts_with("/api/") {
+    if path.starts_with("/v1/messages") {
+        Dialect::Anthropic
+    } else if path.starts_with("/api/") {
         Dialect::Ollama
     } else if matches!(path, "/completion" | "/tokenize" | "/detokenize" | "/props") {
         Dialect::LlamaCpp
@@ -500,6 +508,8 @@ pub fn router(state: Shared) -> Router {
         .route("/v1/chat/completions", post(openai::chat))
         .route("/v1/completions", post(openai::completions))
         .route("/v1/models", get(openai::models))
+        .route("/v1/messages", post(anthropic::messages_endpoint))
+        .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route("/v1/models/{id}", get(probe::model))
         .route("/api/show", post(probe::show))
         .route("/api/ps", get(probe::ps))

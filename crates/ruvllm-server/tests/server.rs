@@ -877,3 +877,88 @@ fn probes_and_model_names() {
     assert!(p["chat_template"].as_str().unwrap().contains("im_start"));
     assert!(p["default_generation_settings"]["n_ctx"].as_u64().unwrap() > 0);
 }
+
+/// The Anthropic Messages dialect: a forced tool's `tool_use` block, the named SSE events
+/// of a stream, Anthropic's error shape, and `x-api-key`.
+#[test]
+fn anthropic_messages() {
+    let a = shared();
+    let tool = json!({"name": "add", "input_schema": {"type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+        "required": ["a", "b"], "additionalProperties": false}});
+    let body = json!({"max_tokens": 40, "messages": user("Add 2 and 3."), "tools": [tool],
+        "tool_choice": {"type": "tool", "name": "add"}, "temperature": 0});
+    let (s, v) = post(a, "/v1/messages", body.clone());
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["type"], "message");
+    assert_eq!(v["stop_reason"], "tool_use");
+    let block = v["content"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(block["type"], "tool_use");
+    assert!(
+        block["input"]["a"].is_i64() && block["input"]["b"].is_i64(),
+        "{v}"
+    );
+    assert!(v["usage"]["input_tokens"].as_u64().unwrap() > 0);
+    // Streamed: named events; the input rebuilt from its deltas.
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let (s, _, text) = post_raw(a, "/v1/messages", streamed.to_string().as_bytes(), None);
+    assert_eq!(s, 200);
+    let names: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("event: "))
+        .collect();
+    assert_eq!(names.first(), Some(&"message_start"));
+    assert_eq!(names.last(), Some(&"message_stop"));
+    let mut partial = String::new();
+    for d in text.lines().filter_map(|l| l.strip_prefix("data: ")) {
+        let e: Value = serde_json::from_str(d).unwrap();
+        if e["delta"]["type"] == "input_json_delta" {
+            partial.push_str(e["delta"]["partial_json"].as_str().unwrap());
+        }
+        if e["type"] == "message_delta" {
+            assert_eq!(e["delta"]["stop_reason"], "tool_use");
+        }
+    }
+    let input: Value = serde_json::from_str(&partial).unwrap();
+    assert!(input["a"].is_i64(), "{input}");
+    // Errors in Anthropic's shape, naming the field.
+    let (s, v) = post(a, "/v1/messages", json!({"messages": user("hi")}));
+    assert_eq!(s, 400);
+    assert_eq!(v["type"], "error");
+    assert_eq!(v["error"]["type"], "invalid_request_error");
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("max_tokens"));
+    let (s, v) = post(
+        a,
+        "/v1/messages",
+        json!({"max_tokens": 5, "messages": [{"role": "user", "content": [
+            {"type": "image", "source": {}}]}]}),
+    );
+    assert_eq!(s, 400);
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("messages[0].content[0].type"),
+        "{v}"
+    );
+    // `x-api-key` is a key, as Anthropic's clients send it.
+    let k = start(ServerConfig {
+        api_key: Some("sekret".into()),
+        ..ServerConfig::default()
+    });
+    let ask = |key: &str| {
+        agent()
+            .post(&format!("http://{k}/v1/messages/count_tokens"))
+            .header("x-api-key", key)
+            .send(json!({"messages": user("Hello")}).to_string().as_bytes())
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    assert_eq!(ask("sekret"), 200);
+    assert_eq!(ask("wrong"), 401);
+}
