@@ -458,10 +458,10 @@ struct Compiler<'a> {
     rules: Vec<Rule>,
     ref_rules: HashMap<String, RuleId>,
     queue: Vec<(String, RuleId)>,
-    /// Checked sub-schemas by their JSON text (see `compile_checked`).
-    checked_by_value: HashMap<String, RuleId>,
+    /// Checked sub-schemas by [`value_key`] (see `compile_checked`).
+    checked_by_value: HashMap<(u64, u64), RuleId>,
     /// The keys of `checked_by_value` in insertion order (to undo a failed attempt).
-    checked_log: Vec<String>,
+    checked_log: Vec<(u64, u64)>,
     anchors: HashMap<String, String>,
     common: HashMap<&'static str, RuleId>,
     /// Semantic checks attached to rules (see [`check`]).
@@ -511,6 +511,20 @@ fn relaxable(keyword: &str, reason: &str) -> bool {
         "$dynamicRef" | "$recursiveRef" | "contentSchema" => false,
         _ => true,
     }
+}
+
+/// A 128-bit structural hash of `v`: two SipHash passes with different fixed keys
+/// (deterministic). Equal values get equal keys; two different sub-schemas sharing one
+/// has odds of 2^-128. Cheaper than serializing the value (no allocation, no number
+/// formatting), which mattered: a checked sub-schema may contain most of the schema.
+fn value_key(v: &Value) -> (u64, u64) {
+    use std::hash::{Hash, Hasher};
+    let mut a = std::collections::hash_map::DefaultHasher::new();
+    v.hash(&mut a);
+    let mut b = std::collections::hash_map::DefaultHasher::new();
+    0x5eed_u32.hash(&mut b);
+    v.hash(&mut b);
+    (a.finish(), b.finish())
 }
 
 /// The reason of the `Unsupported` error that sends draft-7 content assertions to a check.
@@ -679,13 +693,18 @@ impl<'a> Compiler<'a> {
         keyword: &str,
         reason: &str,
     ) -> Result<Expr, SchemaError> {
-        let key = s.to_string();
+        // At depth 0 (the root, or a `$ref` target, which `ref_rule` already compiles once
+        // per pointer) a value does not recur: no key to compute.
+        if depth == 0 {
+            return self.compile_checked_once(s, ptr, depth, keyword, reason);
+        }
+        let key = value_key(s);
         if let Some(&r) = self.checked_by_value.get(&key) {
             return Ok(Expr::Ref(r));
         }
         let r = self.reserve(&format!("checkedv{}", ptr.replace('/', "-")));
         let mark = self.checked_log.len();
-        self.checked_by_value.insert(key.clone(), r);
+        self.checked_by_value.insert(key, r);
         self.checked_log.push(key);
         match self.compile_checked_once(s, ptr, depth, keyword, reason) {
             Ok(body) => {
