@@ -5,6 +5,7 @@
 //! | dialect | endpoints | module |
 //! |---|---|---|
 //! | OpenAI | `POST /v1/chat/completions`, `POST /v1/completions`, `GET /v1/models` | [`openai`] |
+//! | OpenAI Responses | `POST /v1/responses` | [`responses`] |
 //! | Ollama | `POST /api/chat`, `POST /api/generate`, `GET /api/tags`, `GET /api/version` | [`ollama`] |
 //! | llama.cpp | `POST /completion` | [`llamacpp`] |
 //! | Anthropic | `POST /v1/messages`, `POST /v1/messages/count_tokens` | [`anthropic`] |
@@ -34,6 +35,7 @@ pub mod ollama;
 pub mod openai;
 pub mod params;
 pub mod probe;
+pub mod responses;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -139,6 +141,8 @@ pub struct AppState {
     pub created: u64,
     /// When the server started.
     pub started: Instant,
+    /// Recent Responses API conversations, for `previous_response_id`.
+    pub responses: responses::Store,
 }
 
 /// Shared state handle.
@@ -154,6 +158,7 @@ impl AppState {
             metrics: Metrics::default(),
             created: unix_now(),
             started: Instant::now(),
+            responses: responses::Store::default(),
         }
     }
 
@@ -508,6 +513,7 @@ pub fn router(state: Shared) -> Router {
         .route("/v1/chat/completions", post(openai::chat))
         .route("/v1/completions", post(openai::completions))
         .route("/v1/models", get(openai::models))
+        .route("/v1/responses", post(responses::create))
         .route("/v1/messages", post(anthropic::messages_endpoint))
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route("/v1/models/{id}", get(probe::model))

@@ -67,7 +67,7 @@ pub(crate) async fn collect(mut s: TextStream) -> ApiResult<Generation> {
 
 /// Sampling fields shared by the OpenAI endpoints (with the usual extensions `top_k`,
 /// `min_p`, `repetition_penalty`).
-fn sampling(st: &Shared, f: &Fields, max_keys: &[&str]) -> ApiResult<GenerateParams> {
+pub(crate) fn sampling(st: &Shared, f: &Fields, max_keys: &[&str]) -> ApiResult<GenerateParams> {
     let mut asked = None;
     for k in max_keys {
         if let Some(n) = f.int(k, i64::MIN, i64::MAX)? {
@@ -103,7 +103,7 @@ fn sampling(st: &Shared, f: &Fields, max_keys: &[&str]) -> ApiResult<GeneratePar
 }
 
 /// The constraint of a chat request (tools and/or a format) and the field it came from.
-fn chat_constraint(
+pub(crate) fn chat_constraint(
     tools: Option<&ToolCalling>,
     format: Option<params::Constraint>,
     objects: &params::Objects,

@@ -274,7 +274,9 @@ pub fn generation_options(strict: bool, closed: bool) -> SchemaOptions {
     }
 }
 
-fn schema_constraint(
+/// A schema from `param` as a constraint (400 naming `param` when it is not a valid
+/// JSON Schema); `strict` closes its objects.
+pub fn schema_constraint(
     schema: &Value,
     param: &str,
     strict: bool,

@@ -1,0 +1,674 @@
+//! The OpenAI Responses API: `POST /v1/responses`, the default of the OpenAI Agents SDK
+//! and of `client.responses.parse`.
+//!
+//! A request becomes the same prompt and constraint as a chat completion: `instructions`
+//! a system message; `input` (a string, or items) messages, `function_call` items an
+//! assistant's tool calls and `function_call_output` items tool messages; `tools`
+//! (function tools, `strict` by default as the Responses API defines) and `tool_choice`
+//! the runtime's tool calling; `text.format` (`json_object`, `json_schema` with `strict`)
+//! a format. `previous_response_id` continues from a response this server gave, kept in
+//! memory (the last [`KEPT`]); an id it no longer has is a 400. The answer is a
+//! `response` whose `output` holds a `message` item (`output_text`) and `function_call`
+//! items; `status` is `incomplete` (reason `max_output_tokens`) only when the output is
+//! really incomplete. A stream is the API's named events (`response.created`,
+//! `response.output_item.added`, `response.output_text.delta`,
+//! `response.function_call_arguments.delta`, ..., `response.completed`), each with its
+//! `sequence_number`.
+//!
+//! Refused with a 400 naming the field: built-in tools (`web_search`, `file_search`...),
+//! image and file inputs, `background`, `n` and `reasoning` effort other than none.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::Mutex;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::response::sse::{Event, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use ruvllm_runtime::tools::parse_output;
+use ruvllm_runtime::{
+    FinishReason, Generation, Message, OutputConstraint, Prompt, ToolChoice, ToolEvent, ToolParser,
+};
+use serde_json::{json, Map, Value};
+
+use crate::error::{ApiError, ApiResult, Dialect};
+use crate::openai::{channel, collect, next_chunk};
+use crate::params::{self, type_name, Fields};
+use crate::{json_body, new_id, unix_now, Shared};
+
+/// How many responses `previous_response_id` can name (the most recent ones).
+pub const KEPT: usize = 256;
+
+/// The conversations of recent responses, by id: what a `previous_response_id` continues.
+#[derive(Debug, Default)]
+pub struct Store {
+    kept: Mutex<VecDeque<(String, Vec<Message>)>>,
+}
+
+impl Store {
+    fn get(&self, id: &str) -> Option<Vec<Message>> {
+        let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        kept.iter().find(|(k, _)| k == id).map(|(_, m)| m.clone())
+    }
+
+    fn put(&self, id: String, messages: Vec<Message>) {
+        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        if kept.len() >= KEPT {
+            kept.pop_front();
+        }
+        kept.push_back((id, messages));
+    }
+}
+
+/// The text of a message's `content`: a string or `input_text`/`output_text` parts.
+fn content_text(v: Option<&Value>, param: &str) -> ApiResult<String> {
+    match v {
+        None | Some(Value::Null) => Ok(String::new()),
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(Value::Array(parts)) => {
+            let mut out = String::new();
+            for (j, p) in parts.iter().enumerate() {
+                match p.get("type").and_then(Value::as_str) {
+                    Some("input_text" | "output_text" | "text") => {
+                        out.push_str(p.get("text").and_then(Value::as_str).unwrap_or(""))
+                    }
+                    other => {
+                        return Err(ApiError::bad(
+                            format!("{param}[{j}].type"),
+                            format!("content of type {other:?} is not supported (only text)"),
+                        ))
+                    }
+                }
+            }
+            Ok(out)
+        }
+        Some(other) => Err(ApiError::bad(
+            param,
+            format!(
+                "must be a string or a list of parts, got {}",
+                type_name(other)
+            ),
+        )),
+    }
+}
+
+/// `input` as chat messages (see the module docs).
+fn input_messages(input: &Value, out: &mut Vec<Message>) -> ApiResult<()> {
+    let items = match input {
+        Value::String(s) => {
+            out.push(Message::user(s.clone()));
+            return Ok(());
+        }
+        Value::Array(items) => items,
+        other => {
+            return Err(ApiError::bad(
+                "input",
+                format!(
+                    "`input` must be a string or a list of items, got {}",
+                    type_name(other)
+                ),
+            ))
+        }
+    };
+    for (i, it) in items.iter().enumerate() {
+        let p = format!("input[{i}]");
+        match it.get("type").and_then(Value::as_str) {
+            None | Some("message") => {
+                let role =
+                    match it.get("role").and_then(Value::as_str) {
+                        Some("developer") => "system",
+                        Some(r @ ("system" | "user" | "assistant")) => r,
+                        other => return Err(ApiError::bad(
+                            format!("{p}.role"),
+                            format!(
+                                "role {other:?} is not one of system, developer, user, assistant"
+                            ),
+                        )),
+                    };
+                let text = content_text(it.get("content"), &format!("{p}.content"))?;
+                out.push(Message::new(role, text));
+            }
+            Some("function_call") => {
+                let name = it.get("name").and_then(Value::as_str).ok_or_else(|| {
+                    ApiError::bad(format!("{p}.name"), "a function_call item needs `name`")
+                })?;
+                let call_id = it.get("call_id").and_then(Value::as_str).unwrap_or("");
+                let arguments = it.get("arguments").and_then(Value::as_str).unwrap_or("{}");
+                let call = json!({"id": call_id, "type": "function",
+                    "function": {"name": name, "arguments": arguments}});
+                // Calls of one turn go into one assistant message.
+                match out.last_mut() {
+                    Some(m) if m.role == "assistant" => match &mut m.tool_calls {
+                        Some(Value::Array(calls)) => calls.push(call),
+                        slot => *slot = Some(Value::Array(vec![call])),
+                    },
+                    _ => {
+                        let mut m = Message::new("assistant", "");
+                        m.tool_calls = Some(Value::Array(vec![call]));
+                        out.push(m);
+                    }
+                }
+            }
+            Some("function_call_output") => {
+                let call_id = it.get("call_id").and_then(Value::as_str).ok_or_else(|| {
+                    ApiError::bad(
+                        format!("{p}.call_id"),
+                        "a function_call_output needs `call_id`",
+                    )
+                })?;
+                let output = match it.get("output") {
+                    Some(Value::String(s)) => s.clone(),
+                    Some(v) => content_text(Some(v), &format!("{p}.output"))?,
+                    None => String::new(),
+                };
+                let mut m = Message::new("tool", output);
+                m.tool_call_id = Some(call_id.to_string());
+                out.push(m);
+            }
+            // Earlier reasoning is not shown to the model again.
+            Some("reasoning") => {}
+            Some(other) => {
+                return Err(ApiError::bad(
+                    format!("{p}.type"),
+                    format!("input items of type {other:?} are not supported"),
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The request's `tools` in the shape [`params::tools`] reads, `strict` defaulting to
+/// true as the Responses API defines it.
+fn chat_shape(v: &Value) -> ApiResult<Value> {
+    let mut m = Map::new();
+    if let Some(Value::Array(tools)) = v.get("tools") {
+        let mut list = Vec::new();
+        for (i, t) in tools.iter().enumerate() {
+            let ty = t.get("type").and_then(Value::as_str).unwrap_or("function");
+            if ty != "function" {
+                return Err(ApiError::bad(
+                    format!("tools[{i}].type"),
+                    format!("built-in tool {ty:?} is not supported (only function tools)"),
+                ));
+            }
+            let mut t = t.clone();
+            if let Value::Object(o) = &mut t {
+                o.entry("strict").or_insert(Value::Bool(true));
+            }
+            list.push(t);
+        }
+        m.insert("tools".into(), Value::Array(list));
+    } else if let Some(t) = v.get("tools") {
+        m.insert("tools".into(), t.clone());
+    }
+    for k in ["tool_choice", "parallel_tool_calls"] {
+        if let Some(x) = v.get(k) {
+            m.insert(k.into(), x.clone());
+        }
+    }
+    Ok(Value::Object(m))
+}
+
+/// `text.format`: the answer's format.
+fn text_format(f: &Fields, objects: &params::Objects) -> ApiResult<Option<params::Constraint>> {
+    let Some(fmt) = f.get("text").and_then(|t| t.get("format")) else {
+        return Ok(None);
+    };
+    match fmt.get("type").and_then(Value::as_str) {
+        Some("text") => Ok(None),
+        Some("json_object") => Ok(Some(params::Constraint {
+            c: OutputConstraint::JsonObject {
+                whitespace: ruvllm_engine::schema::Whitespace::Compact,
+            },
+            param: "text.format".into(),
+        })),
+        Some("json_schema") => {
+            let param = "text.format.schema";
+            let schema = fmt
+                .get("schema")
+                .ok_or_else(|| ApiError::bad(param, "`text.format.schema` is required"))?;
+            let strict = match fmt.get("strict") {
+                None | Some(Value::Null) => false,
+                Some(Value::Bool(b)) => *b,
+                Some(v) => {
+                    return Err(ApiError::bad(
+                        "text.format.strict",
+                        format!("`strict` must be a boolean, got {}", type_name(v)),
+                    ))
+                }
+            };
+            let schema = if strict {
+                params::strict_schema(schema, param)?
+            } else {
+                schema.clone()
+            };
+            params::schema_constraint(&schema, param, strict, objects).map(Some)
+        }
+        other => Err(ApiError::bad(
+            "text.format.type",
+            format!("format {other:?} is not one of text, json_object, json_schema"),
+        )),
+    }
+}
+
+/// `POST /v1/responses`.
+pub async fn create(State(st): State<Shared>, body: Result<Bytes, BytesRejection>) -> Response {
+    create_inner(st, body)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn create_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResult<Response> {
+    let v = json_body(body, Dialect::OpenAi)?;
+    let f = Fields::of(&v, "")?;
+    st.check_model(f.str("model")?, Dialect::OpenAi)?;
+    if f.bool("background")? == Some(true) {
+        return Err(ApiError::bad(
+            "background",
+            "background responses are not supported",
+        ));
+    }
+    if let Some(e) = f
+        .get("reasoning")
+        .and_then(|r| r.get("effort"))
+        .and_then(Value::as_str)
+    {
+        if e != "none" && e != "minimal" {
+            return Err(ApiError::bad(
+                "reasoning.effort",
+                "reasoning is not supported yet (this model has no reasoning section)",
+            ));
+        }
+    }
+    let mut messages = Vec::new();
+    if let Some(prev) = f.str("previous_response_id")? {
+        messages = st.responses.get(prev).ok_or_else(|| {
+            ApiError::bad(
+                "previous_response_id",
+                format!("no response {prev:?} here (the server keeps the last {KEPT}, in memory)"),
+            )
+        })?;
+    }
+    if let Some(i) = f.str("instructions")? {
+        messages.retain(|m| m.role != "system");
+        messages.insert(0, Message::system(i));
+    }
+    let input = f
+        .get("input")
+        .ok_or_else(|| ApiError::bad("input", "`input` is required"))?;
+    input_messages(input, &mut messages)?;
+    let shaped = chat_shape(&v)?;
+    let tools = params::tools(&Fields::of(&shaped, "")?)?;
+    let objects = st.objects(&f)?;
+    let format = text_format(&f, &objects)?;
+    let mut gp = crate::openai::sampling(&st, &f, &["max_output_tokens"])?;
+    let calling = tools.filter(|t| t.choice != ToolChoice::None);
+    let (constraint, param) = crate::openai::chat_constraint(calling.as_ref(), format, &objects);
+    gp.constraint = constraint;
+    let prompt = Prompt::Chat {
+        messages: messages.clone(),
+        tools: calling
+            .as_ref()
+            .map(|t| Value::from(t.tools.iter().map(|t| t.to_openai()).collect::<Vec<_>>())),
+    };
+    let stream = f.bool("stream")?.unwrap_or(false);
+    let s = st.start(prompt, gp, param).await?;
+    let head = Head {
+        id: new_id("resp_"),
+        created: unix_now(),
+        model: st.model_id.clone(),
+        echo: echo(&v),
+    };
+    if stream {
+        return Ok(
+            response_stream(st.clone(), s, head, calling.is_some(), messages).into_response(),
+        );
+    }
+    let g = collect(s).await?;
+    let (text, calls) = if calling.is_some() {
+        parse_output(&g.text)
+    } else {
+        (g.text.clone(), Vec::new())
+    };
+    let mut output = Vec::new();
+    if !text.is_empty() {
+        output.push(message_item(&new_id("msg_"), &text, "completed"));
+    }
+    let mut items: Vec<(String, String, String)> = Vec::new();
+    for c in &calls {
+        let call_id = new_id("call_");
+        output.push(call_item(
+            &new_id("fc_"),
+            &call_id,
+            &c.name,
+            &c.arguments,
+            "completed",
+        ));
+        items.push((call_id, c.name.clone(), c.arguments.clone()));
+    }
+    remember(&st, &head.id, messages, &text, &items);
+    let r = Json(response_json(&head, &g, output)).into_response();
+    Ok(crate::with_budget_header(r, &g))
+}
+
+/// What a response repeats of its request.
+fn echo(v: &Value) -> Map<String, Value> {
+    let mut m = Map::new();
+    for (k, d) in [
+        ("instructions", Value::Null),
+        ("tools", json!([])),
+        ("tool_choice", json!("auto")),
+        ("parallel_tool_calls", json!(true)),
+        ("temperature", json!(1.0)),
+        ("top_p", json!(1.0)),
+        ("max_output_tokens", Value::Null),
+        ("previous_response_id", Value::Null),
+        ("metadata", json!({})),
+        ("text", json!({"format": {"type": "text"}})),
+    ] {
+        m.insert(k.into(), v.get(k).cloned().unwrap_or(d));
+    }
+    m
+}
+
+struct Head {
+    id: String,
+    created: u64,
+    model: String,
+    echo: Map<String, Value>,
+}
+
+fn message_item(id: &str, text: &str, status: &str) -> Value {
+    json!({"type": "message", "id": id, "status": status, "role": "assistant",
+           "content": [{"type": "output_text", "text": text, "annotations": []}]})
+}
+
+fn call_item(id: &str, call_id: &str, name: &str, arguments: &str, status: &str) -> Value {
+    json!({"type": "function_call", "id": id, "call_id": call_id, "name": name,
+           "arguments": arguments, "status": status})
+}
+
+fn usage(g: &Generation) -> Value {
+    json!({
+        "input_tokens": g.usage.prompt_tokens,
+        "input_tokens_details": {"cached_tokens": g.usage.cached_prompt_tokens},
+        "output_tokens": g.usage.completion_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": g.usage.prompt_tokens + g.usage.completion_tokens,
+    })
+}
+
+/// The `response` object; `g` is `None` while it is in progress.
+fn response_body(head: &Head, g: Option<&Generation>, output: Vec<Value>) -> Value {
+    let (status, incomplete) = match g.map(|g| g.finish) {
+        None => ("in_progress", Value::Null),
+        Some(FinishReason::Stop) => ("completed", Value::Null),
+        Some(FinishReason::Length) => ("incomplete", json!({"reason": "max_output_tokens"})),
+    };
+    let mut r = json!({
+        "id": head.id,
+        "object": "response",
+        "created_at": head.created,
+        "status": status,
+        "error": null,
+        "incomplete_details": incomplete,
+        "model": head.model,
+        "output": output,
+        "usage": g.map(usage),
+        "reasoning": null,
+        "store": true,
+        "truncation": "disabled",
+    });
+    if let Value::Object(m) = &mut r {
+        m.extend(head.echo.clone());
+    }
+    if let Some(g) = g {
+        r["ruvllm"] = crate::extension(g);
+    }
+    r
+}
+
+fn response_json(head: &Head, g: &Generation, output: Vec<Value>) -> Value {
+    response_body(head, Some(g), output)
+}
+
+/// Keeps the conversation so far for a later `previous_response_id`.
+fn remember(
+    st: &Shared,
+    id: &str,
+    mut messages: Vec<Message>,
+    text: &str,
+    calls: &[(String, String, String)],
+) {
+    let mut m = Message::new("assistant", text);
+    if !calls.is_empty() {
+        m.tool_calls = Some(Value::Array(
+            calls
+                .iter()
+                .map(|(cid, name, args)| {
+                    json!({"id": cid, "type": "function",
+                           "function": {"name": name, "arguments": args}})
+                })
+                .collect(),
+        ));
+    }
+    messages.push(m);
+    st.responses.put(id.to_string(), messages);
+}
+
+fn response_stream(
+    st: Shared,
+    mut s: ruvllm_runtime::TextStream,
+    head: Head,
+    tools: bool,
+    messages: Vec<Message>,
+) -> Sse<impl futures::Stream<Item = Result<Event, Infallible>>> {
+    let (tx, rx) = channel();
+    tokio::spawn(async move {
+        let mut seq = 0u64;
+        let mut ev = |name: &str, mut data: Value| {
+            data["type"] = json!(name);
+            data["sequence_number"] = json!(seq);
+            seq += 1;
+            Ok::<_, Infallible>(Event::default().event(name).data(data.to_string()))
+        };
+        let start = response_body(&head, None, Vec::new());
+        for e in [
+            ev("response.created", json!({"response": start.clone()})),
+            ev("response.in_progress", json!({"response": start})),
+        ] {
+            if tx.send(e).await.is_err() {
+                return;
+            }
+        }
+        // Output items so far; the open one's index and whether it is the text message.
+        let mut output: Vec<Value> = Vec::new();
+        let mut open: Option<(usize, bool)> = None;
+        let mut text = String::new();
+        let mut args = String::new();
+        let mut calls: Vec<(String, String, String)> = Vec::new();
+        let mut parser = ToolParser::new();
+        let mut pending: Vec<Result<Event, Infallible>> = Vec::new();
+        // Closes the open item (text message or call), with its `done` events.
+        let close = |open: &mut Option<(usize, bool)>,
+                     output: &mut Vec<Value>,
+                     text: &str,
+                     args: &str,
+                     calls: &mut Vec<(String, String, String)>,
+                     ev: &mut dyn FnMut(&str, Value) -> Result<Event, Infallible>,
+                     pending: &mut Vec<Result<Event, Infallible>>| {
+            let Some((i, is_text)) = open.take() else {
+                return;
+            };
+            let id = output[i]["id"].as_str().unwrap_or("").to_string();
+            if is_text {
+                let part = json!({"type": "output_text", "text": text, "annotations": []});
+                pending.push(ev(
+                    "response.output_text.done",
+                    json!({"item_id": id,
+                    "output_index": i, "content_index": 0, "text": text, "logprobs": []}),
+                ));
+                pending.push(ev(
+                    "response.content_part.done",
+                    json!({"item_id": id,
+                    "output_index": i, "content_index": 0, "part": part}),
+                ));
+                output[i] = message_item(&id, text, "completed");
+            } else {
+                let call_id = output[i]["call_id"].as_str().unwrap_or("").to_string();
+                let name = output[i]["name"].as_str().unwrap_or("").to_string();
+                pending.push(ev(
+                    "response.function_call_arguments.done",
+                    json!({"item_id": id,
+                    "output_index": i, "arguments": args}),
+                ));
+                output[i] = call_item(&id, &call_id, &name, args, "completed");
+                calls.push((call_id, name, args.to_string()));
+            }
+            pending.push(ev(
+                "response.output_item.done",
+                json!({"output_index": i,
+                "item": output[i].clone()}),
+            ));
+        };
+        loop {
+            let item = next_chunk(&mut s, &tx).await;
+            let done = item.is_none();
+            let evs = match item {
+                Some(Ok(t)) if tools => parser.push(&t),
+                Some(Ok(t)) => vec![ToolEvent::Text(t)],
+                Some(Err(e)) => {
+                    let err = ApiError::from_runtime(&e, "");
+                    let _ = tx
+                        .send(ev(
+                            "error",
+                            json!({"code": err.code, "message": err.message,
+                            "param": err.param}),
+                        ))
+                        .await;
+                    return;
+                }
+                None => parser.finish(),
+            };
+            for e in evs {
+                match e {
+                    ToolEvent::Text(t) if t.is_empty() => {}
+                    ToolEvent::Text(t) => {
+                        if !matches!(open, Some((_, true))) {
+                            close(
+                                &mut open,
+                                &mut output,
+                                &text,
+                                &args,
+                                &mut calls,
+                                &mut ev,
+                                &mut pending,
+                            );
+                            let id = new_id("msg_");
+                            let i = output.len();
+                            output.push(message_item(&id, "", "in_progress"));
+                            let mut added = output[i].clone();
+                            added["content"] = json!([]);
+                            pending.push(ev(
+                                "response.output_item.added",
+                                json!({"output_index": i, "item": added}),
+                            ));
+                            pending.push(ev(
+                                "response.content_part.added",
+                                json!({"item_id": id,
+                                "output_index": i, "content_index": 0,
+                                "part": {"type": "output_text", "text": "", "annotations": []}}),
+                            ));
+                            open = Some((i, true));
+                            text.clear();
+                        }
+                        let i = open.map_or(0, |(i, _)| i);
+                        text.push_str(&t);
+                        pending.push(ev(
+                            "response.output_text.delta",
+                            json!({
+                            "item_id": output[i]["id"], "output_index": i, "content_index": 0,
+                            "delta": t, "logprobs": []}),
+                        ));
+                    }
+                    ToolEvent::CallStart { name, .. } => {
+                        close(
+                            &mut open,
+                            &mut output,
+                            &text,
+                            &args,
+                            &mut calls,
+                            &mut ev,
+                            &mut pending,
+                        );
+                        let i = output.len();
+                        output.push(call_item(
+                            &new_id("fc_"),
+                            &new_id("call_"),
+                            &name,
+                            "",
+                            "in_progress",
+                        ));
+                        pending.push(ev(
+                            "response.output_item.added",
+                            json!({"output_index": i,
+                            "item": output[i].clone()}),
+                        ));
+                        open = Some((i, false));
+                        args.clear();
+                    }
+                    ToolEvent::CallArgs { fragment, .. } => {
+                        if let Some((i, false)) = open {
+                            args.push_str(&fragment);
+                            pending.push(ev(
+                                "response.function_call_arguments.delta",
+                                json!({
+                                "item_id": output[i]["id"], "output_index": i, "delta": fragment}),
+                            ));
+                        }
+                    }
+                }
+            }
+            if done {
+                close(
+                    &mut open,
+                    &mut output,
+                    &text,
+                    &args,
+                    &mut calls,
+                    &mut ev,
+                    &mut pending,
+                );
+            }
+            for e in pending.drain(..) {
+                if tx.send(e).await.is_err() {
+                    return;
+                }
+            }
+            if done {
+                break;
+            }
+        }
+        let Some(Ok(g)) = s.outcome() else {
+            return;
+        };
+        let text_all: String = output
+            .iter()
+            .filter(|o| o["type"] == "message")
+            .filter_map(|o| o["content"][0]["text"].as_str())
+            .collect();
+        remember(&st, &head.id, messages, &text_all, &calls);
+        let done = response_body(&head, Some(&g), output);
+        let name = if g.finish == FinishReason::Length {
+            "response.incomplete"
+        } else {
+            "response.completed"
+        };
+        let _ = tx.send(ev(name, json!({"response": done}))).await;
+    });
+    Sse::new(rx)
+}
