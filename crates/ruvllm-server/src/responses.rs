@@ -117,17 +117,18 @@ fn input_messages(input: &Value, out: &mut Vec<Message>) -> ApiResult<()> {
         let p = format!("input[{i}]");
         match it.get("type").and_then(Value::as_str) {
             None | Some("message") => {
-                let role =
-                    match it.get("role").and_then(Value::as_str) {
-                        Some("developer") => "system",
-                        Some(r @ ("system" | "user" | "assistant")) => r,
-                        other => return Err(ApiError::bad(
+                let role = match it.get("role").and_then(Value::as_str) {
+                    Some("developer") => "system",
+                    Some(r @ ("system" | "user" | "assistant")) => r,
+                    other => {
+                        return Err(ApiError::bad(
                             format!("{p}.role"),
                             format!(
                                 "role {other:?} is not one of system, developer, user, assistant"
                             ),
-                        )),
-                    };
+                        ))
+                    }
+                };
                 let text = content_text(it.get("content"), &format!("{p}.content"))?;
                 out.push(Message::new(role, text));
             }
@@ -460,6 +461,162 @@ fn remember(
     st.responses.put(id.to_string(), messages);
 }
 
+/// The Responses stream's event bookkeeping: the output items so far, the open one (a
+/// text message or a function call) and the events waiting to be sent, each numbered.
+struct Emitter {
+    seq: u64,
+    output: Vec<Value>,
+    /// The open item's index, and whether it is the text message.
+    open: Option<(usize, bool)>,
+    text: String,
+    args: String,
+    calls: Vec<(String, String, String)>,
+    pending: Vec<Result<Event, Infallible>>,
+}
+
+impl Emitter {
+    fn new() -> Emitter {
+        Emitter {
+            seq: 0,
+            output: Vec::new(),
+            open: None,
+            text: String::new(),
+            args: String::new(),
+            calls: Vec::new(),
+            pending: Vec::new(),
+        }
+    }
+
+    /// Queues event `name` with `data` (its `type` and `sequence_number` added).
+    fn push(&mut self, name: &str, mut data: Value) {
+        data["type"] = json!(name);
+        data["sequence_number"] = json!(self.seq);
+        self.seq += 1;
+        self.pending
+            .push(Ok(Event::default().event(name).data(data.to_string())));
+    }
+
+    /// Closes the open item with its `done` events.
+    fn close(&mut self) {
+        let Some((i, is_text)) = self.open.take() else {
+            return;
+        };
+        let id = self.output[i]["id"].as_str().unwrap_or("").to_string();
+        if is_text {
+            let text = self.text.clone();
+            let part = json!({"type": "output_text", "text": text, "annotations": []});
+            self.push(
+                "response.output_text.done",
+                json!({"item_id": id, "output_index": i, "content_index": 0, "text": text,
+                       "logprobs": []}),
+            );
+            self.push(
+                "response.content_part.done",
+                json!({"item_id": id, "output_index": i, "content_index": 0, "part": part}),
+            );
+            self.output[i] = message_item(&id, &text, "completed");
+        } else {
+            let call_id = self.output[i]["call_id"].as_str().unwrap_or("").to_string();
+            let name = self.output[i]["name"].as_str().unwrap_or("").to_string();
+            let args = self.args.clone();
+            self.push(
+                "response.function_call_arguments.done",
+                json!({"item_id": id, "output_index": i, "arguments": args}),
+            );
+            self.output[i] = call_item(&id, &call_id, &name, &args, "completed");
+            self.calls.push((call_id, name, args));
+        }
+        let item = self.output[i].clone();
+        self.push(
+            "response.output_item.done",
+            json!({"output_index": i, "item": item}),
+        );
+    }
+
+    /// Answer text: into the open message, or a new one.
+    fn text(&mut self, t: &str) {
+        if t.is_empty() {
+            return;
+        }
+        if !matches!(self.open, Some((_, true))) {
+            self.close();
+            let id = new_id("msg_");
+            let i = self.output.len();
+            self.output.push(message_item(&id, "", "in_progress"));
+            let mut added = self.output[i].clone();
+            added["content"] = json!([]);
+            self.push(
+                "response.output_item.added",
+                json!({"output_index": i, "item": added}),
+            );
+            self.push(
+                "response.content_part.added",
+                json!({"item_id": id, "output_index": i, "content_index": 0,
+                       "part": {"type": "output_text", "text": "", "annotations": []}}),
+            );
+            self.open = Some((i, true));
+            self.text.clear();
+        }
+        let i = self.open.map_or(0, |(i, _)| i);
+        self.text.push_str(t);
+        let id = self.output[i]["id"].clone();
+        self.push(
+            "response.output_text.delta",
+            json!({"item_id": id, "output_index": i, "content_index": 0, "delta": t,
+                   "logprobs": []}),
+        );
+    }
+
+    /// A function call begins.
+    fn call(&mut self, name: &str) {
+        self.close();
+        let i = self.output.len();
+        self.output.push(call_item(
+            &new_id("fc_"),
+            &new_id("call_"),
+            name,
+            "",
+            "in_progress",
+        ));
+        let item = self.output[i].clone();
+        self.push(
+            "response.output_item.added",
+            json!({"output_index": i, "item": item}),
+        );
+        self.open = Some((i, false));
+        self.args.clear();
+    }
+
+    /// More of the open call's arguments.
+    fn args(&mut self, fragment: &str) {
+        if let Some((i, false)) = self.open {
+            self.args.push_str(fragment);
+            let id = self.output[i]["id"].clone();
+            self.push(
+                "response.function_call_arguments.delta",
+                json!({"item_id": id, "output_index": i, "delta": fragment}),
+            );
+        }
+    }
+
+    fn apply(&mut self, e: ToolEvent) {
+        match e {
+            ToolEvent::Text(t) => self.text(&t),
+            ToolEvent::CallStart { name, .. } => self.call(&name),
+            ToolEvent::CallArgs { fragment, .. } => self.args(&fragment),
+        }
+    }
+
+    /// The text of the output's messages.
+    fn all_text(&self) -> String {
+        self.output
+            .iter()
+            .filter(|o| o["type"] == "message")
+            .filter_map(|o| o["content"][0]["text"].as_str())
+            .collect()
+    }
+}
+
 fn response_stream(
     st: Shared,
     mut s: ruvllm_runtime::TextStream,
@@ -469,72 +626,11 @@ fn response_stream(
 ) -> Sse<impl futures::Stream<Item = Result<Event, Infallible>>> {
     let (tx, rx) = channel();
     tokio::spawn(async move {
-        let mut seq = 0u64;
-        let mut ev = |name: &str, mut data: Value| {
-            data["type"] = json!(name);
-            data["sequence_number"] = json!(seq);
-            seq += 1;
-            Ok::<_, Infallible>(Event::default().event(name).data(data.to_string()))
-        };
+        let mut em = Emitter::new();
         let start = response_body(&head, None, Vec::new());
-        for e in [
-            ev("response.created", json!({"response": start.clone()})),
-            ev("response.in_progress", json!({"response": start})),
-        ] {
-            if tx.send(e).await.is_err() {
-                return;
-            }
-        }
-        // Output items so far; the open one's index and whether it is the text message.
-        let mut output: Vec<Value> = Vec::new();
-        let mut open: Option<(usize, bool)> = None;
-        let mut text = String::new();
-        let mut args = String::new();
-        let mut calls: Vec<(String, String, String)> = Vec::new();
+        em.push("response.created", json!({"response": start.clone()}));
+        em.push("response.in_progress", json!({"response": start}));
         let mut parser = ToolParser::new();
-        let mut pending: Vec<Result<Event, Infallible>> = Vec::new();
-        // Closes the open item (text message or call), with its `done` events.
-        let close = |open: &mut Option<(usize, bool)>,
-                     output: &mut Vec<Value>,
-                     text: &str,
-                     args: &str,
-                     calls: &mut Vec<(String, String, String)>,
-                     ev: &mut dyn FnMut(&str, Value) -> Result<Event, Infallible>,
-                     pending: &mut Vec<Result<Event, Infallible>>| {
-            let Some((i, is_text)) = open.take() else {
-                return;
-            };
-            let id = output[i]["id"].as_str().unwrap_or("").to_string();
-            if is_text {
-                let part = json!({"type": "output_text", "text": text, "annotations": []});
-                pending.push(ev(
-                    "response.output_text.done",
-                    json!({"item_id": id,
-                    "output_index": i, "content_index": 0, "text": text, "logprobs": []}),
-                ));
-                pending.push(ev(
-                    "response.content_part.done",
-                    json!({"item_id": id,
-                    "output_index": i, "content_index": 0, "part": part}),
-                ));
-                output[i] = message_item(&id, text, "completed");
-            } else {
-                let call_id = output[i]["call_id"].as_str().unwrap_or("").to_string();
-                let name = output[i]["name"].as_str().unwrap_or("").to_string();
-                pending.push(ev(
-                    "response.function_call_arguments.done",
-                    json!({"item_id": id,
-                    "output_index": i, "arguments": args}),
-                ));
-                output[i] = call_item(&id, &call_id, &name, args, "completed");
-                calls.push((call_id, name, args.to_string()));
-            }
-            pending.push(ev(
-                "response.output_item.done",
-                json!({"output_index": i,
-                "item": output[i].clone()}),
-            ));
-        };
         loop {
             let item = next_chunk(&mut s, &tx).await;
             let done = item.is_none();
@@ -543,108 +639,24 @@ fn response_stream(
                 Some(Ok(t)) => vec![ToolEvent::Text(t)],
                 Some(Err(e)) => {
                     let err = ApiError::from_runtime(&e, "");
-                    let _ = tx
-                        .send(ev(
-                            "error",
-                            json!({"code": err.code, "message": err.message,
-                            "param": err.param}),
-                        ))
-                        .await;
+                    em.push(
+                        "error",
+                        json!({"code": err.code, "message": err.message, "param": err.param}),
+                    );
+                    for e in em.pending.drain(..) {
+                        let _ = tx.send(e).await;
+                    }
                     return;
                 }
                 None => parser.finish(),
             };
             for e in evs {
-                match e {
-                    ToolEvent::Text(t) if t.is_empty() => {}
-                    ToolEvent::Text(t) => {
-                        if !matches!(open, Some((_, true))) {
-                            close(
-                                &mut open,
-                                &mut output,
-                                &text,
-                                &args,
-                                &mut calls,
-                                &mut ev,
-                                &mut pending,
-                            );
-                            let id = new_id("msg_");
-                            let i = output.len();
-                            output.push(message_item(&id, "", "in_progress"));
-                            let mut added = output[i].clone();
-                            added["content"] = json!([]);
-                            pending.push(ev(
-                                "response.output_item.added",
-                                json!({"output_index": i, "item": added}),
-                            ));
-                            pending.push(ev(
-                                "response.content_part.added",
-                                json!({"item_id": id,
-                                "output_index": i, "content_index": 0,
-                                "part": {"type": "output_text", "text": "", "annotations": []}}),
-                            ));
-                            open = Some((i, true));
-                            text.clear();
-                        }
-                        let i = open.map_or(0, |(i, _)| i);
-                        text.push_str(&t);
-                        pending.push(ev(
-                            "response.output_text.delta",
-                            json!({
-                            "item_id": output[i]["id"], "output_index": i, "content_index": 0,
-                            "delta": t, "logprobs": []}),
-                        ));
-                    }
-                    ToolEvent::CallStart { name, .. } => {
-                        close(
-                            &mut open,
-                            &mut output,
-                            &text,
-                            &args,
-                            &mut calls,
-                            &mut ev,
-                            &mut pending,
-                        );
-                        let i = output.len();
-                        output.push(call_item(
-                            &new_id("fc_"),
-                            &new_id("call_"),
-                            &name,
-                            "",
-                            "in_progress",
-                        ));
-                        pending.push(ev(
-                            "response.output_item.added",
-                            json!({"output_index": i,
-                            "item": output[i].clone()}),
-                        ));
-                        open = Some((i, false));
-                        args.clear();
-                    }
-                    ToolEvent::CallArgs { fragment, .. } => {
-                        if let Some((i, false)) = open {
-                            args.push_str(&fragment);
-                            pending.push(ev(
-                                "response.function_call_arguments.delta",
-                                json!({
-                                "item_id": output[i]["id"], "output_index": i, "delta": fragment}),
-                            ));
-                        }
-                    }
-                }
+                em.apply(e);
             }
             if done {
-                close(
-                    &mut open,
-                    &mut output,
-                    &text,
-                    &args,
-                    &mut calls,
-                    &mut ev,
-                    &mut pending,
-                );
+                em.close();
             }
-            for e in pending.drain(..) {
+            for e in em.pending.drain(..) {
                 if tx.send(e).await.is_err() {
                     return;
                 }
@@ -656,19 +668,20 @@ fn response_stream(
         let Some(Ok(g)) = s.outcome() else {
             return;
         };
-        let text_all: String = output
-            .iter()
-            .filter(|o| o["type"] == "message")
-            .filter_map(|o| o["content"][0]["text"].as_str())
-            .collect();
-        remember(&st, &head.id, messages, &text_all, &calls);
-        let done = response_body(&head, Some(&g), output);
+        remember(&st, &head.id, messages, &em.all_text(), &em.calls);
         let name = if g.finish == FinishReason::Length {
             "response.incomplete"
         } else {
             "response.completed"
         };
-        let _ = tx.send(ev(name, json!({"response": done}))).await;
+        let output = std::mem::take(&mut em.output);
+        em.push(
+            name,
+            json!({"response": response_body(&head, Some(&g), output)}),
+        );
+        for e in em.pending.drain(..) {
+            let _ = tx.send(e).await;
+        }
     });
     Sse::new(rx)
 }
