@@ -142,8 +142,7 @@ def test_ollama_json_format(server, model):
         format="json",
         options={"temperature": 0, "num_predict": 300},
     )
-    if r.done_reason == "stop":
-        json.loads(r.response)
-    else:
-        assert r.done_reason == "length"
-        assert r.response.lstrip()[:1] in "{[\"-0123456789tfn"
+    # Budget-aware decoding closes a constrained answer within num_predict: it is
+    # complete (an answer cut by the limit would be a failure, not a pass).
+    assert r.done_reason == "stop"
+    json.loads(r.response)
