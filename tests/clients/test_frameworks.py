@@ -146,3 +146,21 @@ def test_ollama_json_format(server, model):
     # complete (an answer cut by the limit would be a failure, not a pass).
     assert r.done_reason == "stop"
     json.loads(r.response)
+
+
+def test_langchain_bind_tools_strict(server, model):
+    from langchain_core.tools import tool
+
+    @tool
+    def get_weather(city: str, unit: str = "celsius") -> str:
+        """The weather in a city."""
+        return "sunny"
+
+    llm = ChatOpenAI(base_url=server + "/v1", api_key="x", model=model, temperature=0, max_retries=0)
+    # strict: objects closed and every declared property present, the optional `unit` too.
+    bound = llm.bind_tools([get_weather], strict=True, tool_choice="get_weather")
+    msg = bound.invoke("What is the weather in Paris?")
+    (call,) = msg.tool_calls
+    assert call["name"] == "get_weather"
+    assert set(call["args"]) == {"city", "unit"}
+    assert isinstance(call["args"]["city"], str) and isinstance(call["args"]["unit"], str)
