@@ -20,7 +20,9 @@
 //! * `required`: one or more calls (exactly one when `parallel_tool_calls` is false);
 //! * a named function: exactly one call of it, so the name and the punctuation around it
 //!   are forced text (jump-forward) and the model samples only the arguments;
-//! * `auto`: free text that never contains `<tool_call>`, optionally followed by calls; or,
+//! * `auto`: free text that never contains `<tool_call>` nor anything else beginning
+//!   `<tool` ([`MARKUP`]: a small model copies `<tool_response>` from the prompt
+//!   otherwise), optionally followed by calls; or,
 //!   when the answer has a format (`response_format`), that format or calls. Once the
 //!   model writes the first byte of `<tool_call>`, the call is constrained; text can never
 //!   smuggle a malformed call past the parser.
@@ -177,28 +179,65 @@ fn chars_except(not: &[char]) -> Expr {
     Expr::Chars(ranges)
 }
 
-/// Free text that never contains [`CALL_OPEN`]: each `<` is followed by a proper prefix
-/// of `tool_call>` and then a character that breaks it (or by the end of the text).
-fn text_without_call_open() -> Expr {
-    let rest: Vec<char> = CALL_OPEN[1..].chars().collect();
-    let lts = Expr::Repeat {
-        e: Box::new(lit("<")),
-        min: 1,
+/// What free text may not contain: anything beginning `<tool` or `</tool`. The call's
+/// `<tool_call>` is the other branch of the grammar, so text that starts a tag starts a
+/// call. A small model otherwise copies the prompt's `<tool_response>` into its answer,
+/// or invents variants (`<tool_responseText>`, `<tool_error>`); banning the exact tags was
+/// measured not to be enough (docs/SERVER.md). The price: under `auto`, an answer cannot
+/// write `<tool` (as in `<toolbar>`) in its text.
+pub const MARKUP: &[&str] = &["<tool", "</tool"];
+
+/// Free text that never contains any of `words` (each starts with `<`):
+///
+/// ```text
+/// ( [^<] | ('<' P)* '<' (p c) )*  ('<' P)*
+/// ```
+///
+/// where `P` is any proper prefix of a word's rest (after its `<`), and `p c` such a
+/// prefix followed by a character that continues no word from it and is not `<`. A `<`
+/// after a prefix starts over, so `"<too<x"` is text; a word is never completed. Exact:
+/// the complement of `Σ* (w1|w2|...) Σ*`. Cost: a few dozen alternatives, one lexeme.
+fn text_without(words: &[&str]) -> Expr {
+    let rests: Vec<Vec<char>> = words
+        .iter()
+        .map(|w| w.strip_prefix('<').unwrap_or(w).chars().collect())
+        .collect();
+    // Proper prefixes (trie nodes) and, for each, the characters that continue a word.
+    let mut nodes: Vec<(String, Vec<char>)> = Vec::new();
+    for r in &rests {
+        for k in 0..r.len() {
+            let prefix: String = r[..k].iter().collect();
+            match nodes.iter_mut().find(|(p, _)| *p == prefix) {
+                Some((_, next)) => {
+                    if !next.contains(&r[k]) {
+                        next.push(r[k]);
+                    }
+                }
+                None => nodes.push((prefix, vec![r[k]])),
+            }
+        }
+    }
+    let any_prefix = Expr::Alt(nodes.iter().map(|(p, _)| lit(p)).collect());
+    let broken = Expr::Alt(
+        nodes
+            .iter()
+            .map(|(p, next)| {
+                let mut not = next.clone();
+                not.push('<');
+                not.sort_unstable();
+                not.dedup();
+                Expr::Seq(vec![lit(p), chars_except(&not)])
+            })
+            .collect(),
+    );
+    let restarts = Expr::Repeat {
+        e: Box::new(Expr::Seq(vec![lit("<"), any_prefix])),
+        min: 0,
         max: None,
     };
-    let mut broken = Vec::new();
-    let mut partial = Vec::new();
-    for k in 0..rest.len() {
-        let prefix: String = rest[..k].iter().collect();
-        let mut not = vec![rest[k], '<'];
-        not.sort_unstable();
-        not.dedup();
-        broken.push(Expr::Seq(vec![lit(&prefix), chars_except(&not)]));
-        partial.push(lit(&prefix));
-    }
     let unit = Expr::Alt(vec![
         chars_except(&['<']),
-        Expr::Seq(vec![lts.clone(), Expr::Alt(broken)]),
+        Expr::Seq(vec![restarts.clone(), lit("<"), broken]),
     ]);
     Expr::Seq(vec![
         Expr::Repeat {
@@ -206,11 +245,7 @@ fn text_without_call_open() -> Expr {
             min: 0,
             max: None,
         },
-        Expr::Repeat {
-            e: Box::new(Expr::Seq(vec![lts, Expr::Alt(partial)])),
-            min: 0,
-            max: Some(1),
-        },
+        restarts,
     ])
 }
 
@@ -296,7 +331,7 @@ impl ToolCalling {
                 Expr::Alt(vec![Expr::Ref(calls), Expr::Ref(t)])
             }
             (ToolChoice::Auto, None) => {
-                let free = g.add_rule("text", text_without_call_open());
+                let free = g.add_rule("text", text_without(MARKUP));
                 Expr::Seq(vec![
                     Expr::Ref(free),
                     Expr::Repeat {
@@ -755,12 +790,10 @@ mod tests {
             .grammar(None, &SchemaOptions::default(), &Limits::default())
             .unwrap()
             .unwrap();
-        assert!(accepts(
-            &g,
-            "The weather is fine. <tool_ <<tool_cal> <tool_callx"
-        ));
+        assert!(accepts(&g, "The weather is fine. <too <<to> <t"));
         assert!(accepts(&g, ""));
-        assert!(accepts(&g, "ends with <tool_call"));
+        assert!(accepts(&g, "ends with <too"));
+        assert!(!accepts(&g, "The weather is fine. <tool_ <<tool_cal>"));
         assert!(accepts(&g, &call("add", r#"{"a":1,"b":2}"#)));
         assert!(accepts(
             &g,
@@ -768,6 +801,19 @@ mod tests {
         ));
         assert!(!accepts(&g, "<tool_call>\n{\"name\": \"nope\"}"));
         assert!(!accepts(&g, "text <<tool_call> more"));
+        // A `<` after a partial tag starts over; nothing beginning `<tool` appears in text.
+        assert!(accepts(&g, "a <too<x and <t<to </too <<</to"));
+        assert!(!accepts(&g, "x </tool_response"));
+        for tag in [
+            "<tool_response>",
+            "</tool_response>",
+            "</tool_call>",
+            "<tools>",
+            "<tool_error>",
+        ] {
+            assert!(!accepts(&g, &format!("It is {tag} sunny")), "{tag}");
+            assert!(!accepts(&g, &format!("<too<{tag}")), "{tag}");
+        }
         // With a response format, text must follow it.
         let text = Grammar::from_regex("[0-9]+", &Limits::default()).unwrap();
         let g = tc
