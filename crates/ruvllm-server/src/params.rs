@@ -695,7 +695,8 @@ pub fn strict_schema(schema: &Value, param: &str) -> ApiResult<Value> {
 }
 
 /// One content part list or string, as text (OpenAI allows `[{"type":"text","text":..}]`).
-fn content_text(v: Option<&Value>, param: &str) -> ApiResult<String> {
+/// (The Responses API's `input_text` and `output_text` parts read the same.)
+pub(crate) fn content_text(v: Option<&Value>, param: &str) -> ApiResult<String> {
     match v {
         None | Some(Value::Null) => Ok(String::new()),
         Some(Value::String(s)) => Ok(s.clone()),
@@ -703,7 +704,9 @@ fn content_text(v: Option<&Value>, param: &str) -> ApiResult<String> {
             let mut out = String::new();
             for (j, p) in parts.iter().enumerate() {
                 match (p.get("type").and_then(|t| t.as_str()), p.get("text")) {
-                    (Some("text"), Some(Value::String(t))) => out.push_str(t),
+                    (Some("text" | "input_text" | "output_text"), Some(Value::String(t))) => {
+                        out.push_str(t)
+                    }
                     (ty, _) => {
                         return Err(ApiError::bad(
                             format!("{param}[{j}]"),

@@ -7,7 +7,7 @@
 //! (function tools, `strict` by default as the Responses API defines) and `tool_choice`
 //! the runtime's tool calling; `text.format` (`json_object`, `json_schema` with `strict`)
 //! a format. `previous_response_id` continues from a response this server gave, kept in
-//! memory (the last [`KEPT`]); an id it no longer has is a 400. The answer is a
+//! memory (the last [`KEPT`], at most [`KEPT_BYTES`] of text); an id it no longer has is a 400. The answer is a
 //! `response` whose `output` holds a `message` item (`output_text`) and `function_call`
 //! items; `status` is `incomplete` (reason `max_output_tokens`) only when the output is
 //! really incomplete. A stream is the API's named events (`response.created`,
@@ -42,10 +42,21 @@ use crate::{json_body, new_id, unix_now, Shared};
 /// How many responses `previous_response_id` can name (the most recent ones).
 pub const KEPT: usize = 256;
 
+/// The most text the kept conversations hold together (older ones go first).
+pub const KEPT_BYTES: usize = 64 << 20;
+
 /// The conversations of recent responses, by id: what a `previous_response_id` continues.
+/// Bounded by [`KEPT`] conversations and [`KEPT_BYTES`] of text.
 #[derive(Debug, Default)]
 pub struct Store {
     kept: Mutex<VecDeque<(String, Vec<Message>)>>,
+}
+
+fn text_bytes(messages: &[Message]) -> usize {
+    messages
+        .iter()
+        .map(|m| m.content.len() + m.tool_calls.as_ref().map_or(0, |c| c.to_string().len()))
+        .sum()
 }
 
 impl Store {
@@ -55,43 +66,19 @@ impl Store {
     }
 
     fn put(&self, id: String, messages: Vec<Message>) {
+        let size = text_bytes(&messages);
+        if size > KEPT_BYTES {
+            return;
+        }
         let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
-        if kept.len() >= KEPT {
-            kept.pop_front();
-        }
         kept.push_back((id, messages));
-    }
-}
-
-/// The text of a message's `content`: a string or `input_text`/`output_text` parts.
-fn content_text(v: Option<&Value>, param: &str) -> ApiResult<String> {
-    match v {
-        None | Some(Value::Null) => Ok(String::new()),
-        Some(Value::String(s)) => Ok(s.clone()),
-        Some(Value::Array(parts)) => {
-            let mut out = String::new();
-            for (j, p) in parts.iter().enumerate() {
-                match p.get("type").and_then(Value::as_str) {
-                    Some("input_text" | "output_text" | "text") => {
-                        out.push_str(p.get("text").and_then(Value::as_str).unwrap_or(""))
-                    }
-                    other => {
-                        return Err(ApiError::bad(
-                            format!("{param}[{j}].type"),
-                            format!("content of type {other:?} is not supported (only text)"),
-                        ))
-                    }
-                }
+        let mut total: usize = kept.iter().map(|(_, m)| text_bytes(m)).sum();
+        while kept.len() > KEPT || total > KEPT_BYTES {
+            match kept.pop_front() {
+                Some((_, m)) => total -= text_bytes(&m),
+                None => break,
             }
-            Ok(out)
         }
-        Some(other) => Err(ApiError::bad(
-            param,
-            format!(
-                "must be a string or a list of parts, got {}",
-                type_name(other)
-            ),
-        )),
     }
 }
 
@@ -129,7 +116,7 @@ fn input_messages(input: &Value, out: &mut Vec<Message>) -> ApiResult<()> {
                         ))
                     }
                 };
-                let text = content_text(it.get("content"), &format!("{p}.content"))?;
+                let text = params::content_text(it.get("content"), &format!("{p}.content"))?;
                 out.push(Message::new(role, text));
             }
             Some("function_call") => {
@@ -162,7 +149,7 @@ fn input_messages(input: &Value, out: &mut Vec<Message>) -> ApiResult<()> {
                 })?;
                 let output = match it.get("output") {
                     Some(Value::String(s)) => s.clone(),
-                    Some(v) => content_text(Some(v), &format!("{p}.output"))?,
+                    Some(v) => params::content_text(Some(v), &format!("{p}.output"))?,
                     None => String::new(),
                 };
                 let mut m = Message::new("tool", output);
