@@ -22,6 +22,10 @@ pub struct ModelArgs {
     /// A tokenizer.json to use instead of the tokenizer in the GGUF file.
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
+    /// A Jinja chat template file to use instead of the one in the GGUF file (a template
+    /// with `<think>` ... `</think>` turns reasoning on; see docs/AGENTS.md).
+    #[arg(long, value_name = "FILE")]
+    pub chat_template: Option<PathBuf>,
     /// Compute threads (default: the number of physical cores).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -93,6 +97,13 @@ impl ModelArgs {
                 ..Default::default()
             },
             tokenizer: self.tokenizer.clone(),
+            chat_template: match &self.chat_template {
+                Some(p) => Some(
+                    std::fs::read_to_string(p)
+                        .with_context(|| format!("reading the chat template {}", p.display()))?,
+                ),
+                None => None,
+            },
             limits: Some(self.limits.limits()),
             prefix_cache_bytes,
             constraint_cache_bytes: Some(self.limits.constraint_cache_mb << 20),

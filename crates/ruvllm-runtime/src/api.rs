@@ -24,7 +24,9 @@ use serde_json::{json, Value};
 use crate::chat::Message;
 use crate::error::{Result, RuntimeError};
 use crate::json::{JsonSchema, JsonValidator, ValidatedJson};
+use crate::reasoning::{Thinking, SEPARATOR};
 use crate::sampler::SamplerConfig;
+use crate::text::text_without;
 use crate::tools::ToolCalling;
 
 /// JSON mode, as the design record defines it.
@@ -135,6 +137,14 @@ pub enum OutputConstraint {
         /// Fixed text after.
         suffix: String,
     },
+    /// Free reasoning up to the first `end` marker, then [`crate::reasoning::SEPARATOR`],
+    /// then `inner` (see [`crate::reasoning`]).
+    Reasoned {
+        /// The end marker (`</think>`).
+        end: String,
+        /// The answer's constraint.
+        inner: Box<OutputConstraint>,
+    },
     /// Tool calls (see [`crate::tools`]); with `tool_choice: auto`, a text answer under
     /// `text` (free text when `None`).
     Tools {
@@ -169,6 +179,13 @@ impl OutputConstraint {
                 Value::from(suffix.as_str()),
                 inner.cache_key()
             ),
+            OutputConstraint::Reasoned { end, inner } => {
+                format!(
+                    "reasoned/{}/{}",
+                    Value::from(end.as_str()),
+                    inner.cache_key()
+                )
+            }
             OutputConstraint::Tools {
                 calling,
                 text,
@@ -220,6 +237,21 @@ impl OutputConstraint {
                     Expr::Literal(prefix.as_bytes().to_vec()),
                     body,
                     Expr::Literal(suffix.as_bytes().to_vec()),
+                ]);
+                g
+            }
+            OutputConstraint::Reasoned { end, inner } => {
+                let mut g = Grammar::single("root", Expr::Empty);
+                let answer = match inner.grammar(limits)? {
+                    Some(ig) => Expr::Ref(g.embed(ig, "answer-")),
+                    None => Expr::repeat(Expr::Chars(vec![('\0', char::MAX)]), 0, None),
+                };
+                let reasoning = g.add_rule("reasoning", text_without(&[end.as_str()]));
+                g.rules[0].body = Expr::Seq(vec![
+                    Expr::Ref(reasoning),
+                    Expr::Literal(end.as_bytes().to_vec()),
+                    Expr::Literal(SEPARATOR.as_bytes().to_vec()),
+                    answer,
                 ]);
                 g
             }
@@ -277,6 +309,9 @@ pub struct GenerateParams {
     /// [`Generation::budget_closed`]. `false`: the exact mask only, and an output cut by
     /// `max_tokens` ends [`FinishReason::Length`], incomplete. No effect unconstrained.
     pub budget_aware: bool,
+    /// Reasoning (for chat templates with a reasoning section; see [`crate::reasoning`]):
+    /// on by default there, off with `enabled: Some(false)`, bounded by `budget`.
+    pub thinking: Thinking,
 }
 
 impl Default for GenerateParams {
@@ -297,6 +332,7 @@ impl Default for GenerateParams {
             jump_forward: true,
             ignore_eos: false,
             budget_aware: true,
+            thinking: Thinking::default(),
         }
     }
 }
@@ -490,6 +526,9 @@ pub struct Generation {
     /// within `max_tokens` ([`Usage::budget_steps`] says how many steps). The output is
     /// complete and valid; the model might have written more with a larger budget.
     pub budget_closed: bool,
+    /// The reasoning section, apart from the answer in `text` (`None` when the generation
+    /// had none).
+    pub reasoning: Option<String>,
 }
 
 /// A language model backend (the design record's trait).

@@ -144,6 +144,18 @@ impl ChatTemplate {
         tools: Option<&Value>,
         add_generation_prompt: bool,
     ) -> Result<String, RuntimeError> {
+        self.render_with(messages, tools, add_generation_prompt, None)
+    }
+
+    /// [`ChatTemplate::render`] with `enable_thinking` set for templates with a reasoning
+    /// switch (Qwen3's); `None` leaves it undefined (the template's default).
+    pub fn render_with(
+        &self,
+        messages: &[Message],
+        tools: Option<&Value>,
+        add_generation_prompt: bool,
+        enable_thinking: Option<bool>,
+    ) -> Result<String, RuntimeError> {
         let t = self
             .env
             .get_template("chat")
@@ -154,6 +166,7 @@ impl ChatTemplate {
             add_generation_prompt => add_generation_prompt,
             bos_token => self.bos.as_str(),
             eos_token => self.eos.as_str(),
+            enable_thinking => enable_thinking,
         })
         .map_err(|e| RuntimeError::Template(e.to_string()))
     }

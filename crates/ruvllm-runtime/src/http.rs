@@ -242,6 +242,7 @@ impl LlmBackend for HttpBackend {
                         json,
                         path,
                         budget_closed: false,
+                        reasoning: None,
                     });
                 }
                 Err(why) => {

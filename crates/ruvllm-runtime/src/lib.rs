@@ -32,7 +32,9 @@ pub mod json;
 pub mod kernels;
 pub mod local;
 pub mod model;
+pub mod reasoning;
 pub mod sampler;
+pub mod text;
 pub mod tools;
 
 pub use api::{

@@ -36,6 +36,7 @@ use crate::chat::{ChatTemplate, Message, CHATML};
 use crate::error::{Result, RuntimeError};
 use crate::json::ValidationStatus;
 use crate::model::{KvCache, LoadOptions, Model};
+use crate::reasoning::ReasoningMarkers;
 use crate::sampler::{Sampler, PENALTY_WINDOW};
 use crate::tools::{inject_tools, Tool};
 
@@ -57,6 +58,9 @@ pub struct BackendOptions {
     /// Longest prompt in tokens (`None`: the model's context less one position). A longer
     /// one is refused with [`RuntimeError::PromptTooLong`].
     pub max_prompt_tokens: Option<usize>,
+    /// A Jinja chat template to use instead of the model file's (`None`: the file's,
+    /// else ChatML).
+    pub chat_template: Option<String>,
 }
 
 /// Compiled constraints kept for reuse, least recently used evicted first, bounded by
@@ -183,6 +187,8 @@ struct Inner {
     tokenizer: tokenizers::Tokenizer,
     vocab: Arc<Vocabulary>,
     template: ChatTemplate,
+    /// The template's reasoning section, when it has one.
+    reasoning: Option<ReasoningMarkers>,
     bos: Option<u32>,
     add_bos: bool,
     eos: Vec<u32>,
@@ -246,7 +252,11 @@ impl CandleBackend {
             gv.get("tokenizer.ggml.add_bos_token"),
             Some(ruvllm_engine::vocab::GgufValue::Bool(true))
         );
-        let template_src = gv.chat_template().unwrap_or(CHATML).to_string();
+        let template_src = match &opts.chat_template {
+            Some(t) => t.clone(),
+            None => gv.chat_template().unwrap_or(CHATML).to_string(),
+        };
+        let reasoning = ReasoningMarkers::detect(&template_src);
         let template = ChatTemplate::new(
             &template_src,
             &token_text(bos),
@@ -270,6 +280,7 @@ impl CandleBackend {
                 tokenizer,
                 vocab: Arc::new(vocab),
                 template,
+                reasoning,
                 bos,
                 add_bos,
                 eos,
@@ -312,29 +323,51 @@ impl CandleBackend {
         &self.inner.model
     }
 
-    /// The prompt as text: the chat template applied (except for [`Prompt::Raw`]).
+    /// The prompt as text: the chat template applied (except for [`Prompt::Raw`]), with
+    /// reasoning left at the template's default.
     pub fn render(&self, prompt: &Prompt) -> Result<String> {
-        match prompt {
-            Prompt::Raw(t) => Ok(t.clone()),
-            Prompt::User(t) => self
-                .inner
-                .template
-                .render(&[Message::user(t.clone())], None, true),
-            Prompt::Chat { messages, tools } => {
-                let t = &self.inner.template;
-                match tools {
-                    Some(list) if !t.supports_tools() => {
-                        let parsed = list
-                            .as_array()
-                            .into_iter()
-                            .flatten()
-                            .map(Tool::from_openai)
-                            .collect::<Result<Vec<_>>>()?;
-                        t.render(&inject_tools(messages, &parsed), None, true)
-                    }
-                    _ => t.render(messages, tools.as_ref(), true),
+        self.render_with(prompt, None)
+    }
+
+    /// The prompt as text, with reasoning on or off (`think`; `None`: the template's
+    /// default) where the template has a reasoning section: on, the prompt ends inside it;
+    /// off, after an empty one (see [`crate::reasoning`]). Cost: rendering the template.
+    pub fn render_with(&self, prompt: &Prompt, think: Option<bool>) -> Result<String> {
+        let t = &self.inner.template;
+        let mut text = match prompt {
+            Prompt::Raw(t) => return Ok(t.clone()),
+            Prompt::User(u) => t.render_with(&[Message::user(u.clone())], None, true, think)?,
+            Prompt::Chat { messages, tools } => match tools {
+                Some(list) if !t.supports_tools() => {
+                    let parsed = list
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(Tool::from_openai)
+                        .collect::<Result<Vec<_>>>()?;
+                    t.render_with(&inject_tools(messages, &parsed), None, true, think)?
                 }
-            }
+                _ => t.render_with(messages, tools.as_ref(), true, think)?,
+            },
+        };
+        if let Some(m) = &self.inner.reasoning {
+            m.finish_prompt(&mut text, think != Some(false));
+        }
+        Ok(text)
+    }
+
+    /// The reasoning markers a generation of `prompt` under `params` uses: the template's,
+    /// for chat prompts, unless `params.thinking` turns reasoning off. Its output then
+    /// begins inside the reasoning section. Cost: O(1).
+    pub fn reasoning_for(
+        &self,
+        prompt: &Prompt,
+        params: &GenerateParams,
+    ) -> Option<&ReasoningMarkers> {
+        match prompt {
+            Prompt::Raw(_) => None,
+            _ if params.thinking.enabled == Some(false) => None,
+            _ => self.inner.reasoning.as_ref(),
         }
     }
 
@@ -581,7 +614,24 @@ pub struct Sequence {
     /// `max_tokens` at the start, and every step keeps it so (see
     /// [`GenerateParams::budget_aware`]).
     budget: bool,
+    /// The reasoning section the output begins in, while it lasts.
+    reason: Option<Reason>,
     t0: Instant,
+}
+
+/// A reasoning section in progress (see [`crate::reasoning`]).
+struct Reason {
+    markers: ReasoningMarkers,
+    /// Whether the end marker has not been written yet.
+    open: bool,
+    /// Reasoning tokens written so far.
+    tokens: usize,
+    /// Most reasoning tokens before the end marker is forced.
+    budget: Option<usize>,
+    /// The end marker (and, unconstrained, the separator) as tokens, forced at the budget.
+    close: Vec<u32>,
+    /// Where in the output to look for the end marker next.
+    from: usize,
 }
 
 /// Sampled tokens refused in one step (see [`Sequence::advance`]) before the first token
@@ -660,6 +710,10 @@ impl Sequence {
     /// model must run on [`Sequence::feed`], `Ok(false)` when the generation is over.
     /// Cost: the engine's forced-token and end checks (microseconds).
     pub fn prepare(&mut self, on_text: &mut dyn FnMut(&str) -> bool) -> Result<bool> {
+        if self.close_reasoning(on_text)? {
+            self.finish = FinishReason::Stop;
+            return Ok(false);
+        }
         if let Some((src, n)) = self.reuse.take() {
             self.cache = self.backend.inner.model.copy_prefix(&src, n)?;
         }
@@ -717,6 +771,58 @@ impl Sequence {
             }
         }
         Ok(self.n_out < self.max_tokens)
+    }
+
+    /// At the reasoning budget, forces the end marker (its tokens ride along with the next
+    /// pass). Returns `Ok(true)` when a stop sequence ended the output. A character cut
+    /// in half by the last token is finished first (the marker must follow whole text).
+    fn close_reasoning(&mut self, on_text: &mut dyn FnMut(&str) -> bool) -> Result<bool> {
+        let Some(r) = self.reason.as_mut() else {
+            return Ok(false);
+        };
+        let due = r.open
+            && r.budget.is_some_and(|b| r.tokens >= b)
+            && incomplete_tail(&self.em.out) == 0
+            && self.n_out + r.close.len() <= self.max_tokens;
+        if !due {
+            return Ok(false);
+        }
+        r.open = false;
+        let close = r.close.clone();
+        if let Some(m) = self.matcher.as_mut() {
+            for &t in &close {
+                m.commit_token(t)?;
+            }
+        }
+        let vocab = self.backend.inner.vocab.clone();
+        let bytes: Vec<u8> = close
+            .iter()
+            .flat_map(|&t| vocab.token_bytes(t).iter().copied())
+            .collect();
+        self.feed.extend_from_slice(&close);
+        self.remember(&close);
+        self.n_out += close.len();
+        self.usage.forced_tokens += close.len();
+        self.first();
+        self.em.push(&bytes, on_text)
+    }
+
+    /// Counts a reasoning token and notices the end marker in the output.
+    fn track_reasoning(&mut self) {
+        let Some(r) = self.reason.as_mut() else {
+            return;
+        };
+        if !r.open {
+            return;
+        }
+        r.tokens += 1;
+        let end = r.markers.end.as_bytes();
+        let out = &self.em.out;
+        if find(&out[r.from.min(out.len())..], end).is_some() {
+            r.open = false;
+        } else {
+            r.from = out.len().saturating_sub(end.len() - 1);
+        }
     }
 
     /// Takes the logits of the last fed token: masks, samples, commits and emits the next
@@ -831,7 +937,9 @@ impl Sequence {
         }
         self.n_out += 1;
         self.first();
-        if self.em.push(vocab.token_bytes(t), on_text)? {
+        let stopped = self.em.push(vocab.token_bytes(t), on_text)?;
+        self.track_reasoning();
+        if stopped {
             self.finish = FinishReason::Stop;
             return Ok(false);
         }
@@ -860,6 +968,12 @@ impl Sequence {
             usage.first_token_secs = usage.total_secs;
         }
         let mut text = String::from_utf8_lossy(&self.em.out).into_owned();
+        let reasoning = self.reason.as_ref().map(|r| {
+            let (think, answer) = r.markers.split(&text);
+            let think = think.to_string();
+            text = answer.to_string();
+            think
+        });
         let mut json = None;
         let mut path = if self.constraint.is_some() {
             ResultPath::Constrained
@@ -891,6 +1005,7 @@ impl Sequence {
             seed: self.seed,
             json,
             path,
+            reasoning,
         })
     }
 }
@@ -905,7 +1020,12 @@ impl CandleBackend {
         let t0 = Instant::now();
         let inner = &self.inner;
         let ctx = inner.model.config().context_length;
-        let text = self.render(prompt)?;
+        let markers = self.reasoning_for(prompt, params).cloned();
+        let think = match prompt {
+            Prompt::Raw(_) => None,
+            _ => params.thinking.enabled,
+        };
+        let text = self.render_with(prompt, think)?;
         // No token is longer than `max_token_bytes`: a text that long cannot fit in the
         // budget, and is refused before the tokenizer spends time on it.
         let lower_bound = text.len() / inner.max_token_bytes.max(1);
@@ -936,11 +1056,43 @@ impl CandleBackend {
                 limit: ctx,
             });
         }
-        let constraint = params
-            .effective_constraint()?
-            .map(|c| self.constraint(&c))
-            .transpose()?
-            .flatten();
+        let answer = params.effective_constraint()?;
+        let constrained = answer.is_some();
+        let constraint = match (&markers, answer) {
+            (Some(m), Some(c)) => Some(OutputConstraint::Reasoned {
+                end: m.end.clone(),
+                inner: Box::new(c),
+            }),
+            (_, c) => c,
+        }
+        .map(|c| self.constraint(&c))
+        .transpose()?
+        .flatten();
+        let reason = match markers {
+            Some(m) => {
+                // Under a constraint the grammar forces the separator after the marker.
+                let close_text = if constrained {
+                    m.end.clone()
+                } else {
+                    format!("{}{}", m.end, crate::reasoning::SEPARATOR)
+                };
+                let close = inner
+                    .tokenizer
+                    .encode(close_text.as_str(), false)
+                    .map_err(|e| RuntimeError::Tokenizer(e.to_string()))?
+                    .get_ids()
+                    .to_vec();
+                Some(Reason {
+                    markers: m,
+                    open: true,
+                    tokens: 0,
+                    budget: params.thinking.budget,
+                    close,
+                    from: 0,
+                })
+            }
+            None => None,
+        };
         let mut matcher = match &constraint {
             Some(c) => Some(Matcher::new(c)?),
             None => None,
@@ -989,6 +1141,7 @@ impl CandleBackend {
             n_out: 0,
             max_tokens,
             budget,
+            reason,
             recent: if params.sampler().penalizes() {
                 ids[ids.len().saturating_sub(PENALTY_WINDOW)..]
                     .iter()

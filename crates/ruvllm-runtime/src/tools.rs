@@ -44,6 +44,7 @@ use serde_json::{json, Value};
 
 use crate::chat::Message;
 use crate::error::{Result, RuntimeError};
+use crate::text::text_without;
 
 /// The text that opens a call.
 pub const CALL_OPEN: &str = "<tool_call>";
@@ -165,20 +166,6 @@ fn lit(s: &str) -> Expr {
     Expr::Literal(s.as_bytes().to_vec())
 }
 
-/// Every character except those in `not` (sorted ascending, ASCII).
-fn chars_except(not: &[char]) -> Expr {
-    let mut ranges = Vec::new();
-    let mut lo = '\0';
-    for &c in not {
-        if c > lo {
-            ranges.push((lo, char::from_u32(c as u32 - 1).unwrap_or(lo)));
-        }
-        lo = char::from_u32(c as u32 + 1).unwrap_or(c);
-    }
-    ranges.push((lo, char::MAX));
-    Expr::Chars(ranges)
-}
-
 /// What free text may not contain: anything beginning `<tool` or `</tool`. The call's
 /// `<tool_call>` is the other branch of the grammar, so text that starts a tag starts a
 /// call. A small model otherwise copies the prompt's `<tool_response>` into its answer,
@@ -186,68 +173,6 @@ fn chars_except(not: &[char]) -> Expr {
 /// measured not to be enough (docs/SERVER.md). The price: under `auto`, an answer cannot
 /// write `<tool` (as in `<toolbar>`) in its text.
 pub const MARKUP: &[&str] = &["<tool", "</tool"];
-
-/// Free text that never contains any of `words` (each starts with `<`):
-///
-/// ```text
-/// ( [^<] | ('<' P)* '<' (p c) )*  ('<' P)*
-/// ```
-///
-/// where `P` is any proper prefix of a word's rest (after its `<`), and `p c` such a
-/// prefix followed by a character that continues no word from it and is not `<`. A `<`
-/// after a prefix starts over, so `"<too<x"` is text; a word is never completed. Exact:
-/// the complement of `Σ* (w1|w2|...) Σ*`. Cost: a few dozen alternatives, one lexeme.
-fn text_without(words: &[&str]) -> Expr {
-    let rests: Vec<Vec<char>> = words
-        .iter()
-        .map(|w| w.strip_prefix('<').unwrap_or(w).chars().collect())
-        .collect();
-    // Proper prefixes (trie nodes) and, for each, the characters that continue a word.
-    let mut nodes: Vec<(String, Vec<char>)> = Vec::new();
-    for r in &rests {
-        for k in 0..r.len() {
-            let prefix: String = r[..k].iter().collect();
-            match nodes.iter_mut().find(|(p, _)| *p == prefix) {
-                Some((_, next)) => {
-                    if !next.contains(&r[k]) {
-                        next.push(r[k]);
-                    }
-                }
-                None => nodes.push((prefix, vec![r[k]])),
-            }
-        }
-    }
-    let any_prefix = Expr::Alt(nodes.iter().map(|(p, _)| lit(p)).collect());
-    let broken = Expr::Alt(
-        nodes
-            .iter()
-            .map(|(p, next)| {
-                let mut not = next.clone();
-                not.push('<');
-                not.sort_unstable();
-                not.dedup();
-                Expr::Seq(vec![lit(p), chars_except(&not)])
-            })
-            .collect(),
-    );
-    let restarts = Expr::Repeat {
-        e: Box::new(Expr::Seq(vec![lit("<"), any_prefix])),
-        min: 0,
-        max: None,
-    };
-    let unit = Expr::Alt(vec![
-        chars_except(&['<']),
-        Expr::Seq(vec![restarts.clone(), lit("<"), broken]),
-    ]);
-    Expr::Seq(vec![
-        Expr::Repeat {
-            e: Box::new(unit),
-            min: 0,
-            max: None,
-        },
-        restarts,
-    ])
-}
 
 impl ToolCalling {
     /// The tools a call may name under this choice. Errors when a named function is not

@@ -544,3 +544,117 @@ fn prompt_prefixes_are_reused() {
         assert_eq!(g.usage.cached_prompt_tokens, 0);
     }
 }
+
+fn thinking_backend() -> &'static CandleBackend {
+    static B: OnceLock<CandleBackend> = OnceLock::new();
+    B.get_or_init(|| {
+        let t = std::fs::read_to_string(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../../tests/templates/chatml-think.jinja"),
+        )
+        .unwrap();
+        let opts = BackendOptions {
+            chat_template: Some(t),
+            ..Default::default()
+        };
+        CandleBackend::load(&model_path(), &opts).unwrap()
+    })
+}
+
+/// Reasoning in one pass: free text up to `</think>` (forced at the reasoning budget),
+/// then the schema; the answer validates and the reasoning comes apart from it.
+#[test]
+fn reasoning_then_schema_in_one_pass() {
+    let b = thinking_backend();
+    let schema = serde_json::json!({"type":"object","properties":{"city":{"type":"string","maxLength":20}},"required":["city"],"additionalProperties":false});
+    let prompt = Prompt::Chat {
+        messages: vec![Message::user(
+            "Which city is the capital of France? Answer in JSON.",
+        )],
+        tools: None,
+    };
+    assert!(b
+        .render(&prompt)
+        .unwrap()
+        .ends_with("<|im_start|>assistant\n<think>\n"));
+    for budget in [0, 5, 24] {
+        let params = GenerateParams {
+            seed: Some(7),
+            max_tokens: 96,
+            constraint: Some(OutputConstraint::JsonSchema {
+                schema: JsonSchema::from_value(schema.clone()).unwrap(),
+                options: Default::default(),
+            }),
+            thinking: ruvllm_runtime::reasoning::Thinking {
+                enabled: None,
+                budget: Some(budget),
+            },
+            ..Default::default()
+        };
+        let mut streamed = String::new();
+        let g = b
+            .complete(&prompt, &params, &mut |t| {
+                streamed.push_str(t);
+                true
+            })
+            .unwrap();
+        assert_eq!(g.finish, FinishReason::Stop, "{g:?}");
+        let v: serde_json::Value = serde_json::from_str(&g.text).unwrap();
+        assert!(jsonschema::is_valid(&schema, &v), "{}", g.text);
+        let reasoning = g.reasoning.clone().unwrap();
+        // The stream is reasoning, the marker, the separator, the answer.
+        let end = streamed.find("</think>").expect("the end marker");
+        assert_eq!(streamed[end + 8..].trim_start(), g.text);
+        assert_eq!(streamed[..end].trim(), reasoning);
+        // The budget bounds the reasoning (its tokens are at most the budget).
+        let n = b.encode(&streamed[..end]).unwrap().len();
+        assert!(
+            n <= budget + 1,
+            "{n} reasoning tokens over a budget of {budget}"
+        );
+    }
+    // Reasoning off: an empty section in the prompt, no reasoning in the output.
+    let params = GenerateParams {
+        seed: Some(7),
+        max_tokens: 64,
+        json_mode: Some(JsonModeConfig::default()),
+        thinking: ruvllm_runtime::reasoning::Thinking {
+            enabled: Some(false),
+            budget: None,
+        },
+        ..Default::default()
+    };
+    let g = b.complete(&prompt, &params, &mut |_| true).unwrap();
+    assert!(g.reasoning.is_none());
+    assert_eq!(g.finish, FinishReason::Stop);
+    serde_json::from_str::<serde_json::Value>(&g.text).unwrap();
+}
+
+/// `max_tokens` covers the reasoning and the answer: budget-aware decoding closes the
+/// reasoning in time for a complete answer.
+#[test]
+fn max_tokens_closes_the_reasoning_in_time() {
+    let b = thinking_backend();
+    let schema = serde_json::json!({"type":"object","properties":{"n":{"type":"integer"}},"required":["n"],"additionalProperties":false});
+    let params = GenerateParams {
+        seed: Some(3),
+        max_tokens: 24,
+        constraint: Some(OutputConstraint::JsonSchema {
+            schema: JsonSchema::from_value(schema.clone()).unwrap(),
+            options: Default::default(),
+        }),
+        ..Default::default()
+    };
+    let prompt = Prompt::Chat {
+        messages: vec![Message::user(
+            "Think at length about the number seven, then give it.",
+        )],
+        tools: None,
+    };
+    let g = b.complete(&prompt, &params, &mut |_| true).unwrap();
+    assert_eq!(g.finish, FinishReason::Stop, "{g:?}");
+    assert!(g.usage.completion_tokens <= 24);
+    let v: serde_json::Value = serde_json::from_str(&g.text).unwrap();
+    assert!(jsonschema::is_valid(&schema, &v), "{}", g.text);
+    assert!(g.reasoning.is_some());
+}
