@@ -54,6 +54,10 @@ pub struct ServeArgs {
     /// Answer under any model name a request gives (as llama-server does).
     #[arg(long)]
     any_model: bool,
+    /// Most reasoning tokens before `</think>` is forced, for chat templates with a
+    /// reasoning section, when a request sets no budget (default: only max_tokens).
+    #[arg(long, value_name = "TOKENS")]
+    reasoning_budget: Option<usize>,
     /// Objects whose schema declares properties but leaves additionalProperties unsaid:
     /// `dialect` closes them where that field's own server does (Ollama `format`,
     /// llama.cpp `json_schema`, Ollama tools) and leaves them open elsewhere (OpenAI,
@@ -101,6 +105,7 @@ pub fn run(
         prompt_schema: a.prompt_schema,
         aliases: a.aliases,
         any_model: a.any_model,
+        reasoning_budget: a.reasoning_budget,
         objects: match a.additional_properties {
             Objects::Dialect => ObjectPolicy::Dialect,
             Objects::Open => ObjectPolicy::Open,

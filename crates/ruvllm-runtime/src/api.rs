@@ -441,6 +441,8 @@ pub struct Usage {
     pub completion_tokens: usize,
     /// Output tokens appended by jump-forward, not sampled.
     pub forced_tokens: usize,
+    /// Output tokens of the reasoning section (end marker included; 0 without one).
+    pub reasoning_tokens: usize,
     /// Model forward passes after the prompt.
     pub forward_passes: usize,
     /// Seconds spent on the prompt (prefill).

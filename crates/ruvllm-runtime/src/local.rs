@@ -788,6 +788,7 @@ impl Sequence {
             return Ok(false);
         }
         r.open = false;
+        r.tokens += r.close.len();
         let close = r.close.clone();
         if let Some(m) = self.matcher.as_mut() {
             for &t in &close {
@@ -963,6 +964,9 @@ impl Sequence {
         }
         let mut usage = self.usage;
         usage.completion_tokens = self.n_out;
+        if let Some(r) = &self.reason {
+            usage.reasoning_tokens = r.tokens;
+        }
         usage.total_secs = self.t0.elapsed().as_secs_f64();
         if usage.first_token_secs == 0.0 {
             usage.first_token_secs = usage.total_secs;

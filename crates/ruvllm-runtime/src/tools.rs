@@ -44,6 +44,7 @@ use serde_json::{json, Value};
 
 use crate::chat::Message;
 use crate::error::{Result, RuntimeError};
+use crate::reasoning::{Part, ReasoningMarkers, ReasoningSplitter};
 use crate::text::text_without;
 
 /// The text that opens a call.
@@ -344,6 +345,8 @@ pub fn inject_tools(messages: &[Message], tools: &[Tool]) -> Vec<Message> {
 /// A piece of parsed output.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ToolEvent {
+    /// Reasoning text (before the answer; see [`crate::reasoning`]).
+    Reasoning(String),
     /// Answer text.
     Text(String),
     /// Call number `index` (from 0) names `name`.
@@ -398,6 +401,10 @@ pub struct ToolParser {
     in_str: bool,
     esc: bool,
     started: bool,
+    /// Whether calls are looked for (else all content is text).
+    tools: bool,
+    /// Splits off a leading reasoning section first, when the output has one.
+    reasoning: Option<ReasoningSplitter>,
 }
 
 impl Default for ToolParser {
@@ -426,6 +433,18 @@ impl ToolParser {
             in_str: false,
             esc: false,
             started: false,
+            tools: true,
+            reasoning: None,
+        }
+    }
+
+    /// A parser for an output that may begin with a reasoning section (`reasoning`: its
+    /// markers) and may hold calls (`tools`; otherwise all content is text). Cost: O(1).
+    pub fn with_options(tools: bool, reasoning: Option<&ReasoningMarkers>) -> ToolParser {
+        ToolParser {
+            tools,
+            reasoning: reasoning.map(ReasoningSplitter::new),
+            ..ToolParser::new()
         }
     }
 
@@ -441,15 +460,40 @@ impl ToolParser {
 
     /// Feeds output text; returns what it completes.
     pub fn push(&mut self, chunk: &str) -> Vec<ToolEvent> {
-        self.buf.push_str(chunk);
         let mut ev = Vec::new();
-        self.run(&mut ev, false);
+        match &mut self.reasoning {
+            Some(r) => {
+                for part in r.push(chunk) {
+                    match part {
+                        Part::Reasoning(t) => ev.push(ToolEvent::Reasoning(t)),
+                        Part::Content(t) => self.content(&t, &mut ev),
+                    }
+                }
+            }
+            _ => self.content(chunk, &mut ev),
+        }
         ev
+    }
+
+    fn content(&mut self, chunk: &str, ev: &mut Vec<ToolEvent>) {
+        if self.tools {
+            self.buf.push_str(chunk);
+            self.run(ev, false);
+        } else {
+            self.emit_text(chunk, ev);
+        }
     }
 
     /// Ends the output: held-back text is released.
     pub fn finish(&mut self) -> Vec<ToolEvent> {
         let mut ev = Vec::new();
+        if let Some(r) = &mut self.reasoning {
+            for part in r.finish() {
+                if let Part::Reasoning(t) = part {
+                    ev.push(ToolEvent::Reasoning(t));
+                }
+            }
+        }
         self.run(&mut ev, true);
         if !self.buf.is_empty() && matches!(self.state, State::Text | State::Header) {
             let rest = std::mem::take(&mut self.buf);

@@ -9,14 +9,17 @@
 //! `output_config.format` (or the beta's `output_format`), `{"type": "json_schema",
 //! "schema"}`, Anthropic's structured outputs, a schema constraint (objects closed, every
 //! declared property present, as Anthropic defines them). `temperature`, `top_p` and
-//! `top_k` are read where a client still sends them. The answer is a message of `text` and `tool_use` blocks with
+//! `top_k` are read where a client still sends them. `thinking` (`enabled` with
+//! `budget_tokens`, or `disabled`, the default) turns on the reasoning section of a chat
+//! template that has one (see `ruvllm_runtime::reasoning`). The answer is a message of
+//! `thinking`, `text` and `tool_use` blocks with
 //! `stop_reason` `end_turn`, `tool_use` or `max_tokens`; a stream is Anthropic's named
 //! SSE events (`message_start`, `content_block_start`/`_delta`/`_stop`, `message_delta`,
 //! `message_stop`), tool input streamed as `input_json_delta`. Errors use Anthropic's
 //! shape (`{"type": "error", "error": {"type", "message"}}`) and name the field.
 //!
 //! Not supported, and refused with a 400 naming the field rather than ignored: image and
-//! document blocks, server tools (`web_search`...), extended `thinking`.
+//! document blocks, server tools (`web_search`...).
 
 use std::convert::Infallible;
 
@@ -271,15 +274,34 @@ fn tools(f: &Fields) -> ApiResult<Option<ToolCalling>> {
     }))
 }
 
+/// `thinking`: `{"type": "enabled", "budget_tokens": N}` turns reasoning on with that
+/// budget, `{"type": "disabled"}` or no field leaves it off (Anthropic's default), for
+/// chat templates with a reasoning section. Returns `(enabled, budget)`.
+fn thinking(f: &Fields) -> ApiResult<(Option<bool>, Option<usize>)> {
+    let Some(t) = f.obj("thinking").map_err(|e| e.dialect(D))? else {
+        return Ok((Some(false), None));
+    };
+    match t.str("type").map_err(|e| e.dialect(D))? {
+        Some("enabled") => {
+            let budget = t
+                .int("budget_tokens", 0, 1 << 20)
+                .map_err(|e| e.dialect(D))?
+                .map(|n| n as usize);
+            Ok((Some(true), budget))
+        }
+        Some("disabled") => Ok((Some(false), None)),
+        other => Err(bad(
+            "thinking.type",
+            format!("thinking.type {other:?} is not \"enabled\" or \"disabled\""),
+        )),
+    }
+}
+
 /// The request as a prompt, generation parameters and the field its constraint came from.
 fn read(st: &Shared, v: &Value) -> ApiResult<(Prompt, GenerateParams, String, bool)> {
     let f = Fields::of(v, "").map_err(|e| e.dialect(D))?;
     st.check_model(f.str("model").map_err(|e| e.dialect(D))?, D)?;
-    if let Some(t) = f.get("thinking") {
-        if t.get("type").and_then(Value::as_str) == Some("enabled") {
-            return Err(bad("thinking", "extended thinking is not supported yet"));
-        }
-    }
+    let thinking = thinking(&f)?;
     let msgs = messages(&f)?;
     let calling = tools(&f)?;
     let objects = st.objects(&f).map_err(|e| e.dialect(D))?;
@@ -366,6 +388,7 @@ fn read(st: &Shared, v: &Value) -> ApiResult<(Prompt, GenerateParams, String, bo
         stop: f.stop("stop_sequences").map_err(|e| e.dialect(D))?,
         budget_aware: st.budget_aware(&f, false).map_err(|e| e.dialect(D))?,
         constraint,
+        thinking: st.thinking(thinking.0, thinking.1),
         ..Default::default()
     };
     let prompt = Prompt::Chat {
@@ -405,6 +428,7 @@ async fn messages_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiR
     let v = json_body(body, D)?;
     let (prompt, gp, param, stream) = read(&st, &v)?;
     let tools = matches!(gp.constraint, Some(OutputConstraint::Tools { .. }));
+    let markers = st.reasoning(&prompt, &gp);
     let s = st
         .start(prompt, gp, param)
         .await
@@ -412,7 +436,8 @@ async fn messages_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiR
     let id = new_id("msg_");
     let model = st.model_id.clone();
     if stream {
-        return Ok(message_stream(s, id, model, tools).into_response());
+        let parser = ToolParser::with_options(tools, markers.as_ref());
+        return Ok(message_stream(s, id, model, parser).into_response());
     }
     let g = collect(s).await.map_err(|e| e.dialect(D))?;
     let (text, calls) = if tools {
@@ -421,6 +446,9 @@ async fn messages_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiR
         (g.text.clone(), Vec::new())
     };
     let mut content = Vec::new();
+    if let Some(r) = &g.reasoning {
+        content.push(json!({"type": "thinking", "thinking": r, "signature": ""}));
+    }
     if !text.is_empty() {
         content.push(json!({"type": "text", "text": text}));
     }
@@ -453,11 +481,93 @@ fn event(name: &str, data: Value) -> Result<Event, Infallible> {
     Ok(Event::default().event(name).data(data.to_string()))
 }
 
+/// A content block being streamed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Block {
+    Thinking,
+    Text,
+    ToolUse,
+}
+
+/// Turns parser events into Anthropic stream events: blocks opened and closed as the kind
+/// of content changes, deltas in between.
+struct Blocks {
+    open: Option<(usize, Block)>,
+    next: usize,
+    calls: usize,
+    out: Vec<Result<Event, Infallible>>,
+}
+
+impl Blocks {
+    fn close(&mut self) {
+        if let Some((i, _)) = self.open.take() {
+            self.out.push(event(
+                "content_block_stop",
+                json!({"type": "content_block_stop", "index": i}),
+            ));
+        }
+    }
+
+    /// The index of an open block of `kind`, opening one with `start` when needed.
+    fn ensure(&mut self, kind: Block, start: Value) -> usize {
+        if let Some((i, k)) = self.open {
+            if k == kind && kind != Block::ToolUse {
+                return i;
+            }
+        }
+        self.close();
+        let i = self.next;
+        self.next += 1;
+        self.out.push(event(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": i, "content_block": start}),
+        ));
+        self.open = Some((i, kind));
+        i
+    }
+
+    fn delta(&mut self, i: usize, delta: Value) {
+        self.out.push(event(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": i, "delta": delta}),
+        ));
+    }
+
+    fn emit(&mut self, ev: ToolEvent) {
+        match ev {
+            ToolEvent::Text(t) | ToolEvent::Reasoning(t) if t.is_empty() => {}
+            ToolEvent::Reasoning(t) => {
+                let start = json!({"type": "thinking", "thinking": "", "signature": ""});
+                let i = self.ensure(Block::Thinking, start);
+                self.delta(i, json!({"type": "thinking_delta", "thinking": t}));
+            }
+            ToolEvent::Text(t) => {
+                let i = self.ensure(Block::Text, json!({"type": "text", "text": ""}));
+                self.delta(i, json!({"type": "text_delta", "text": t}));
+            }
+            ToolEvent::CallStart { name, .. } => {
+                self.calls += 1;
+                let start = json!({"type": "tool_use", "id": new_id("toolu_"), "name": name,
+                                   "input": {}});
+                self.ensure(Block::ToolUse, start);
+            }
+            ToolEvent::CallArgs { fragment, .. } => {
+                if let Some((i, Block::ToolUse)) = self.open {
+                    self.delta(
+                        i,
+                        json!({"type": "input_json_delta", "partial_json": fragment}),
+                    );
+                }
+            }
+        }
+    }
+}
+
 fn message_stream(
     mut s: ruvllm_runtime::TextStream,
     id: String,
     model: String,
-    tools: bool,
+    mut parser: ToolParser,
 ) -> Sse<impl futures::Stream<Item = Result<Event, Infallible>>> {
     let (tx, rx) = channel();
     tokio::spawn(async move {
@@ -468,68 +578,11 @@ fn message_stream(
         if tx.send(event("message_start", start)).await.is_err() {
             return;
         }
-        // The open content block: its index and whether it is text.
-        let mut open: Option<(usize, bool)> = None;
-        let mut next = 0usize;
-        let mut parser = ToolParser::new();
-        let mut calls = 0usize;
-        let mut out: Vec<Result<Event, Infallible>> = Vec::new();
-        let mut emit = |ev: ToolEvent,
-                        open: &mut Option<(usize, bool)>,
-                        out: &mut Vec<Result<Event, Infallible>>| {
-            match ev {
-                ToolEvent::Text(t) if t.is_empty() => {}
-                ToolEvent::Text(t) => {
-                    let i = match *open {
-                        Some((i, true)) => i,
-                        _ => {
-                            if let Some((i, _)) = open.take() {
-                                out.push(event(
-                                    "content_block_stop",
-                                    json!({"type": "content_block_stop", "index": i}),
-                                ));
-                            }
-                            let i = next;
-                            next += 1;
-                            out.push(event(
-                                "content_block_start",
-                                json!({"type": "content_block_start", "index": i,
-                                "content_block": {"type": "text", "text": ""}}),
-                            ));
-                            *open = Some((i, true));
-                            i
-                        }
-                    };
-                    out.push(event(
-                        "content_block_delta",
-                        json!({"type": "content_block_delta", "index": i,
-                        "delta": {"type": "text_delta", "text": t}}),
-                    ));
-                }
-                ToolEvent::CallStart { name, .. } => {
-                    if let Some((i, _)) = open.take() {
-                        out.push(event(
-                            "content_block_stop",
-                            json!({"type": "content_block_stop", "index": i}),
-                        ));
-                    }
-                    let i = next;
-                    next += 1;
-                    calls += 1;
-                    out.push(event("content_block_start", json!({"type": "content_block_start", "index": i,
-                        "content_block": {"type": "tool_use", "id": new_id("toolu_"), "name": name, "input": {}}})));
-                    *open = Some((i, false));
-                }
-                ToolEvent::CallArgs { fragment, .. } => {
-                    if let Some((i, false)) = *open {
-                        out.push(event(
-                            "content_block_delta",
-                            json!({"type": "content_block_delta", "index": i,
-                            "delta": {"type": "input_json_delta", "partial_json": fragment}}),
-                        ));
-                    }
-                }
-            }
+        let mut blocks = Blocks {
+            open: None,
+            next: 0,
+            calls: 0,
+            out: Vec::new(),
         };
         while let Some(item) = next_chunk(&mut s, &tx).await {
             let text = match item {
@@ -540,30 +593,20 @@ fn message_stream(
                     return;
                 }
             };
-            let evs = if tools {
-                parser.push(&text)
-            } else {
-                vec![ToolEvent::Text(text)]
-            };
-            for ev in evs {
-                emit(ev, &mut open, &mut out);
+            for ev in parser.push(&text) {
+                blocks.emit(ev);
             }
-            for e in out.drain(..) {
+            for e in blocks.out.drain(..) {
                 if tx.send(e).await.is_err() {
                     return;
                 }
             }
         }
         for ev in parser.finish() {
-            emit(ev, &mut open, &mut out);
+            blocks.emit(ev);
         }
-        if let Some((i, _)) = open.take() {
-            out.push(event(
-                "content_block_stop",
-                json!({"type": "content_block_stop", "index": i}),
-            ));
-        }
-        for e in out.drain(..) {
+        blocks.close();
+        for e in blocks.out.drain(..) {
             if tx.send(e).await.is_err() {
                 return;
             }
@@ -573,7 +616,8 @@ fn message_stream(
             _ => return,
         };
         let mut delta = json!({"type": "message_delta",
-            "delta": {"stop_reason": stop_reason(g.finish, calls > 0), "stop_sequence": null},
+            "delta": {"stop_reason": stop_reason(g.finish, blocks.calls > 0),
+                      "stop_sequence": null},
             "usage": usage(&g)});
         delta["ruvllm"] = crate::extension(&g);
         let _ = tx.send(event("message_delta", delta)).await;

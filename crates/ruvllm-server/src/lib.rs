@@ -50,6 +50,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use ruvllm_runtime::reasoning::{ReasoningMarkers, Thinking};
 use ruvllm_runtime::{
     CandleBackend, GenerateParams, Prompt, Scheduler, SchedulerOptions, TextStream,
 };
@@ -90,6 +91,9 @@ pub struct ServerConfig {
     pub aliases: Vec<String>,
     /// Answer under any model name a request gives (`--any-model`), as llama-server does.
     pub any_model: bool,
+    /// Most reasoning tokens before the end marker is forced, for requests that set no
+    /// budget of their own (`--reasoning-budget`; `None`: only `max_tokens` bounds it).
+    pub reasoning_budget: Option<usize>,
 }
 
 impl Default for ServerConfig {
@@ -107,6 +111,7 @@ impl Default for ServerConfig {
             registry: None,
             aliases: Vec::new(),
             any_model: false,
+            reasoning_budget: None,
         }
     }
 }
@@ -223,6 +228,23 @@ impl AppState {
             }
         }
         Ok(true)
+    }
+
+    /// Reasoning settings from a request: `enabled` as the dialect's field says (`None`:
+    /// the template's default, on), `budget` as asked or the server's
+    /// `--reasoning-budget`.
+    pub fn thinking(&self, enabled: Option<bool>, budget: Option<usize>) -> Thinking {
+        Thinking {
+            enabled,
+            budget: budget.or(self.config.reasoning_budget),
+        }
+    }
+
+    /// The reasoning markers a generation of `prompt` under `params` begins inside (the
+    /// chat template's, unless reasoning is off). Streams split reasoning from content
+    /// with them.
+    pub fn reasoning(&self, prompt: &Prompt, params: &GenerateParams) -> Option<ReasoningMarkers> {
+        self.sched.backend().reasoning_for(prompt, params).cloned()
     }
 
     /// `max_tokens` from a request value (`None` = the default), bounded by the limit.

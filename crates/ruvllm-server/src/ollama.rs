@@ -5,7 +5,8 @@
 //! (`temperature`, `top_p`, `top_k`, `min_p`, `num_predict`, `seed`, `stop`, `num_ctx`,
 //! `repeat_penalty`). Streaming is the default, as in Ollama: newline-delimited JSON
 //! objects with `done: false`, then one with `done: true`, `done_reason` and the counters
-//! (durations in nanoseconds). Tool call `arguments` are JSON objects here.
+//! (durations in nanoseconds). Tool call `arguments` are JSON objects here. `think`
+//! switches a chat template's reasoning section; the reasoning comes back in `thinking`.
 
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
@@ -16,7 +17,7 @@ use axum::Json;
 use ruvllm_runtime::tools::parse_output;
 use ruvllm_runtime::{
     GenerateParams, Generation, Message, OutputConstraint, Prompt, ToolCall, ToolCalling,
-    ToolChoice,
+    ToolChoice, ToolEvent, ToolParser,
 };
 use serde_json::{json, Value};
 
@@ -147,6 +148,28 @@ fn messages(f: &Fields) -> ApiResult<Vec<Message>> {
     Ok(ms)
 }
 
+/// `think`: `true` (or `"low"`, `"medium"`, `"high"`, as gpt-oss takes it) leaves a chat
+/// template's reasoning section on, `false` turns it off; unset, the template decides
+/// (on). The reasoning budget is `options.reasoning_budget`.
+fn thinking(st: &Shared, f: &Fields) -> ApiResult<ruvllm_runtime::reasoning::Thinking> {
+    let enabled = match f.get("think") {
+        None | Some(Value::Null) => None,
+        Some(Value::Bool(b)) => Some(*b),
+        Some(Value::String(s)) if matches!(s.as_str(), "low" | "medium" | "high") => Some(true),
+        Some(_) => {
+            return Err(ApiError::bad(
+                "think",
+                "`think` must be a boolean or one of \"low\", \"medium\", \"high\"",
+            ))
+        }
+    };
+    let budget = match f.obj("options")? {
+        Some(o) => o.int("reasoning_budget", 0, 1 << 20)?.map(|n| n as usize),
+        None => None,
+    };
+    Ok(st.thinking(enabled, budget))
+}
+
 /// `POST /api/chat`.
 pub async fn chat(State(st): State<Shared>, body: Result<Bytes, BytesRejection>) -> Response {
     with_dialect(chat_inner(st, body).await).unwrap_or_else(IntoResponse::into_response)
@@ -163,6 +186,7 @@ async fn chat_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResul
     let (format, note) =
         crate::openai::prompt_schema(&st, &f, &msgs, format, tools.as_ref(), &objects)?;
     let mut gp = options(&st, &f)?;
+    gp.thinking = thinking(&st, &f)?;
     let stream = f.bool("stream")?.unwrap_or(true);
     let calling: Option<ToolCalling> = tools.filter(|t| t.choice != ToolChoice::None);
     let param = format
@@ -182,6 +206,7 @@ async fn chat_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResul
             .as_ref()
             .map(|t| Value::from(t.tools.iter().map(|t| t.to_openai()).collect::<Vec<_>>())),
     };
+    let markers = st.reasoning(&prompt, &gp);
     let s = st.start(prompt, gp, param).await?;
     let model = st.model_id.clone();
     if !stream {
@@ -192,6 +217,9 @@ async fn chat_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResul
             (g.text.clone(), Vec::new())
         };
         let mut message = json!({"role": "assistant", "content": content});
+        if let Some(r) = &g.reasoning {
+            message["thinking"] = json!(r);
+        }
         if !calls.is_empty() {
             message["tool_calls"] = ollama_calls(&calls);
         }
@@ -203,40 +231,38 @@ async fn chat_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResul
         ));
     }
     let (tx, rx) = channel();
-    let tools = calling.is_some();
+    let mut parser = ToolParser::with_options(calling.is_some(), markers.as_ref());
     let mut s = s;
     tokio::spawn(async move {
-        let mut parser = ruvllm_runtime::ToolParser::new();
-        while let Some(item) = next_chunk(&mut s, &tx).await {
-            let text = match item {
-                Ok(t) => t,
-                Err(e) => {
+        loop {
+            let item = next_chunk(&mut s, &tx).await;
+            let done = item.is_none();
+            let events = match item {
+                Some(Ok(t)) => parser.push(&t),
+                Some(Err(e)) => {
                     let _ = tx.send(ndjson_line(&json!({"error": e.to_string()}))).await;
                     return;
                 }
+                None => parser.finish(),
             };
-            // Text streams as it comes; a call is sent whole once its arguments are
-            // complete (Ollama clients expect object arguments).
-            let content: String = if tools {
-                parser
-                    .push(&text)
-                    .into_iter()
-                    .filter_map(|e| match e {
-                        ruvllm_runtime::ToolEvent::Text(t) => Some(t),
-                        _ => None,
-                    })
-                    .collect()
-            } else {
-                text
-            };
-            if content.is_empty() {
-                continue;
+            // Text and reasoning stream as they come; a call is sent whole once its
+            // arguments are complete (Ollama clients expect object arguments).
+            for e in events {
+                let message = match e {
+                    ToolEvent::Text(t) => json!({"role": "assistant", "content": t}),
+                    ToolEvent::Reasoning(t) => {
+                        json!({"role": "assistant", "content": "", "thinking": t})
+                    }
+                    _ => continue,
+                };
+                let line = json!({"model": model, "created_at": rfc3339_now(),
+                                  "message": message, "done": false});
+                if tx.send(ndjson_line(&line)).await.is_err() {
+                    return;
+                }
             }
-            let line = json!({"model": model, "created_at": rfc3339_now(),
-                              "message": {"role": "assistant", "content": content},
-                              "done": false});
-            if tx.send(ndjson_line(&line)).await.is_err() {
-                return;
+            if done {
+                break;
             }
         }
         let Some(Ok(g)) = s.outcome() else { return };
@@ -298,27 +324,51 @@ async fn generate_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiR
     };
     let format = params::constraint(&f, true, &st.objects(&f)?)?;
     let mut gp = options(&st, &f)?;
+    gp.thinking = thinking(&st, &f)?;
     let param = format.as_ref().map(|c| c.param.clone()).unwrap_or_default();
     gp.constraint = format.map(|c| c.c);
     let stream = f.bool("stream")?.unwrap_or(true);
+    let markers = st.reasoning(&prompt, &gp);
     let s = st.start(prompt, gp, param).await?;
     if !stream {
         let g = collect(s).await?;
-        let head = json!({"model": model, "created_at": rfc3339_now(), "response": g.text});
+        let mut head = json!({"model": model, "created_at": rfc3339_now(), "response": g.text});
+        if let Some(r) = &g.reasoning {
+            head["thinking"] = json!(r);
+        }
         let r = Json(merge(head, done_fields(&g))).into_response();
         return Ok(crate::with_budget_header(r, &g));
     }
     let (tx, rx) = channel();
     let mut s = s;
+    let mut parser = ToolParser::with_options(false, markers.as_ref());
     tokio::spawn(async move {
-        while let Some(item) = next_chunk(&mut s, &tx).await {
-            let line = match item {
-                Ok(t) => json!({"model": model, "created_at": rfc3339_now(),
-                                "response": t, "done": false}),
-                Err(e) => json!({"error": e.to_string()}),
+        loop {
+            let item = next_chunk(&mut s, &tx).await;
+            let done = item.is_none();
+            let events = match item {
+                Some(Ok(t)) => parser.push(&t),
+                Some(Err(e)) => {
+                    let _ = tx.send(ndjson_line(&json!({"error": e.to_string()}))).await;
+                    return;
+                }
+                None => parser.finish(),
             };
-            if tx.send(ndjson_line(&line)).await.is_err() {
-                return;
+            for e in events {
+                let line = match e {
+                    ToolEvent::Text(t) => json!({"model": model, "created_at": rfc3339_now(),
+                                                 "response": t, "done": false}),
+                    ToolEvent::Reasoning(t) => json!({"model": model,
+                        "created_at": rfc3339_now(), "response": "", "thinking": t,
+                        "done": false}),
+                    _ => continue,
+                };
+                if tx.send(ndjson_line(&line)).await.is_err() {
+                    return;
+                }
+            }
+            if done {
+                break;
             }
         }
         if let Some(Ok(g)) = s.outcome() {

@@ -176,6 +176,8 @@ async fn chat_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResul
     let format = params::constraint(&f, false, &objects)?;
     let (format, note) = prompt_schema(&st, &f, &messages, format, tools.as_ref(), &objects)?;
     let mut gp = sampling(&st, &f, &["max_tokens", "max_completion_tokens"])?;
+    let (think, budget) = params::openai_thinking(&f)?;
+    gp.thinking = st.thinking(think, budget);
     let stream = f.bool("stream")?.unwrap_or(false);
     let include_usage = match f.obj("stream_options")? {
         Some(o) => o.bool("include_usage")?.unwrap_or(false),
@@ -190,12 +192,14 @@ async fn chat_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResul
             .as_ref()
             .map(|t| Value::from(t.tools.iter().map(|t| t.to_openai()).collect::<Vec<_>>())),
     };
+    let markers = st.reasoning(&prompt, &gp);
     let s = st.start(prompt, gp, param).await?;
     let id = new_id("chatcmpl-");
     let created = unix_now();
     let model = st.model_id.clone();
     if stream {
-        let r = chat_stream(s, id, created, model, calling.is_some(), include_usage);
+        let parser = ToolParser::with_options(calling.is_some(), markers.as_ref());
+        let r = chat_stream(s, id, created, model, parser, include_usage);
         return Ok(with_note(r.into_response(), note));
     }
     let g = collect(s).await?;
@@ -212,6 +216,9 @@ async fn chat_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResul
     });
     if !calls.is_empty() {
         message["tool_calls"] = tool_calls_json(&calls, &ids);
+    }
+    if let Some(r) = &g.reasoning {
+        message["reasoning_content"] = json!(r);
     }
     let r = Json(json!({
         "id": id,
@@ -283,7 +290,7 @@ fn chat_stream(
     id: String,
     created: u64,
     model: String,
-    tools: bool,
+    mut parser: ToolParser,
     include_usage: bool,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let (tx, rx) = channel();
@@ -304,7 +311,6 @@ fn chat_stream(
         {
             return;
         }
-        let mut parser = ToolParser::new();
         let mut ids: Vec<String> = Vec::new();
         while let Some(item) = next_chunk(&mut s, &tx).await {
             let text = match item {
@@ -316,13 +322,9 @@ fn chat_stream(
                     return;
                 }
             };
-            let events = if tools {
-                parser.push(&text)
-            } else {
-                vec![ToolEvent::Text(text)]
-            };
-            for ev in events {
+            for ev in parser.push(&text) {
                 let delta = match ev {
+                    ToolEvent::Reasoning(t) => json!({"reasoning_content": t}),
                     ToolEvent::Text(t) => json!({"content": t}),
                     ToolEvent::CallStart { index, name } => {
                         let cid = new_id("call_");
@@ -341,11 +343,12 @@ fn chat_stream(
             }
         }
         for ev in parser.finish() {
-            if let ToolEvent::Text(t) = ev {
-                let _ = tx
-                    .send(sse(&chunk(json!({"content": t}), Value::Null)))
-                    .await;
-            }
+            let delta = match ev {
+                ToolEvent::Text(t) => json!({"content": t}),
+                ToolEvent::Reasoning(t) => json!({"reasoning_content": t}),
+                _ => continue,
+            };
+            let _ = tx.send(sse(&chunk(delta, Value::Null))).await;
         }
         let g = match s.outcome() {
             Some(Ok(g)) => g,

@@ -818,6 +818,31 @@ pub fn refuse_unsupported(f: &Fields) -> ApiResult<()> {
     Ok(())
 }
 
+/// Reasoning fields of the OpenAI dialects: `reasoning_effort` (`"none"` turns reasoning
+/// off, `minimal` to `high` leave it on), `chat_template_kwargs.enable_thinking` (vLLM's
+/// and llama.cpp's switch) and `reasoning_budget` (most reasoning tokens). Returns
+/// `(enabled, budget)`; `None` leaves each to the template and the server.
+pub fn openai_thinking(f: &Fields) -> ApiResult<(Option<bool>, Option<usize>)> {
+    let mut enabled = match f.str("reasoning_effort")? {
+        None => None,
+        Some("none") => Some(false),
+        Some("minimal" | "low" | "medium" | "high") => Some(true),
+        Some(e) => {
+            return Err(ApiError::bad(
+                "reasoning_effort",
+                format!("reasoning_effort {e:?} is not one of none, minimal, low, medium, high"),
+            ))
+        }
+    };
+    if let Some(k) = f.obj("chat_template_kwargs")? {
+        if let Some(b) = k.bool("enable_thinking")? {
+            enabled = Some(b);
+        }
+    }
+    let budget = f.int("reasoning_budget", 0, 1 << 20)?.map(|n| n as usize);
+    Ok((enabled, budget))
+}
+
 /// How many `{` positions [`prompt_schemas`] tries per message (bounds its cost).
 const PROMPT_SCHEMA_TRIES: usize = 32;
 

@@ -16,7 +16,9 @@
 //! `sequence_number`.
 //!
 //! Refused with a 400 naming the field: built-in tools (`web_search`, `file_search`...),
-//! image and file inputs, `background`, `n` and `reasoning` effort other than none.
+//! image and file inputs, `background` and `n`. `reasoning.effort` `none` turns a chat
+//! template's reasoning section off; other efforts leave it on (it is returned as a
+//! `reasoning` item with `reasoning_text` content).
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -260,18 +262,23 @@ async fn create_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiRes
             "background responses are not supported",
         ));
     }
-    if let Some(e) = f
-        .get("reasoning")
-        .and_then(|r| r.get("effort"))
-        .and_then(Value::as_str)
-    {
-        if e != "none" && e != "minimal" {
-            return Err(ApiError::bad(
-                "reasoning.effort",
-                "reasoning is not supported yet (this model has no reasoning section)",
-            ));
-        }
-    }
+    let think = match f.obj("reasoning")? {
+        Some(r) => match r.str("effort")? {
+            None => None,
+            Some("none") => Some(false),
+            Some("minimal" | "low" | "medium" | "high") => Some(true),
+            Some(e) => {
+                return Err(ApiError::bad(
+                    "reasoning.effort",
+                    format!(
+                        "reasoning.effort {e:?} is not one of none, minimal, low, medium, high"
+                    ),
+                ))
+            }
+        },
+        None => None,
+    };
+    let budget = f.int("reasoning_budget", 0, 1 << 20)?.map(|n| n as usize);
     let mut messages = Vec::new();
     if let Some(prev) = f.str("previous_response_id")? {
         messages = st.responses.get(prev).ok_or_else(|| {
@@ -297,6 +304,7 @@ async fn create_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiRes
     let calling = tools.filter(|t| t.choice != ToolChoice::None);
     let (constraint, param) = crate::openai::chat_constraint(calling.as_ref(), format, &objects);
     gp.constraint = constraint;
+    gp.thinking = st.thinking(think, budget);
     let prompt = Prompt::Chat {
         messages: messages.clone(),
         tools: calling
@@ -304,6 +312,7 @@ async fn create_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiRes
             .map(|t| Value::from(t.tools.iter().map(|t| t.to_openai()).collect::<Vec<_>>())),
     };
     let stream = f.bool("stream")?.unwrap_or(false);
+    let markers = st.reasoning(&prompt, &gp);
     let s = st.start(prompt, gp, param).await?;
     let head = Head {
         id: new_id("resp_"),
@@ -312,9 +321,8 @@ async fn create_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiRes
         echo: echo(&v),
     };
     if stream {
-        return Ok(
-            response_stream(st.clone(), s, head, calling.is_some(), messages).into_response(),
-        );
+        let parser = ToolParser::with_options(calling.is_some(), markers.as_ref());
+        return Ok(response_stream(st.clone(), s, head, parser, messages).into_response());
     }
     let g = collect(s).await?;
     let (text, calls) = if calling.is_some() {
@@ -323,6 +331,9 @@ async fn create_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiRes
         (g.text.clone(), Vec::new())
     };
     let mut output = Vec::new();
+    if let Some(r) = &g.reasoning {
+        output.push(reasoning_item(&new_id("rs_"), r, "completed"));
+    }
     if !text.is_empty() {
         output.push(message_item(&new_id("msg_"), &text, "completed"));
     }
@@ -375,6 +386,11 @@ fn message_item(id: &str, text: &str, status: &str) -> Value {
            "content": [{"type": "output_text", "text": text, "annotations": []}]})
 }
 
+fn reasoning_item(id: &str, text: &str, status: &str) -> Value {
+    json!({"type": "reasoning", "id": id, "status": status, "summary": [],
+           "content": [{"type": "reasoning_text", "text": text}]})
+}
+
 fn call_item(id: &str, call_id: &str, name: &str, arguments: &str, status: &str) -> Value {
     json!({"type": "function_call", "id": id, "call_id": call_id, "name": name,
            "arguments": arguments, "status": status})
@@ -385,7 +401,7 @@ fn usage(g: &Generation) -> Value {
         "input_tokens": g.usage.prompt_tokens,
         "input_tokens_details": {"cached_tokens": g.usage.cached_prompt_tokens},
         "output_tokens": g.usage.completion_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": g.usage.reasoning_tokens},
         "total_tokens": g.usage.prompt_tokens + g.usage.completion_tokens,
     })
 }
@@ -448,13 +464,21 @@ fn remember(
     st.responses.put(id.to_string(), messages);
 }
 
+/// The kinds of output item a stream opens.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Item {
+    Reasoning,
+    Message,
+    Call,
+}
+
 /// The Responses stream's event bookkeeping: the output items so far, the open one (a
 /// text message or a function call) and the events waiting to be sent, each numbered.
 struct Emitter {
     seq: u64,
     output: Vec<Value>,
-    /// The open item's index, and whether it is the text message.
-    open: Option<(usize, bool)>,
+    /// The open item's index and kind.
+    open: Option<(usize, Item)>,
     text: String,
     args: String,
     calls: Vec<(String, String, String)>,
@@ -485,11 +509,18 @@ impl Emitter {
 
     /// Closes the open item with its `done` events.
     fn close(&mut self) {
-        let Some((i, is_text)) = self.open.take() else {
+        let Some((i, kind)) = self.open.take() else {
             return;
         };
         let id = self.output[i]["id"].as_str().unwrap_or("").to_string();
-        if is_text {
+        if kind == Item::Reasoning {
+            let text = self.text.clone();
+            self.push(
+                "response.reasoning_text.done",
+                json!({"item_id": id, "output_index": i, "content_index": 0, "text": text}),
+            );
+            self.output[i] = reasoning_item(&id, &text, "completed");
+        } else if kind == Item::Message {
             let text = self.text.clone();
             let part = json!({"type": "output_text", "text": text, "annotations": []});
             self.push(
@@ -525,7 +556,7 @@ impl Emitter {
         if t.is_empty() {
             return;
         }
-        if !matches!(self.open, Some((_, true))) {
+        if !matches!(self.open, Some((_, Item::Message))) {
             self.close();
             let id = new_id("msg_");
             let i = self.output.len();
@@ -541,7 +572,7 @@ impl Emitter {
                 json!({"item_id": id, "output_index": i, "content_index": 0,
                        "part": {"type": "output_text", "text": "", "annotations": []}}),
             );
-            self.open = Some((i, true));
+            self.open = Some((i, Item::Message));
             self.text.clear();
         }
         let i = self.open.map_or(0, |(i, _)| i);
@@ -570,13 +601,13 @@ impl Emitter {
             "response.output_item.added",
             json!({"output_index": i, "item": item}),
         );
-        self.open = Some((i, false));
+        self.open = Some((i, Item::Call));
         self.args.clear();
     }
 
     /// More of the open call's arguments.
     fn args(&mut self, fragment: &str) {
-        if let Some((i, false)) = self.open {
+        if let Some((i, Item::Call)) = self.open {
             self.args.push_str(fragment);
             let id = self.output[i]["id"].clone();
             self.push(
@@ -586,8 +617,37 @@ impl Emitter {
         }
     }
 
+    /// Reasoning text: into the open reasoning item, or a new one.
+    fn reasoning(&mut self, t: &str) {
+        if t.is_empty() {
+            return;
+        }
+        if !matches!(self.open, Some((_, Item::Reasoning))) {
+            self.close();
+            let id = new_id("rs_");
+            let i = self.output.len();
+            self.output.push(reasoning_item(&id, "", "in_progress"));
+            let mut added = self.output[i].clone();
+            added["content"] = json!([]);
+            self.push(
+                "response.output_item.added",
+                json!({"output_index": i, "item": added}),
+            );
+            self.open = Some((i, Item::Reasoning));
+            self.text.clear();
+        }
+        let i = self.open.map_or(0, |(i, _)| i);
+        self.text.push_str(t);
+        let id = self.output[i]["id"].clone();
+        self.push(
+            "response.reasoning_text.delta",
+            json!({"item_id": id, "output_index": i, "content_index": 0, "delta": t}),
+        );
+    }
+
     fn apply(&mut self, e: ToolEvent) {
         match e {
+            ToolEvent::Reasoning(t) => self.reasoning(&t),
             ToolEvent::Text(t) => self.text(&t),
             ToolEvent::CallStart { name, .. } => self.call(&name),
             ToolEvent::CallArgs { fragment, .. } => self.args(&fragment),
@@ -608,7 +668,7 @@ fn response_stream(
     st: Shared,
     mut s: ruvllm_runtime::TextStream,
     head: Head,
-    tools: bool,
+    mut parser: ToolParser,
     messages: Vec<Message>,
 ) -> Sse<impl futures::Stream<Item = Result<Event, Infallible>>> {
     let (tx, rx) = channel();
@@ -617,13 +677,11 @@ fn response_stream(
         let start = response_body(&head, None, Vec::new());
         em.push("response.created", json!({"response": start.clone()}));
         em.push("response.in_progress", json!({"response": start}));
-        let mut parser = ToolParser::new();
         loop {
             let item = next_chunk(&mut s, &tx).await;
             let done = item.is_none();
             let evs = match item {
-                Some(Ok(t)) if tools => parser.push(&t),
-                Some(Ok(t)) => vec![ToolEvent::Text(t)],
+                Some(Ok(t)) => parser.push(&t),
                 Some(Err(e)) => {
                     let err = ApiError::from_runtime(&e, "");
                     em.push(

@@ -32,8 +32,12 @@ fn backend() -> CandleBackend {
 
 /// Starts a server on a free loopback port (on its own thread and runtime).
 fn start(config: ServerConfig) -> SocketAddr {
+    start_with(backend(), config)
+}
+
+/// Starts a server of backend `b`.
+fn start_with(b: CandleBackend, config: ServerConfig) -> SocketAddr {
     let (tx, rx) = std::sync::mpsc::channel();
-    let b = backend();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -961,4 +965,185 @@ fn anthropic_messages() {
     };
     assert_eq!(ask("sekret"), 200);
     assert_eq!(ask("wrong"), 401);
+}
+
+/// A server on the default model with a chat template that has a reasoning section
+/// (`tests/templates/chatml-think.jinja`, written for these tests).
+fn thinking_server() -> SocketAddr {
+    static A: OnceLock<SocketAddr> = OnceLock::new();
+    *A.get_or_init(|| {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let t = std::fs::read_to_string(root.join("tests/templates/chatml-think.jinja")).unwrap();
+        let p = root.join("assets/models/SmolLM2-135M-Instruct.Q4_1.gguf");
+        let opts = BackendOptions {
+            chat_template: Some(t),
+            ..Default::default()
+        };
+        start_with(
+            CandleBackend::load(&p, &opts).unwrap(),
+            ServerConfig::default(),
+        )
+    })
+}
+
+/// Named SSE events (`event:` and `data:` lines) as (name, data).
+fn named_events(body: &str) -> Vec<(String, Value)> {
+    body.split("\n\n")
+        .filter(|e| !e.trim().is_empty())
+        .map(|e| {
+            let mut name = String::new();
+            let mut data = Value::Null;
+            for line in e.lines() {
+                if let Some(n) = line.strip_prefix("event: ") {
+                    name = n.to_string();
+                } else if let Some(d) = line.strip_prefix("data: ") {
+                    data = serde_json::from_str(d).unwrap();
+                }
+            }
+            (name, data)
+        })
+        .collect()
+}
+
+/// Reasoning in every dialect: the constraint starts after `</think>`, the budget forces
+/// it, the answer validates, and streams carry reasoning apart from content, rebuilding
+/// to the non-streamed answer.
+#[test]
+fn reasoning_in_every_dialect() {
+    let a = thinking_server();
+    let schema = json!({"type": "object", "properties": {"city": {"type": "string",
+        "maxLength": 16}}, "required": ["city"], "additionalProperties": false});
+    let valid = |text: &str| {
+        let v: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text:?}"));
+        assert!(jsonschema::is_valid(&schema, &v), "{text}");
+    };
+    let ask = user("What is the capital of France? Answer in JSON.");
+    // OpenAI chat, whole and streamed.
+    let body = json!({"messages": ask, "max_tokens": 80, "seed": 5, "reasoning_budget": 12,
+        "response_format": {"type": "json_schema",
+                            "json_schema": {"name": "c", "schema": schema}}});
+    let (s, v) = post(a, "/v1/chat/completions", body.clone());
+    assert_eq!(s, 200, "{v}");
+    let m = &v["choices"][0]["message"];
+    valid(m["content"].as_str().unwrap());
+    let reasoning = m["reasoning_content"].as_str().unwrap().to_string();
+    assert!(!reasoning.is_empty() && !reasoning.contains("</think>"));
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    let mut sb = body.clone();
+    sb["stream"] = json!(true);
+    let (s, _, text) = post_raw(a, "/v1/chat/completions", sb.to_string().as_bytes(), None);
+    assert_eq!(s, 200);
+    let (mut r, mut c) = (String::new(), String::new());
+    for e in sse_events(&text) {
+        if e == "[DONE]" {
+            continue;
+        }
+        let d: Value = serde_json::from_str(&e).unwrap();
+        let delta = &d["choices"][0]["delta"];
+        r.push_str(delta["reasoning_content"].as_str().unwrap_or(""));
+        c.push_str(delta["content"].as_str().unwrap_or(""));
+    }
+    assert_eq!(r.trim(), reasoning);
+    assert_eq!(c, m["content"].as_str().unwrap());
+    // Off: no reasoning.
+    let mut off = body.clone();
+    off["reasoning_effort"] = json!("none");
+    let (s, v) = post(a, "/v1/chat/completions", off);
+    assert_eq!(s, 200, "{v}");
+    assert!(v["choices"][0]["message"]
+        .get("reasoning_content")
+        .is_none());
+    valid(v["choices"][0]["message"]["content"].as_str().unwrap());
+    // Grammar, regex and choices after the reasoning.
+    for (field, value, check) in [
+        ("grammar", json!("root ::= \"yes\" | \"no\""), "yes|no"),
+        ("guided_regex", json!("[0-9]{3}"), "ddd"),
+        ("guided_choice", json!(["red", "blue"]), "red|blue"),
+    ] {
+        let mut b = json!({"messages": user("Pick one."), "max_tokens": 40, "seed": 1,
+                           "reasoning_budget": 6});
+        b[field] = value;
+        let (s, v) = post(a, "/v1/chat/completions", b);
+        assert_eq!(s, 200, "{v}");
+        let out = v["choices"][0]["message"]["content"].as_str().unwrap();
+        let ok = match check {
+            "ddd" => out.len() == 3 && out.bytes().all(|b| b.is_ascii_digit()),
+            alts => alts.split('|').any(|x| x == out),
+        };
+        assert!(ok, "{field}: {out:?}");
+        assert!(v["choices"][0]["message"]["reasoning_content"].is_string());
+    }
+    // Ollama: `thinking` beside the content, streamed as ndjson lines.
+    let body = json!({"messages": ask, "think": true, "format": schema,
+        "stream": false, "options": {"seed": 5, "num_predict": 80, "reasoning_budget": 12}});
+    let (s, v) = post(a, "/api/chat", body.clone());
+    assert_eq!(s, 200, "{v}");
+    valid(v["message"]["content"].as_str().unwrap());
+    let thinking = v["message"]["thinking"].as_str().unwrap().to_string();
+    let mut sb = body;
+    sb["stream"] = json!(true);
+    let (_, _, text) = post_raw(a, "/api/chat", sb.to_string().as_bytes(), None);
+    let (mut r, mut c) = (String::new(), String::new());
+    for line in text.lines().filter(|l| !l.is_empty()) {
+        let d: Value = serde_json::from_str(line).unwrap();
+        r.push_str(d["message"]["thinking"].as_str().unwrap_or(""));
+        c.push_str(d["message"]["content"].as_str().unwrap_or(""));
+    }
+    assert_eq!(r.trim(), thinking);
+    assert_eq!(c, v["message"]["content"].as_str().unwrap());
+    // Anthropic: a thinking block, then the forced tool call.
+    let tool = json!({"name": "answer", "input_schema": schema});
+    let body = json!({"max_tokens": 80, "messages": ask, "tools": [tool],
+        "tool_choice": {"type": "tool", "name": "answer"}, "temperature": 0,
+        "thinking": {"type": "enabled", "budget_tokens": 10}, "stream": true});
+    let (s, _, text) = post_raw(a, "/v1/messages", body.to_string().as_bytes(), None);
+    assert_eq!(s, 200, "{text}");
+    let evs = named_events(&text);
+    let kinds: Vec<String> = evs
+        .iter()
+        .filter(|(n, _)| n == "content_block_start")
+        .map(|(_, d)| d["content_block"]["type"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(kinds, ["thinking", "tool_use"], "{text}");
+    let (mut r, mut input) = (String::new(), String::new());
+    for (_, d) in &evs {
+        r.push_str(d["delta"]["thinking"].as_str().unwrap_or(""));
+        input.push_str(d["delta"]["partial_json"].as_str().unwrap_or(""));
+    }
+    assert!(!r.trim().is_empty());
+    valid(&input);
+    // Anthropic without `thinking`: off, as Anthropic's default.
+    let mut b2 = body;
+    b2.as_object_mut().unwrap().remove("thinking");
+    b2["stream"] = json!(false);
+    let (s, v) = post(a, "/v1/messages", b2);
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["content"][0]["type"], "tool_use", "{v}");
+    // Responses: a reasoning item, then the message.
+    let body = json!({"input": "What is the capital of France? Answer in JSON.",
+        "max_output_tokens": 80, "reasoning": {"effort": "low"}, "reasoning_budget": 12,
+        "text": {"format": {"type": "json_schema", "name": "c", "schema": schema}},
+        "stream": true});
+    let (s, _, text) = post_raw(a, "/v1/responses", body.to_string().as_bytes(), None);
+    assert_eq!(s, 200, "{text}");
+    let evs = named_events(&text);
+    let (mut r, mut c) = (String::new(), String::new());
+    for (n, d) in &evs {
+        match n.as_str() {
+            "response.reasoning_text.delta" => r.push_str(d["delta"].as_str().unwrap()),
+            "response.output_text.delta" => c.push_str(d["delta"].as_str().unwrap()),
+            _ => {}
+        }
+    }
+    let done = &evs.last().unwrap().1["response"];
+    assert_eq!(done["output"][0]["type"], "reasoning", "{done}");
+    assert_eq!(done["output"][0]["content"][0]["text"].as_str().unwrap(), r);
+    assert_eq!(done["output"][1]["type"], "message");
+    valid(&c);
+    assert!(
+        done["usage"]["output_tokens_details"]["reasoning_tokens"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
 }
