@@ -13,12 +13,11 @@ import urllib.request
 import pytest
 
 
-@pytest.fixture(scope="session")
-def server():
+def start(extra):
     binary = os.environ.get("RUVLLM_BIN")
     assert binary and os.path.exists(binary), "set RUVLLM_BIN to the ruvllm binary"
     proc = subprocess.Popen(
-        [binary, "serve", "--port", "0", "--max-batch", "4"],
+        [binary, "serve", "--port", "0", "--max-batch", "4", *extra],
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,
@@ -35,6 +34,24 @@ def server():
     assert url, "ruvllm serve did not report its address"
     with urllib.request.urlopen(url + "/health", timeout=30) as r:
         assert r.status == 200
+    return proc, url
+
+
+@pytest.fixture(scope="session")
+def server():
+    proc, url = start([])
+    yield url
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def thinking_server():
+    """The default model with a chat template that has a reasoning section
+    (tests/templates/chatml-think.jinja, written for the tests)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    template = os.path.join(here, "..", "templates", "chatml-think.jinja")
+    proc, url = start(["--chat-template", template, "--any-model"])
     yield url
     proc.terminate()
     proc.wait(timeout=30)
