@@ -25,6 +25,7 @@
 
 pub mod api;
 pub mod batch;
+pub mod call_format;
 pub mod chat;
 pub mod error;
 pub mod http;

@@ -32,6 +32,7 @@ use crate::api::{
     FinishReason, GenerateParams, Generation, LlmBackend, OutputConstraint, Prompt, ResultPath,
     Usage,
 };
+use crate::call_format::CallFormat;
 use crate::chat::{ChatTemplate, Message, CHATML};
 use crate::error::{Result, RuntimeError};
 use crate::json::ValidationStatus;
@@ -39,6 +40,7 @@ use crate::model::{KvCache, LoadOptions, Model};
 use crate::reasoning::ReasoningMarkers;
 use crate::sampler::{Sampler, PENALTY_WINDOW};
 use crate::tools::{inject_tools, Tool};
+use serde_json::Value;
 
 /// How to load a [`CandleBackend`].
 #[derive(Debug, Clone, Default)]
@@ -189,6 +191,8 @@ struct Inner {
     template: ChatTemplate,
     /// The template's reasoning section, when it has one.
     reasoning: Option<ReasoningMarkers>,
+    /// The tool-call syntax of the template's family.
+    call_format: CallFormat,
     bos: Option<u32>,
     add_bos: bool,
     eos: Vec<u32>,
@@ -257,6 +261,10 @@ impl CandleBackend {
             None => gv.chat_template().unwrap_or(CHATML).to_string(),
         };
         let reasoning = ReasoningMarkers::detect(&template_src);
+        let call_format = CallFormat::detect(&template_src);
+        // The format's markers must be writable by the grammar, as the single tokens the
+        // model was trained on where the tokenizer has them as control tokens.
+        let vocab = vocab.with_text_tokens(call_format.marker_texts())?;
         let template = ChatTemplate::new(
             &template_src,
             &token_text(bos),
@@ -281,6 +289,7 @@ impl CandleBackend {
                 vocab: Arc::new(vocab),
                 template,
                 reasoning,
+                call_format,
                 bos,
                 add_bos,
                 eos,
@@ -347,13 +356,19 @@ impl CandleBackend {
                         .collect::<Result<Vec<_>>>()?;
                     t.render_with(&inject_tools(messages, &parsed), None, true, think)?
                 }
-                _ => t.render_with(messages, tools.as_ref(), true, think)?,
+                _ => t.render_with(&arguments_as_objects(messages), tools.as_ref(), true, think)?,
             },
         };
         if let Some(m) = &self.inner.reasoning {
             m.finish_prompt(&mut text, think != Some(false));
         }
         Ok(text)
+    }
+
+    /// The tool-call syntax this model writes (from its chat template's family; see
+    /// [`crate::call_format`]).
+    pub fn call_format(&self) -> CallFormat {
+        self.inner.call_format
     }
 
     /// The reasoning markers a generation of `prompt` under `params` uses: the template's,
@@ -551,6 +566,29 @@ impl Emitter {
         }
         Ok(())
     }
+}
+
+/// Messages for a template that renders tool calls itself: each call's `arguments`, a
+/// JSON string on the wire, becomes the object templates expect (`arguments | tojson`
+/// in Qwen's, Llama's and Mistral's templates; Hugging Face's convention). Arguments that
+/// are not JSON stay strings. Cost: parsing each call's arguments.
+fn arguments_as_objects(messages: &[Message]) -> Vec<Message> {
+    messages
+        .iter()
+        .map(|m| {
+            let mut m = m.clone();
+            if let Some(Value::Array(calls)) = &mut m.tool_calls {
+                for c in calls.iter_mut() {
+                    if let Some(a) = c.pointer_mut("/function/arguments") {
+                        if let Some(v) = a.as_str().and_then(|s| serde_json::from_str(s).ok()) {
+                            *a = v;
+                        }
+                    }
+                }
+            }
+            m
+        })
+        .collect()
 }
 
 /// Bytes at the end of `b` that start a UTF-8 character without finishing it (0 to 3).
@@ -1060,7 +1098,10 @@ impl CandleBackend {
                 limit: ctx,
             });
         }
-        let answer = params.effective_constraint()?;
+        let mut answer = params.effective_constraint()?;
+        if let Some(OutputConstraint::Tools { calling, .. }) = &mut answer {
+            calling.format = inner.call_format;
+        }
         let constrained = answer.is_some();
         let constraint = match (&markers, answer) {
             (Some(m), Some(c)) => Some(OutputConstraint::Reasoned {

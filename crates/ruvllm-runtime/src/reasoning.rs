@@ -162,7 +162,7 @@ impl ReasoningSplitter {
         // Hold back a tail that may begin the marker.
         let hold = (1..self.end.len())
             .rev()
-            .find(|&k| self.buf.ends_with(&self.end[..k]))
+            .find(|&k| self.end.is_char_boundary(k) && self.buf.ends_with(&self.end[..k]))
             .unwrap_or(0);
         let cut = self.buf.len() - hold;
         let text: String = self.buf.drain(..cut).collect();

@@ -42,6 +42,7 @@ use ruvllm_engine::schema::{schema_to_grammar_limited, SchemaOptions};
 use ruvllm_engine::Limits;
 use serde_json::{json, Value};
 
+use crate::call_format::{CallFormat, Pieces};
 use crate::chat::Message;
 use crate::error::{Result, RuntimeError};
 use crate::reasoning::{Part, ReasoningMarkers, ReasoningSplitter};
@@ -161,6 +162,8 @@ pub struct ToolCalling {
     pub choice: ToolChoice,
     /// Whether more than one call may be made (OpenAI's default: true).
     pub parallel: bool,
+    /// The call syntax (the chat template's family; the backend sets it).
+    pub format: CallFormat,
 }
 
 fn lit(s: &str) -> Expr {
@@ -214,6 +217,7 @@ impl ToolCalling {
         if callable.is_empty() {
             return Ok(text);
         }
+        let p = self.format.pieces();
         let mut g = Grammar::single("root", Expr::Empty);
         let mut calls = Vec::new();
         for (i, t) in callable.iter().enumerate() {
@@ -229,26 +233,27 @@ impl ToolCalling {
                 }
             })?;
             let args = g.embed(args, &format!("tool{i}-"));
-            let name = serde_json::to_string(&t.name).unwrap_or_default();
             calls.push(Expr::Seq(vec![
-                lit(&format!("{CALL_OPEN}\n{{\"name\": {name}, \"arguments\": ")),
+                lit(&format!("{}{}{}", p.call_open, t.name, p.name_close)),
                 Expr::Ref(args),
-                lit(&format!("}}\n{CALL_CLOSE}")),
+                lit(p.call_close),
             ]));
         }
         let call = g.add_rule("call", Expr::Alt(calls));
-        let many = self.parallel && !matches!(self.choice, ToolChoice::Function(_));
+        let many = p.parallel && self.parallel && !matches!(self.choice, ToolChoice::Function(_));
         let calls = if many {
             Expr::Seq(vec![
+                lit(p.begin),
                 Expr::Ref(call),
                 Expr::Repeat {
-                    e: Box::new(Expr::Seq(vec![lit("\n"), Expr::Ref(call)])),
+                    e: Box::new(Expr::Seq(vec![lit(p.sep), Expr::Ref(call)])),
                     min: 0,
                     max: None,
                 },
+                lit(p.end),
             ])
         } else {
-            Expr::Ref(call)
+            Expr::Seq(vec![lit(p.begin), Expr::Ref(call), lit(p.end)])
         };
         let calls = g.add_rule("calls", calls);
         let root = match (&self.choice, text) {
@@ -257,7 +262,9 @@ impl ToolCalling {
                 Expr::Alt(vec![Expr::Ref(calls), Expr::Ref(t)])
             }
             (ToolChoice::Auto, None) => {
-                let free = g.add_rule("text", text_without(MARKUP));
+                let words = self.format.forbidden_in_text();
+                let words: Vec<&str> = words.iter().map(String::as_str).collect();
+                let free = g.add_rule("text", text_without(&words));
                 Expr::Seq(vec![
                     Expr::Ref(free),
                     Expr::Repeat {
@@ -276,7 +283,13 @@ impl ToolCalling {
     /// A stable key for caching the compiled grammar.
     pub fn cache_key(&self) -> String {
         let tools: Vec<Value> = self.tools.iter().map(Tool::to_openai).collect();
-        format!("{:?}/{}/{}", self.choice, self.parallel, Value::from(tools))
+        format!(
+            "{:?}/{}/{}/{}",
+            self.choice,
+            self.parallel,
+            self.format.name(),
+            Value::from(tools)
+        )
     }
 }
 
@@ -401,8 +414,8 @@ pub struct ToolParser {
     in_str: bool,
     esc: bool,
     started: bool,
-    /// Whether calls are looked for (else all content is text).
-    tools: bool,
+    /// The call syntax looked for (`None`: all content is text).
+    format: Option<CallFormat>,
     /// Splits off a leading reasoning section first, when the output has one.
     reasoning: Option<ReasoningSplitter>,
 }
@@ -417,7 +430,7 @@ impl Default for ToolParser {
 fn partial_suffix(s: &str, pat: &str) -> usize {
     (1..pat.len())
         .rev()
-        .find(|&k| s.ends_with(&pat[..k]))
+        .find(|&k| pat.is_char_boundary(k) && s.ends_with(&pat[..k]))
         .unwrap_or(0)
 }
 
@@ -433,16 +446,19 @@ impl ToolParser {
             in_str: false,
             esc: false,
             started: false,
-            tools: true,
+            format: Some(CallFormat::Hermes),
             reasoning: None,
         }
     }
 
     /// A parser for an output that may begin with a reasoning section (`reasoning`: its
-    /// markers) and may hold calls (`tools`; otherwise all content is text). Cost: O(1).
-    pub fn with_options(tools: bool, reasoning: Option<&ReasoningMarkers>) -> ToolParser {
+    /// markers) and may hold calls in `format` (`None`: all content is text). Cost: O(1).
+    pub fn with_options(
+        format: Option<CallFormat>,
+        reasoning: Option<&ReasoningMarkers>,
+    ) -> ToolParser {
         ToolParser {
-            tools,
+            format,
             reasoning: reasoning.map(ReasoningSplitter::new),
             ..ToolParser::new()
         }
@@ -476,7 +492,7 @@ impl ToolParser {
     }
 
     fn content(&mut self, chunk: &str, ev: &mut Vec<ToolEvent>) {
-        if self.tools {
+        if self.format.is_some() {
             self.buf.push_str(chunk);
             self.run(ev, false);
         } else {
@@ -510,59 +526,54 @@ impl ToolParser {
     }
 
     fn run(&mut self, ev: &mut Vec<ToolEvent>, end: bool) {
+        let p: Pieces = self.format.unwrap_or_default().pieces();
+        let opener = p.opener();
+        let next_call = format!("{}{}", p.sep, p.call_open);
         loop {
             match self.state {
-                State::Text | State::Between => {
-                    if let Some(i) = self.buf.find(CALL_OPEN) {
+                State::Text => {
+                    if let Some(i) = self.buf.find(&opener) {
                         let before = self.buf[..i].to_string();
-                        if self.state == State::Text {
-                            self.emit_text(&before, ev);
-                        }
-                        self.buf.drain(..i + CALL_OPEN.len());
+                        self.emit_text(&before, ev);
+                        self.buf.drain(..i + opener.len());
                         self.state = State::Header;
                         continue;
                     }
-                    if self.state == State::Between && !self.buf.trim_start().is_empty() {
-                        let t = self.buf.trim_start();
-                        if !CALL_OPEN.starts_with(t) {
-                            // Not another call: what follows is text again.
-                            self.state = State::Text;
-                            continue;
-                        }
-                    }
-                    if self.state == State::Text {
-                        let hold = if end {
-                            0
-                        } else {
-                            partial_suffix(&self.buf, CALL_OPEN)
-                        };
-                        let cut = self.buf.len() - hold;
-                        let out: String = self.buf.drain(..cut).collect();
-                        self.emit_text(&out, ev);
-                    }
+                    let hold = if end {
+                        0
+                    } else {
+                        partial_suffix(&self.buf, &opener)
+                    };
+                    let cut = self.buf.len() - hold;
+                    let out: String = self.buf.drain(..cut).collect();
+                    self.emit_text(&out, ev);
                     return;
                 }
-                State::Header => {
-                    const ARGS: &str = "\"arguments\":";
-                    let Some(i) = self.buf.find(ARGS) else { return };
-                    let head = &self.buf[..i];
-                    let name = head
-                        .find("\"name\":")
-                        .and_then(|n| {
-                            let rest = head[n + 7..].trim_start();
-                            let mut de =
-                                serde_json::Deserializer::from_str(rest).into_iter::<String>();
-                            de.next().and_then(|r| r.ok())
-                        })
-                        .unwrap_or_default();
-                    let mut j = i + ARGS.len();
-                    while self.buf[j..].starts_with(' ') {
-                        j += 1;
+                State::Between => {
+                    if self.buf.starts_with(&next_call) {
+                        self.buf.drain(..next_call.len());
+                        self.state = State::Header;
+                        continue;
                     }
-                    if j == self.buf.len() && !end {
+                    if !p.end.is_empty() && self.buf.starts_with(p.end) {
+                        self.buf.drain(..p.end.len());
+                        self.state = State::Text;
+                        continue;
+                    }
+                    let waiting = next_call.starts_with(self.buf.as_str())
+                        || p.end.starts_with(self.buf.as_str());
+                    if waiting && !end {
                         return;
                     }
-                    self.buf.drain(..j);
+                    // Not another call: what follows is text again.
+                    self.state = State::Text;
+                }
+                State::Header => {
+                    let Some(i) = self.buf.find(p.name_close) else {
+                        return;
+                    };
+                    let name = self.buf[..i].to_string();
+                    self.buf.drain(..i + p.name_close.len());
                     let index = self.calls.len();
                     self.calls.push(ToolCall {
                         name: name.clone(),
@@ -576,79 +587,89 @@ impl ToolParser {
                     self.started = false;
                 }
                 State::Args => {
-                    let mut cut = self.buf.len();
-                    let mut done = false;
-                    for (i, c) in self.buf.char_indices() {
-                        if self.in_str {
-                            if self.esc {
-                                self.esc = false;
-                            } else if c == '\\' {
-                                self.esc = true;
-                            } else if c == '"' {
-                                self.in_str = false;
-                                if self.depth == 0 {
-                                    cut = i + 1;
-                                    done = true;
-                                    break;
-                                }
-                            }
-                            continue;
-                        }
-                        match c {
-                            '"' => {
-                                self.in_str = true;
-                                self.started = true;
-                            }
-                            '{' | '[' => {
-                                self.depth += 1;
-                                self.started = true;
-                            }
-                            '}' | ']' if self.depth > 0 => {
-                                self.depth -= 1;
-                                if self.depth == 0 {
-                                    cut = i + 1;
-                                    done = true;
-                                    break;
-                                }
-                            }
-                            '}' | ',' | '\n' if self.depth == 0 && self.started => {
-                                // The end of a scalar value.
-                                cut = i;
-                                done = true;
-                                break;
-                            }
-                            _ => self.started = true,
-                        }
-                    }
-                    let frag: String = self.buf.drain(..cut).collect();
-                    let index = self.calls.len() - 1;
-                    if !frag.is_empty() {
-                        self.calls[index].arguments.push_str(&frag);
-                        ev.push(ToolEvent::CallArgs {
-                            index,
-                            fragment: frag,
-                        });
-                    }
-                    if !done {
+                    if !self.args(ev) {
                         return;
                     }
                     self.state = State::Tail;
                 }
                 State::Tail => {
-                    let Some(i) = self.buf.find(CALL_CLOSE) else {
+                    let Some(i) = self.buf.find(p.call_close) else {
                         return;
                     };
-                    self.buf.drain(..i + CALL_CLOSE.len());
+                    self.buf.drain(..i + p.call_close.len());
                     self.state = State::Between;
                 }
             }
         }
     }
+
+    /// Reads the arguments value as far as the buffer goes; `true` once it is complete.
+    fn args(&mut self, ev: &mut Vec<ToolEvent>) -> bool {
+        let mut cut = self.buf.len();
+        let mut done = false;
+        for (i, c) in self.buf.char_indices() {
+            if self.in_str {
+                if self.esc {
+                    self.esc = false;
+                } else if c == '\\' {
+                    self.esc = true;
+                } else if c == '"' {
+                    self.in_str = false;
+                    if self.depth == 0 {
+                        cut = i + 1;
+                        done = true;
+                        break;
+                    }
+                }
+                continue;
+            }
+            match c {
+                '"' => {
+                    self.in_str = true;
+                    self.started = true;
+                }
+                '{' | '[' => {
+                    self.depth += 1;
+                    self.started = true;
+                }
+                '}' | ']' if self.depth > 0 => {
+                    self.depth -= 1;
+                    if self.depth == 0 {
+                        cut = i + 1;
+                        done = true;
+                        break;
+                    }
+                }
+                '}' | ',' | '\n' if self.depth == 0 && self.started => {
+                    // The end of a scalar value.
+                    cut = i;
+                    done = true;
+                    break;
+                }
+                _ => self.started = true,
+            }
+        }
+        let frag: String = self.buf.drain(..cut).collect();
+        let index = self.calls.len() - 1;
+        if !frag.is_empty() {
+            self.calls[index].arguments.push_str(&frag);
+            ev.push(ToolEvent::CallArgs {
+                index,
+                fragment: frag,
+            });
+        }
+        done
+    }
 }
 
-/// Parses a whole output: its text and its calls.
+/// Parses a whole output in the Hermes format: its text and its calls.
 pub fn parse_output(text: &str) -> (String, Vec<ToolCall>) {
-    let mut p = ToolParser::new();
+    parse_output_as(CallFormat::Hermes, text)
+}
+
+/// Parses a whole output in `format`: its text and its calls. Cost: linear.
+pub fn parse_output_as(format: CallFormat, text: &str) -> (String, Vec<ToolCall>) {
+    let mut p = ToolParser::with_options(Some(format), None);
     p.push(text);
     p.finish();
     (p.text, p.calls)
@@ -704,6 +725,7 @@ mod tests {
             tools: tools(),
             choice: ToolChoice::Function("add".into()),
             parallel: true,
+            format: CallFormat::Hermes,
         };
         let g = tc
             .grammar(None, &SchemaOptions::default(), &Limits::default())
@@ -727,6 +749,7 @@ mod tests {
             tools: tools(),
             choice: ToolChoice::Required,
             parallel: true,
+            format: CallFormat::Hermes,
         };
         let two = format!(
             "{}\n{}",
@@ -754,6 +777,7 @@ mod tests {
             tools: tools(),
             choice: ToolChoice::Auto,
             parallel: true,
+            format: CallFormat::Hermes,
         };
         let g = tc
             .grammar(None, &SchemaOptions::default(), &Limits::default())
@@ -800,12 +824,14 @@ mod tests {
             tools: tools(),
             choice: ToolChoice::Function("missing".into()),
             parallel: true,
+            format: CallFormat::Hermes,
         };
         assert!(tc
             .grammar(None, &SchemaOptions::default(), &Limits::default())
             .is_err());
         assert!(Tool::new("bad name", None, json!({})).is_err());
         let tc = ToolCalling {
+            format: CallFormat::Hermes,
             tools: vec![Tool::new("f", None, json!({"type": 5})).unwrap()],
             choice: ToolChoice::Required,
             parallel: true,
@@ -894,5 +920,135 @@ mod tests {
         assert!(out[3]
             .content
             .contains("<tool_response>\n3\n</tool_response>"));
+    }
+
+    /// One call in `f`'s syntax.
+    fn call_in(f: CallFormat, name: &str, args: &str) -> String {
+        let p = f.pieces();
+        format!(
+            "{}{name}{}{args}{}",
+            p.call_open, p.name_close, p.call_close
+        )
+    }
+
+    fn calls_in(f: CallFormat, calls: &[(&str, &str)]) -> String {
+        let p = f.pieces();
+        let body: Vec<String> = calls.iter().map(|(n, a)| call_in(f, n, a)).collect();
+        format!("{}{}{}", p.begin, body.join(p.sep), p.end)
+    }
+
+    const FORMATS: [CallFormat; 4] = [
+        CallFormat::Hermes,
+        CallFormat::Llama3Json,
+        CallFormat::Mistral,
+        CallFormat::DeepSeek,
+    ];
+
+    /// Each family's grammar accepts its own calls with valid arguments and nothing else,
+    /// and its parser reads them back, whatever the chunking.
+    #[test]
+    fn every_format_has_an_exact_grammar_and_parser() {
+        for f in FORMATS {
+            let tc = |choice| ToolCalling {
+                tools: tools(),
+                choice,
+                parallel: true,
+                format: f,
+            };
+            let opts = SchemaOptions::default();
+            let lim = Limits::default();
+            let required = tc(ToolChoice::Required)
+                .grammar(None, &opts, &lim)
+                .unwrap()
+                .unwrap();
+            let one = calls_in(f, &[("add", r#"{"a":1,"b":2}"#)]);
+            assert!(accepts(&required, &one), "{f:?} {one}");
+            assert!(!accepts(
+                &required,
+                &calls_in(f, &[("add", r#"{"a":1,"b":"x"}"#)])
+            ));
+            assert!(!accepts(&required, &calls_in(f, &[("nope", r#"{}"#)])));
+            let two = calls_in(
+                f,
+                &[
+                    ("add", r#"{"a":1,"b":2}"#),
+                    ("get_weather", r#"{"city":"P"}"#),
+                ],
+            );
+            assert_eq!(accepts(&required, &two), f.pieces().parallel, "{f:?} {two}");
+            // Auto: text, or text then calls; text never begins a call.
+            let auto = tc(ToolChoice::Auto)
+                .grammar(None, &opts, &lim)
+                .unwrap()
+                .unwrap();
+            assert!(accepts(&auto, "Hello."));
+            assert!(accepts(&auto, &format!("Sure. {one}")));
+            let opener = f.pieces().opener();
+            assert!(!accepts(&auto, &format!("x {opener}")), "{f:?}");
+            // The parser, at every cut.
+            let out = if f.pieces().parallel {
+                two.clone()
+            } else {
+                one.clone()
+            };
+            let text = format!("Sure. {out}");
+            let (t, calls) = parse_output_as(f, &text);
+            assert_eq!(t, "Sure. ", "{f:?}");
+            assert_eq!(calls[0].name, "add");
+            assert_eq!(calls[0].arguments, r#"{"a":1,"b":2}"#);
+            assert_eq!(calls.len(), if f.pieces().parallel { 2 } else { 1 });
+            for cut in (0..text.len()).filter(|&i| text.is_char_boundary(i)) {
+                let mut p = ToolParser::with_options(Some(f), None);
+                let mut evs = p.push(&text[..cut]);
+                evs.extend(p.push(&text[cut..]));
+                evs.extend(p.finish());
+                assert_eq!(p.text(), t, "{f:?} cut {cut}");
+                assert_eq!(p.calls(), calls.as_slice(), "{f:?} cut {cut}");
+                let args: String = evs
+                    .iter()
+                    .filter_map(|e| match e {
+                        ToolEvent::CallArgs { index: 0, fragment } => Some(fragment.as_str()),
+                        _ => None,
+                    })
+                    .collect();
+                assert_eq!(args, calls[0].arguments);
+            }
+        }
+    }
+
+    /// A marker the tokenizer keeps as a control token (Mistral's `[TOOL_CALLS]`)
+    /// becomes a text token the grammar can write, as that single token.
+    #[test]
+    fn control_token_markers_become_writable() {
+        let mut toks: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
+        toks.push(b"[TOOL_CALLS]".to_vec());
+        toks.push(b"</s>".to_vec());
+        let mut special = vec![false; 256];
+        special.extend([true, true]);
+        let v = Vocabulary::new("v", toks, special, vec![257]).unwrap();
+        let v = Arc::new(
+            v.with_text_tokens(CallFormat::Mistral.marker_texts())
+                .unwrap(),
+        );
+        assert!(!v.is_special(256) && v.is_special(257));
+        let tc = ToolCalling {
+            tools: tools(),
+            choice: ToolChoice::Function("add".into()),
+            parallel: true,
+            format: CallFormat::Mistral,
+        };
+        let g = tc
+            .grammar(None, &SchemaOptions::default(), &Limits::default())
+            .unwrap()
+            .unwrap();
+        let c = Constraint::new(&g, v, &Limits::default()).unwrap();
+        let mut m = Matcher::new(&c).unwrap();
+        let mut mask = vec![0u32; 9];
+        m.compute_mask(&mut mask).unwrap();
+        assert!(
+            mask[256 / 32] & (1 << (256 % 32)) != 0,
+            "[TOOL_CALLS] allowed"
+        );
+        m.commit_token(256).unwrap();
     }
 }

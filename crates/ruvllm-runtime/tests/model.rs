@@ -658,3 +658,73 @@ fn max_tokens_closes_the_reasoning_in_time() {
     assert!(jsonschema::is_valid(&schema, &v), "{}", g.text);
     assert!(g.reasoning.is_some());
 }
+
+/// A chat template of the Mistral family: calls are written `[TOOL_CALLS][...]`, parsed
+/// back in that syntax, and the conversation's earlier calls are rendered with object
+/// arguments, as the template expects.
+#[test]
+fn tool_calls_in_the_template_family_format() {
+    use ruvllm_runtime::call_format::CallFormat;
+    use ruvllm_runtime::tools::{parse_output_as, Tool, ToolCalling, ToolChoice};
+    let t = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/templates/chatml-mistral-tools.jinja"),
+    )
+    .unwrap();
+    let opts = BackendOptions {
+        chat_template: Some(t),
+        ..Default::default()
+    };
+    let b = CandleBackend::load(&model_path(), &opts).unwrap();
+    assert_eq!(b.call_format(), CallFormat::Mistral);
+    let schema = serde_json::json!({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"integer"}},"required":["a","b"],"additionalProperties":false});
+    let add = Tool::new("add", Some("Adds".into()), schema.clone()).unwrap();
+    let mut earlier = Message::new("assistant", "");
+    earlier.tool_calls = Some(serde_json::json!([{"id": "c1", "type": "function",
+        "function": {"name": "add", "arguments": "{\"a\": 1, \"b\": 1}"}}]));
+    let mut result = Message::new("tool", "2");
+    result.tool_call_id = Some("c1".into());
+    let prompt = Prompt::Chat {
+        messages: vec![
+            Message::user("What is 1 plus 1?"),
+            earlier,
+            result,
+            Message::user("And 2 plus 3?"),
+        ],
+        tools: Some(serde_json::json!([add.to_openai()])),
+    };
+    let text = b.render(&prompt).unwrap();
+    assert!(
+        text.contains(r#"[TOOL_CALLS][{"name": "add", "arguments": {"a":1,"b":1}}]"#),
+        "{text}"
+    );
+    let params = GenerateParams {
+        seed: Some(1),
+        max_tokens: 64,
+        constraint: Some(OutputConstraint::Tools {
+            calling: ToolCalling {
+                tools: vec![add],
+                choice: ToolChoice::Required,
+                parallel: true,
+                format: CallFormat::Hermes, // the backend writes its own format
+            },
+            text: None,
+            options: Default::default(),
+        }),
+        ..Default::default()
+    };
+    let g = b.complete(&prompt, &params, &mut |_| true).unwrap();
+    assert_eq!(g.finish, FinishReason::Stop);
+    assert!(
+        g.text.starts_with("[TOOL_CALLS][{\"name\": \"add\""),
+        "{}",
+        g.text
+    );
+    let (rest, calls) = parse_output_as(CallFormat::Mistral, &g.text);
+    assert!(rest.is_empty(), "{rest:?}");
+    assert!(!calls.is_empty());
+    for c in calls {
+        let v: serde_json::Value = serde_json::from_str(&c.arguments).unwrap();
+        assert!(jsonschema::is_valid(&schema, &v), "{}", c.arguments);
+    }
+}

@@ -29,7 +29,6 @@ use axum::extract::State;
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use ruvllm_runtime::tools::parse_output;
 use ruvllm_runtime::{
     FinishReason, GenerateParams, Generation, Message, OutputConstraint, Prompt, Tool, ToolCall,
     ToolCalling, ToolChoice, ToolEvent, ToolParser,
@@ -271,6 +270,8 @@ fn tools(f: &Fields) -> ApiResult<Option<ToolCalling>> {
         tools: list,
         choice,
         parallel,
+        // The backend writes calls in its chat template's format.
+        format: Default::default(),
     }))
 }
 
@@ -436,12 +437,12 @@ async fn messages_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiR
     let id = new_id("msg_");
     let model = st.model_id.clone();
     if stream {
-        let parser = ToolParser::with_options(tools, markers.as_ref());
+        let parser = ToolParser::with_options(tools.then(|| st.call_format()), markers.as_ref());
         return Ok(message_stream(s, id, model, parser).into_response());
     }
     let g = collect(s).await.map_err(|e| e.dialect(D))?;
     let (text, calls) = if tools {
-        parse_output(&g.text)
+        ruvllm_runtime::tools::parse_output_as(st.call_format(), &g.text)
     } else {
         (g.text.clone(), Vec::new())
     };

@@ -247,6 +247,11 @@ impl AppState {
         self.sched.backend().reasoning_for(prompt, params).cloned()
     }
 
+    /// The tool-call syntax the model writes (its chat template's family).
+    pub fn call_format(&self) -> ruvllm_runtime::call_format::CallFormat {
+        self.sched.backend().call_format()
+    }
+
     /// `max_tokens` from a request value (`None` = the default), bounded by the limit.
     pub fn max_tokens(&self, asked: Option<i64>, param: &str) -> ApiResult<usize> {
         match asked {

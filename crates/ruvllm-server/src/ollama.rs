@@ -14,7 +14,6 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use ruvllm_runtime::tools::parse_output;
 use ruvllm_runtime::{
     GenerateParams, Generation, Message, OutputConstraint, Prompt, ToolCall, ToolCalling,
     ToolChoice, ToolEvent, ToolParser,
@@ -212,7 +211,7 @@ async fn chat_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResul
     if !stream {
         let g = collect(s).await?;
         let (content, calls) = if calling.is_some() {
-            parse_output(&g.text)
+            ruvllm_runtime::tools::parse_output_as(st.call_format(), &g.text)
         } else {
             (g.text.clone(), Vec::new())
         };
@@ -231,7 +230,10 @@ async fn chat_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResul
         ));
     }
     let (tx, rx) = channel();
-    let mut parser = ToolParser::with_options(calling.is_some(), markers.as_ref());
+    let mut parser = ToolParser::with_options(
+        calling.is_some().then(|| st.call_format()),
+        markers.as_ref(),
+    );
     let mut s = s;
     tokio::spawn(async move {
         loop {
@@ -341,7 +343,7 @@ async fn generate_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiR
     }
     let (tx, rx) = channel();
     let mut s = s;
-    let mut parser = ToolParser::with_options(false, markers.as_ref());
+    let mut parser = ToolParser::with_options(None, markers.as_ref());
     tokio::spawn(async move {
         loop {
             let item = next_chunk(&mut s, &tx).await;

@@ -18,7 +18,6 @@ use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures::{Stream, StreamExt};
-use ruvllm_runtime::tools::parse_output;
 use ruvllm_runtime::{
     FinishReason, GenerateParams, Generation, OutputConstraint, Prompt, RuntimeError, TextStream,
     ToolCall, ToolCalling, ToolChoice, ToolEvent, ToolParser,
@@ -198,13 +197,16 @@ async fn chat_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResul
     let created = unix_now();
     let model = st.model_id.clone();
     if stream {
-        let parser = ToolParser::with_options(calling.is_some(), markers.as_ref());
+        let parser = ToolParser::with_options(
+            calling.is_some().then(|| st.call_format()),
+            markers.as_ref(),
+        );
         let r = chat_stream(s, id, created, model, parser, include_usage);
         return Ok(with_note(r.into_response(), note));
     }
     let g = collect(s).await?;
     let (content, calls) = if calling.is_some() {
-        parse_output(&g.text)
+        ruvllm_runtime::tools::parse_output_as(st.call_format(), &g.text)
     } else {
         (g.text.clone(), Vec::new())
     };

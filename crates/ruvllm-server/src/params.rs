@@ -611,6 +611,8 @@ pub fn tools(f: &Fields) -> ApiResult<Option<ToolCalling>> {
         tools: list,
         choice,
         parallel,
+        // The backend writes calls in its chat template's format.
+        format: Default::default(),
     }))
 }
 

@@ -30,7 +30,6 @@ use axum::extract::State;
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use ruvllm_runtime::tools::parse_output;
 use ruvllm_runtime::{
     FinishReason, Generation, Message, OutputConstraint, Prompt, ToolChoice, ToolEvent, ToolParser,
 };
@@ -321,12 +320,15 @@ async fn create_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiRes
         echo: echo(&v),
     };
     if stream {
-        let parser = ToolParser::with_options(calling.is_some(), markers.as_ref());
+        let parser = ToolParser::with_options(
+            calling.is_some().then(|| st.call_format()),
+            markers.as_ref(),
+        );
         return Ok(response_stream(st.clone(), s, head, parser, messages).into_response());
     }
     let g = collect(s).await?;
     let (text, calls) = if calling.is_some() {
-        parse_output(&g.text)
+        ruvllm_runtime::tools::parse_output_as(st.call_format(), &g.text)
     } else {
         (g.text.clone(), Vec::new())
     };

@@ -183,6 +183,30 @@ impl Vocabulary {
         self
     }
 
+    /// The same vocabulary with the special tokens whose text is one of `texts` made
+    /// ordinary text tokens, so that grammars can write them (a tool-call marker such as
+    /// Mistral's `[TOOL_CALLS]`, a control token its model was trained to emit). EOS ids
+    /// and the encoder are kept. Returns `self` unchanged when no special token matches;
+    /// otherwise rebuilds the trie, O(total bytes · log V).
+    pub fn with_text_tokens(self, texts: &[&str]) -> Result<Vocabulary, VocabError> {
+        let mut special = self.special.clone();
+        let mut changed = false;
+        for (i, t) in self.tokens.iter().enumerate() {
+            if special[i] && texts.iter().any(|x| x.as_bytes() == t.as_slice()) {
+                special[i] = false;
+                changed = true;
+            }
+        }
+        if !changed {
+            return Ok(self);
+        }
+        let v = Vocabulary::new(self.name, self.tokens, special, self.eos)?;
+        Ok(match self.encoder {
+            Some(e) => v.with_encoder(e),
+            None => v,
+        })
+    }
+
     /// The encoder, when the vocabulary came with one (tokenizer.json does).
     pub fn encoder(&self) -> Option<&Arc<dyn TokenEncoder>> {
         self.encoder.as_ref()
