@@ -192,6 +192,12 @@ pub struct GenerateArgs {
     /// output cut by --max-tokens is incomplete (and the command exits with status 3).
     #[arg(long)]
     no_budget: bool,
+    /// Turn off the reasoning section of a chat template that has one (`<think>`).
+    #[arg(long)]
+    no_think: bool,
+    /// Most reasoning tokens before `</think>` is forced (default: only --max-tokens).
+    #[arg(long, value_name = "TOKENS")]
+    reasoning_budget: Option<usize>,
     /// Print timings and token counts to stderr.
     #[arg(long, short)]
     verbose: bool,
@@ -220,6 +226,10 @@ pub fn run(
         stop: a.stop.clone(),
         jump_forward: !a.no_jump_forward,
         budget_aware: !a.no_budget,
+        thinking: ruvllm_runtime::reasoning::Thinking {
+            enabled: a.no_think.then_some(false),
+            budget: a.reasoning_budget,
+        },
         ..Default::default()
     };
     if let Some(p) = &c.schema {
@@ -270,14 +280,47 @@ pub fn run(
     };
     let stdout = std::io::stdout();
     let stream = a.stream;
+    // Reasoning goes to stderr, the answer to stdout.
+    let markers = backend.reasoning_for(&prompt, &params).cloned();
+    let mut split = markers
+        .as_ref()
+        .map(ruvllm_runtime::reasoning::ReasoningSplitter::new);
+    let write = |parts: Vec<ruvllm_runtime::reasoning::Part>| -> bool {
+        for p in parts {
+            let ok = match p {
+                ruvllm_runtime::reasoning::Part::Reasoning(t) => {
+                    let mut e = std::io::stderr().lock();
+                    e.write_all(t.as_bytes()).is_ok() && e.flush().is_ok()
+                }
+                ruvllm_runtime::reasoning::Part::Content(t) => {
+                    let mut o = stdout.lock();
+                    o.write_all(t.as_bytes()).is_ok() && o.flush().is_ok()
+                }
+            };
+            if !ok {
+                return false;
+            }
+        }
+        true
+    };
     let g = backend.complete(&prompt, &params, &mut |s| {
-        if stream {
-            let mut o = stdout.lock();
-            o.write_all(s.as_bytes()).is_ok() && o.flush().is_ok()
-        } else {
-            true
+        if !stream {
+            return true;
+        }
+        match &mut split {
+            Some(sp) => write(sp.push(s)),
+            None => write(vec![ruvllm_runtime::reasoning::Part::Content(
+                s.to_string(),
+            )]),
         }
     })?;
+    if stream {
+        if let Some(sp) = &mut split {
+            write(sp.finish());
+        }
+    } else if let Some(r) = &g.reasoning {
+        eprintln!("{r}");
+    }
     let mut o = stdout.lock();
     if !stream {
         o.write_all(g.text.as_bytes())?;
