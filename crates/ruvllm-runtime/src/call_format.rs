@@ -3,8 +3,8 @@
 //! Each family was trained on its own call syntax; writing calls in another family's
 //! syntax works (the grammar forces it) but costs the model accuracy. Every format here
 //! is "fixed text around a name and a JSON arguments object", so one description,
-//! [`Pieces`], gives both the exact grammar ([`crate::tools::ToolCalling::grammar`]) and
-//! the incremental parser ([`crate::tools::ToolParser`]):
+//! [`Pieces`], gives both the exact grammar (`ToolCalling::grammar` in `tools`) and
+//! the incremental parser (`ToolParser` there); this module knows nothing of either:
 //!
 //! ```text
 //! output  ::= begin call (sep call)* end
@@ -26,6 +26,14 @@
 //! Not covered: Gemma (its templates define no call syntax; the Hermes format is used)
 //! and GPT-OSS's harmony channels (calls are addressed by control-token headers,
 //! `<|channel|>commentary to=functions.f`, with the reasoning in another channel).
+
+/// What free text may not contain: anything beginning `<tool` or `</tool`. The call's
+/// `<tool_call>` is the other branch of the grammar, so text that starts a tag starts a
+/// call. A small model otherwise copies the prompt's `<tool_response>` into its answer,
+/// or invents variants (`<tool_responseText>`, `<tool_error>`); banning the exact tags was
+/// measured not to be enough (docs/SERVER.md). The price: under `auto`, an answer cannot
+/// write `<tool` (as in `<toolbar>`) in its text.
+pub const MARKUP: &[&str] = &["<tool", "</tool"];
 
 /// A tool-call syntax.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
@@ -126,10 +134,10 @@ impl CallFormat {
 
     /// What free text may not contain under `tool_choice: auto` (all beginning with the
     /// same character): the call's opener, and for Hermes anything beginning `<tool`
-    /// (see [`crate::tools::MARKUP`]).
+    /// (see [`MARKUP`]).
     pub fn forbidden_in_text(self) -> Vec<String> {
         match self {
-            CallFormat::Hermes => crate::tools::MARKUP.iter().map(|s| s.to_string()).collect(),
+            CallFormat::Hermes => MARKUP.iter().map(|s| s.to_string()).collect(),
             CallFormat::Mistral => vec!["[TOOL_CALLS]".into()],
             CallFormat::DeepSeek => vec!["<｜tool▁calls▁begin｜>".into()],
             CallFormat::Llama3Json => vec!["{\"name\"".into()],

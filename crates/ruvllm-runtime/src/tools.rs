@@ -170,13 +170,7 @@ fn lit(s: &str) -> Expr {
     Expr::Literal(s.as_bytes().to_vec())
 }
 
-/// What free text may not contain: anything beginning `<tool` or `</tool`. The call's
-/// `<tool_call>` is the other branch of the grammar, so text that starts a tag starts a
-/// call. A small model otherwise copies the prompt's `<tool_response>` into its answer,
-/// or invents variants (`<tool_responseText>`, `<tool_error>`); banning the exact tags was
-/// measured not to be enough (docs/SERVER.md). The price: under `auto`, an answer cannot
-/// write `<tool` (as in `<toolbar>`) in its text.
-pub const MARKUP: &[&str] = &["<tool", "</tool"];
+pub use crate::call_format::MARKUP;
 
 impl ToolCalling {
     /// The tools a call may name under this choice. Errors when a named function is not
