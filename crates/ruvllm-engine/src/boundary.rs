@@ -41,9 +41,9 @@
 //! needs about 700 transitions). A clone of a matcher starts with an empty memo: it is a
 //! cache, and copying it would make forks cost more than the parser history they copy.
 
+use crate::deadline::Deadline;
 use crate::earley::{FastMap, Item, Parser, ROOT};
 use crate::error::MatchError;
-use crate::matcher::Deadline;
 use crate::states::Walked;
 use crate::Constraint;
 

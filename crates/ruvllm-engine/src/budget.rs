@@ -53,10 +53,11 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::compile::dist::{add, INF};
 use crate::compile::Sym;
+use crate::deadline::Deadline;
 use crate::earley::{FastMap, Item, Parser};
 use crate::error::MatchError;
 use crate::facts::{Leaf, StateBudget};
-use crate::matcher::{Deadline, Matcher};
+use crate::matcher::Matcher;
 use crate::states::UNIQUE;
 
 /// Masks for which a bound found at an earlier state stands in for the current state's

@@ -50,6 +50,7 @@ mod budget;
 pub mod byteset;
 pub mod compile;
 mod complete;
+mod deadline;
 mod earley;
 mod error;
 mod facts;

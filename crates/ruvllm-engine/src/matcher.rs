@@ -1,10 +1,10 @@
 //! The per-generation matcher: masks, commits, rollback and forced text.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use crate::boundary::WalkMemo;
 use crate::compile::Sym;
+pub(crate) use crate::deadline::Deadline;
 use crate::earley::Parser;
 use crate::error::MatchError;
 use crate::Constraint;
@@ -501,55 +501,6 @@ impl Matcher {
             keep -= 1;
         }
         Ok(ids[..keep].to_vec())
-    }
-}
-
-/// The mask-time budget of one step ([`crate::Limits::max_mask_time`]).
-///
-/// Reading the clock costs about 50 ns (`Instant::now` on the 2-core Xeon), so it is read
-/// once at the start of a mask, before each first-use token table (one trie walk,
-/// milliseconds at most), and after every [`Deadline::EVERY`] units of other work (parser
-/// items built by the boundary walk, table lookups). A step thus overshoots the budget by
-/// at most one table or that much work.
-pub(crate) struct Deadline {
-    end: Option<Instant>,
-    limit: Duration,
-    work: usize,
-}
-
-impl Deadline {
-    /// Work units between two looks at the clock.
-    const EVERY: usize = 4096;
-
-    /// A budget of `limit` from now.
-    pub(crate) fn new(limit: Duration) -> Deadline {
-        Deadline {
-            end: Instant::now().checked_add(limit),
-            limit,
-            work: 0,
-        }
-    }
-
-    /// Counts `units` of work; looks at the clock once enough has accumulated.
-    #[inline]
-    pub(crate) fn tick(&mut self, units: usize) -> Result<(), MatchError> {
-        self.work += units;
-        if self.work >= Self::EVERY {
-            self.work = 0;
-            self.check()
-        } else {
-            Ok(())
-        }
-    }
-
-    /// Fails with [`MatchError::MaskTime`] when the budget has run out.
-    pub(crate) fn check(&self) -> Result<(), MatchError> {
-        match self.end {
-            Some(end) if Instant::now() >= end => Err(MatchError::MaskTime {
-                limit_ms: self.limit.as_millis() as u64,
-            }),
-            _ => Ok(()),
-        }
     }
 }
 
