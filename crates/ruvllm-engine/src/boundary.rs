@@ -42,9 +42,10 @@
 //! cache, and copying it would make forks cost more than the parser history they copy.
 
 use crate::deadline::Deadline;
-use crate::earley::{FastMap, Item, Parser, ROOT};
+use crate::earley::{Item, Parser, ROOT};
 use crate::error::MatchError;
 use crate::states::Walked;
+use crate::util::FastMap;
 use crate::Constraint;
 
 /// No node: the position is not memoized (below a step that ran a semantic check).

@@ -54,11 +54,12 @@ use std::sync::{Arc, Mutex, OnceLock};
 use crate::compile::dist::{add, INF};
 use crate::compile::Sym;
 use crate::deadline::Deadline;
-use crate::earley::{FastMap, Item, Parser};
+use crate::earley::{Item, Parser};
 use crate::error::MatchError;
 use crate::facts::{Leaf, StateBudget};
 use crate::matcher::Matcher;
 use crate::states::UNIQUE;
+use crate::util::FastMap;
 
 /// Masks for which a bound found at an earlier state stands in for the current state's
 /// when the end of the budget is far (see [`Matcher::compute_budget_mask`]).

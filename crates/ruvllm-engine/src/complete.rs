@@ -52,10 +52,11 @@ use std::collections::BinaryHeap;
 use crate::compile::dist::{add, INF};
 use crate::compile::shortest::{Shortest, MAX_TEXT};
 use crate::compile::{CompiledGrammar, Sym};
-use crate::earley::{FastMap, Item, Parser, WaitCost, ROOT};
+use crate::earley::{Item, Parser, WaitCost, ROOT};
 use crate::error::MatchError;
 use crate::facts::{Completion, Known};
 use crate::matcher::{Deadline, Matcher};
+use crate::util::FastMap;
 
 const NO_WAIT: WaitCost = WaitCost {
     cost: INF,
@@ -188,7 +189,7 @@ impl Parser {
         inner.sort_unstable();
         let mut heap: BinaryHeap<Reverse<(u32, u32)>> =
             dist.iter().map(|(&r, w)| Reverse((w.cost, r))).collect();
-        let mut done: crate::earley::FastSet<u32> = Default::default();
+        let mut done: crate::util::FastSet<u32> = Default::default();
         while let Some(Reverse((c, r))) = heap.pop() {
             if c == INF || !done.insert(r) {
                 continue;

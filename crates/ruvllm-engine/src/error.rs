@@ -64,7 +64,7 @@ pub enum GrammarError {
         msg: String,
     },
     /// A configured limit was exceeded while reading or compiling the grammar.
-    #[error("grammar limit exceeded: {what} is {value}, the limit is {limit} ({hint})")]
+    #[error("grammar limit exceeded: {what} is {value}, the limit is {limit} ({kind})")]
     Limit {
         /// Which quantity.
         what: &'static str,
@@ -73,11 +73,81 @@ pub enum GrammarError {
         /// The limit in force.
         limit: usize,
         /// Which option raises it.
-        hint: &'static str,
+        kind: LimitKind,
     },
     /// An invalid argument (empty choice list, bad built-in name...).
     #[error("{0}")]
     Invalid(String),
+}
+
+/// Which [`crate::Limits`] field a limit error is about, so that a program can map it to
+/// its own setting (the server and the CLI name their flags). Displays as
+/// `Limits::field`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LimitKind {
+    /// [`crate::Limits::max_grammar_bytes`].
+    GrammarBytes,
+    /// [`crate::Limits::max_rules`].
+    Rules,
+    /// [`crate::Limits::max_grammar_nodes`].
+    GrammarNodes,
+    /// [`crate::Limits::max_nesting`].
+    Nesting,
+    /// [`crate::Limits::max_repeat`].
+    Repeat,
+    /// [`crate::Limits::max_schema_depth`].
+    SchemaDepth,
+    /// [`crate::Limits::max_compile_time`].
+    CompileTime,
+    /// [`crate::Limits::max_compiled_symbols`].
+    CompiledSymbols,
+    /// [`crate::Limits::max_lexeme_states`].
+    LexemeStates,
+    /// [`crate::Limits::max_total_dfa_states`].
+    TotalDfaStates,
+    /// [`crate::Limits::max_lexemes`].
+    Lexemes,
+}
+
+impl LimitKind {
+    /// Every kind.
+    pub const ALL: &'static [LimitKind] = &[
+        LimitKind::GrammarBytes,
+        LimitKind::Rules,
+        LimitKind::GrammarNodes,
+        LimitKind::Nesting,
+        LimitKind::Repeat,
+        LimitKind::SchemaDepth,
+        LimitKind::CompileTime,
+        LimitKind::CompiledSymbols,
+        LimitKind::LexemeStates,
+        LimitKind::TotalDfaStates,
+        LimitKind::Lexemes,
+    ];
+
+    /// The [`crate::Limits`] field's name (`max_rules`).
+    pub fn field(self) -> &'static str {
+        match self {
+            LimitKind::GrammarBytes => "max_grammar_bytes",
+            LimitKind::Rules => "max_rules",
+            LimitKind::GrammarNodes => "max_grammar_nodes",
+            LimitKind::Nesting => "max_nesting",
+            LimitKind::Repeat => "max_repeat",
+            LimitKind::SchemaDepth => "max_schema_depth",
+            LimitKind::CompileTime => "max_compile_time",
+            LimitKind::CompiledSymbols => "max_compiled_symbols",
+            LimitKind::LexemeStates => "max_lexeme_states",
+            LimitKind::TotalDfaStates => "max_total_dfa_states",
+            LimitKind::Lexemes => "max_lexemes",
+        }
+    }
+}
+
+impl std::fmt::Display for LimitKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Limits::{}", self.field())
+    }
 }
 
 /// An error while loading a vocabulary.

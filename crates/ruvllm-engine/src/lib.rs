@@ -44,6 +44,7 @@
 //! ```
 
 #![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
 mod boundary;
 mod budget;
@@ -59,13 +60,14 @@ mod matcher;
 pub mod schema;
 mod states;
 mod tables;
+mod util;
 pub mod vocab;
 
 use std::sync::Arc;
 
 pub use budget::BudgetMask;
 pub use compile::{CompiledGrammar, GrammarStats};
-pub use error::{GrammarError, MatchError, VocabError};
+pub use error::{GrammarError, LimitKind, MatchError, VocabError};
 pub use facts::Completion;
 pub use grammar::{Builtin, Expr, Grammar, KeyComplement};
 pub use matcher::{CheckResult, Matcher};

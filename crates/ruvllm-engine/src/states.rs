@@ -56,7 +56,7 @@
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::earley::FastMap;
+use crate::util::FastMap;
 
 /// Marks an identity that was not interned (the interner was full): equal to no other.
 pub(crate) const UNIQUE: u32 = 1 << 31;

@@ -21,7 +21,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use crate::earley::{FastMap, FastSet};
+use crate::util::{FastMap, FastSet};
 
 use crate::byteset::ByteSet;
 use crate::compile::{Dfa, Lexeme};
@@ -862,21 +862,10 @@ impl Tables {
     }
 }
 
-/// Whether state `s` of `a` and state `t` of `b` agree on every byte string of length at
-/// most `depth`: same acceptance, and the same next bytes keep each alive (so aliveness
-/// agrees up to length `depth + 1`). Breadth-first over
-/// state pairs, each visited once at its smallest depth (where the remaining budget is
-/// largest, so that visit decides). Exact; gives up (false) past a million pairs: tests
-/// use it as an oracle, so its cap is far above the product's [`MAX_PAIRS`].
-#[cfg(test)]
-pub(crate) fn equivalent(a: &Dfa, s: u32, b: &Dfa, t: u32, depth: usize) -> bool {
-    equivalent_capped(a, s, b, t, depth, 1 << 20, &mut { usize::MAX }).0 == Some(true)
-}
-
 /// `equivalent` (the tests' oracle), or `None` when it gave up at [`MAX_PAIRS`] pairs;
 /// with the pairs it met.
 fn equivalent_within(a: &Dfa, s: u32, b: &Dfa, t: u32, depth: usize) -> (Option<bool>, usize) {
-    equivalent_capped(a, s, b, t, depth, MAX_PAIRS, &mut { usize::MAX })
+    crate::compile::equiv::equivalent_capped(a, s, b, t, depth, MAX_PAIRS, &mut { usize::MAX })
 }
 
 /// [`equivalent_within`] that also stops (`None`) once it has taken `work` steps (one
@@ -889,77 +878,7 @@ fn equivalent_budgeted(
     depth: usize,
     work: &mut usize,
 ) -> (Option<bool>, usize) {
-    equivalent_capped(a, s, b, t, depth, MAX_PAIRS, work)
-}
-
-/// `equivalent` (the tests' oracle), or `None` when it gave up past `max_pairs` pairs;
-/// with the pairs it met.
-fn equivalent_capped(
-    a: &Dfa,
-    s: u32,
-    b: &Dfa,
-    t: u32,
-    depth: usize,
-    max_pairs: usize,
-    work: &mut usize,
-) -> (Option<bool>, usize) {
-    if a.accepting(s) != b.accepting(t) || a.allowed(s) != b.allowed(t) {
-        return (Some(false), 1);
-    }
-    // One byte per run of the two DFAs' joint byte partition (bytes of one class behave
-    // alike; a cell that recurs after another gets a second, redundant representative).
-    let mut reps: Vec<u8> = Vec::with_capacity(64);
-    let mut last = None;
-    for byte in 0..=255u8 {
-        let cell = Some((a.class_of(byte), b.class_of(byte)));
-        if cell != last {
-            last = cell;
-            reps.push(byte);
-        }
-    }
-    let mut seen: FastSet<(u32, u32)> = FastSet::default();
-    let mut queue = std::collections::VecDeque::new();
-    seen.insert((s, t));
-    queue.push_back((s, t, 0usize));
-    while let Some((x, y, d)) = queue.pop_front() {
-        if d + 1 > depth {
-            continue;
-        }
-        // Adjacent runs mostly lead to the same pair: one set look per run of them.
-        let mut last = None;
-        for &byte in &reps {
-            if !a.allowed(x).contains(byte) {
-                continue;
-            }
-            if *work == 0 {
-                return (None, seen.len());
-            }
-            *work -= 1;
-            // Only `depth - d - 1` more bytes matter from the next pair: counts of a
-            // counted lexeme that cannot be told apart within them are one state.
-            let r = depth - d - 1;
-            let (nx, ny) = (
-                a.canonical(a.next(x, byte), r),
-                b.canonical(b.next(y, byte), r),
-            );
-            if last == Some((nx, ny)) {
-                continue;
-            }
-            last = Some((nx, ny));
-            if seen.insert((nx, ny)) {
-                // Compared when met rather than when expanded: a difference one byte down
-                // is then found before the rest of this layer's pairs are generated.
-                if a.accepting(nx) != b.accepting(ny) || a.allowed(nx) != b.allowed(ny) {
-                    return (Some(false), seen.len());
-                }
-                if seen.len() > max_pairs {
-                    return (None, seen.len());
-                }
-                queue.push_back((nx, ny, d + 1));
-            }
-        }
-    }
-    (Some(true), seen.len())
+    crate::compile::equiv::equivalent_capped(a, s, b, t, depth, MAX_PAIRS, work)
 }
 
 /// A hash of how state `s` behaves on the byte strings of at most `rounds` bytes: whether
@@ -2933,6 +2852,7 @@ impl Seen {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::compile::equiv::equivalent;
 
     fn dfa(re: &str) -> Dfa {
         let hir = regex_syntax::ParserBuilder::new()
@@ -3021,7 +2941,7 @@ mod tests {
     fn key_complement_dfa(keys: &[Vec<char>], dev: &Dfa) -> Dfa {
         crate::compile::keys::key_complement(
             keys,
-            crate::schema::json_encodings,
+            crate::grammar::json_string::json_encodings,
             dev,
             1 << 16,
             64 << 20,
@@ -4120,7 +4040,9 @@ mod tests {
                 for k in &keys {
                     let enc: Vec<u8> = k
                         .iter()
-                        .flat_map(|&c| crate::schema::json_encodings(c).swap_remove(0))
+                        .flat_map(|&c| {
+                            crate::grammar::json_string::json_encodings(c).swap_remove(0)
+                        })
                         .collect();
                     for cut in 0..=enc.len().min(4) {
                         let mut v = b"\"".to_vec();

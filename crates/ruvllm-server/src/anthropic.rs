@@ -36,8 +36,8 @@ use ruvllm_runtime::{
 use serde_json::{json, Value};
 
 use crate::error::{ApiError, ApiResult, Dialect};
-use crate::openai::{channel, collect, next_chunk};
 use crate::params::{self, type_name, Fields};
+use crate::stream::{channel, collect, next_chunk};
 use crate::{json_body, new_id, Shared};
 
 const D: Dialect = Dialect::Anthropic;

@@ -8,7 +8,8 @@
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use ruvllm_engine::MatchError;
+use ruvllm_engine::schema::SchemaError;
+use ruvllm_engine::{GrammarError, LimitKind, MatchError};
 use ruvllm_runtime::RuntimeError;
 use serde_json::json;
 
@@ -49,7 +50,7 @@ impl ApiError {
     pub fn bad(param: impl Into<String>, message: impl Into<String>) -> ApiError {
         ApiError {
             status: StatusCode::BAD_REQUEST,
-            message: name_flags(message.into()),
+            message: message.into(),
             kind: "invalid_request_error",
             param: Some(param.into()),
             code: None,
@@ -95,10 +96,10 @@ impl ApiError {
                 ApiError::bad(param, e.to_string()).with_message_from(msg)
             }
             RuntimeError::Schema(_) | RuntimeError::JsonSchema(_) | RuntimeError::Grammar(_) => {
-                ApiError::bad(constraint_param, e.to_string())
+                ApiError::bad(constraint_param, name_flag(e))
             }
             RuntimeError::ToolSchema { index, .. } => {
-                ApiError::bad(format!("tools[{index}].function.parameters"), e.to_string())
+                ApiError::bad(format!("tools[{index}].function.parameters"), name_flag(e))
             }
             RuntimeError::Match(MatchError::Budget { .. }) => ApiError::bad(
                 constraint_param,
@@ -200,27 +201,39 @@ pub fn limit_flag(field: &str) -> String {
     }
 }
 
-/// Rewrites the engine's `Limits::field` hints in an error message as the server flag
-/// that raises the limit, so an API caller reads which setting refused the request.
-fn name_flags(msg: String) -> String {
-    const TAG: &str = "Limits::";
-    if !msg.contains(TAG) {
-        return msg;
+/// The engine limit a runtime error is about, when it is a limit error.
+pub fn limit_kind(e: &RuntimeError) -> Option<LimitKind> {
+    fn of_grammar(g: &GrammarError) -> Option<LimitKind> {
+        match g {
+            GrammarError::Limit { kind, .. } => Some(*kind),
+            _ => None,
+        }
     }
-    let mut out = String::with_capacity(msg.len());
-    let mut rest = msg.as_str();
-    while let Some(i) = rest.find(TAG) {
-        out.push_str(&rest[..i]);
-        let after = &rest[i + TAG.len()..];
-        let end = after
-            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-            .unwrap_or(after.len());
-        out.push_str("server flag ");
-        out.push_str(&limit_flag(&after[..end]));
-        rest = &after[end..];
+    fn of_schema(s: &SchemaError) -> Option<LimitKind> {
+        match s {
+            SchemaError::Limit { kind, .. } => Some(*kind),
+            SchemaError::Grammar(g) => of_grammar(g),
+            _ => None,
+        }
     }
-    out.push_str(rest);
-    out
+    match e {
+        RuntimeError::Grammar(g) => of_grammar(g),
+        RuntimeError::Schema(s) | RuntimeError::ToolSchema { source: s, .. } => of_schema(s),
+        _ => None,
+    }
+}
+
+/// The error's message, with the engine's `Limits::field` (which an API caller cannot
+/// set) replaced by the server flag that raises that limit.
+fn name_flag(e: &RuntimeError) -> String {
+    let msg = e.to_string();
+    match limit_kind(e) {
+        Some(k) => msg.replace(
+            &k.to_string(),
+            &format!("server flag {}", limit_flag(k.field())),
+        ),
+        None => msg,
+    }
 }
 
 #[cfg(test)]
@@ -228,15 +241,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn limit_hints_become_flags() {
+    fn limit_errors_name_the_server_flag() {
+        let e = RuntimeError::Grammar(GrammarError::Limit {
+            what: "number of rules",
+            value: 3,
+            limit: 2,
+            kind: LimitKind::Rules,
+        });
+        assert_eq!(limit_kind(&e), Some(LimitKind::Rules));
         assert_eq!(
-            name_flags("x is 3, the limit is 2 (Limits::max_compile_time)".into()),
-            "x is 3, the limit is 2 (server flag --max-compile-time-ms)"
+            name_flag(&e),
+            "grammar limit exceeded: number of rules is 3, the limit is 2 (server flag --max-rules)"
         );
-        assert_eq!(
-            name_flags("(Limits::max_total_dfa_states) and Limits::max_rules".into()),
-            "(server flag --max-total-dfa-states) and server flag --max-rules"
-        );
-        assert_eq!(name_flags("no hint".into()), "no hint");
+        let e = RuntimeError::Schema(ruvllm_engine::schema::SchemaError::Limit {
+            what: "schema compile time in ms",
+            value: 3,
+            limit: 2,
+            pointer: "#".into(),
+            kind: LimitKind::CompileTime,
+        });
+        assert!(name_flag(&e).ends_with("(server flag --max-compile-time-ms)"));
     }
 }

@@ -36,6 +36,7 @@ pub mod openai;
 pub mod params;
 pub mod probe;
 pub mod responses;
+pub mod stream;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};

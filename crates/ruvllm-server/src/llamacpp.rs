@@ -18,8 +18,8 @@ use ruvllm_runtime::{FinishReason, GenerateParams, Generation, Prompt};
 use serde_json::{json, Value};
 
 use crate::error::{ApiError, ApiResult, Dialect};
-use crate::openai::{channel, collect, next_chunk};
 use crate::params::{self, Fields};
+use crate::stream::{channel, collect, next_chunk};
 use crate::{json_body, Shared};
 
 fn final_fields(g: &Generation, model: &str, stop: &[String]) -> Value {

@@ -21,8 +21,8 @@ use ruvllm_runtime::{
 use serde_json::{json, Value};
 
 use crate::error::{ApiError, ApiResult, Dialect};
-use crate::openai::{channel, collect, next_chunk};
 use crate::params::{self, Fields};
+use crate::stream::{channel, collect, next_chunk};
 use crate::{json_body, Shared};
 
 /// An RFC 3339 UTC timestamp for now (Ollama's `created_at`).

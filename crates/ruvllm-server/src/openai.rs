@@ -17,52 +17,17 @@ use axum::extract::State;
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use ruvllm_runtime::{
-    FinishReason, GenerateParams, Generation, OutputConstraint, Prompt, RuntimeError, TextStream,
-    ToolCall, ToolCalling, ToolChoice, ToolEvent, ToolParser,
+    FinishReason, GenerateParams, Generation, OutputConstraint, Prompt, TextStream, ToolCall,
+    ToolCalling, ToolChoice, ToolEvent, ToolParser,
 };
 use serde_json::{json, Value};
 
 use crate::error::{ApiError, ApiResult, Dialect};
 use crate::params::{self, Fields};
+use crate::stream::{channel, collect, next_chunk};
 use crate::{json_body, new_id, unix_now, Shared};
-
-/// A channel whose receiving end is a [`Stream`] (the response body) and whose sending
-/// end can tell when the client has gone ([`tokio::sync::mpsc::Sender::closed`]).
-pub(crate) fn channel<T: Send + 'static>(
-) -> (tokio::sync::mpsc::Sender<T>, impl Stream<Item = T> + Send) {
-    let (tx, rx) = tokio::sync::mpsc::channel::<T>(64);
-    let s = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|x| (x, rx)) });
-    (tx, s)
-}
-
-/// The next chunk of a generation; `None` at its end or when the client went away
-/// (then dropping the [`TextStream`] cancels the generation).
-pub(crate) async fn next_chunk<T>(
-    s: &mut TextStream,
-    tx: &tokio::sync::mpsc::Sender<T>,
-) -> Option<Result<String, RuntimeError>> {
-    tokio::select! {
-        x = StreamExt::next(s) => x,
-        _ = tx.closed() => None,
-    }
-}
-
-/// Reads a whole generation (non-streaming requests).
-pub(crate) async fn collect(mut s: TextStream) -> ApiResult<Generation> {
-    while let Some(c) = StreamExt::next(&mut s).await {
-        c.map_err(|e| ApiError::from_runtime(&e, ""))?;
-    }
-    match s.outcome() {
-        Some(Ok(g)) => Ok(g),
-        Some(Err(e)) => Err(ApiError::from_runtime(&e, "")),
-        None => Err(ApiError::from_runtime(
-            &RuntimeError::Model("the generation ended without a result".into()),
-            "",
-        )),
-    }
-}
 
 /// Sampling fields shared by the OpenAI endpoints (with the usual extensions `top_k`,
 /// `min_p`, `repetition_penalty`).

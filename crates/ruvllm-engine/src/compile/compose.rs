@@ -59,7 +59,7 @@ use super::dfa::{self, Dfa, DfaError, Lexeme};
 use super::setpool::SetPool;
 use super::subset::Subset;
 use crate::byteset::ByteSet;
-use crate::earley::{FastMap, ItemHasher};
+use crate::util::{FastMap, ItemHasher};
 
 /// HIR nodes below which a regex goes the NFA route whole.
 const MIN_NODES: usize = 16;

@@ -333,7 +333,7 @@ impl Counted {
             }
             // Pairs met (a set: a linear search over thousands of them, per byte, would
             // be billions of steps) and the ones still to expand.
-            let mut seen: crate::earley::FastSet<(u32, u8)> = Default::default();
+            let mut seen: crate::util::FastSet<(u32, u8)> = Default::default();
             seen.insert((self.x.start(), plain::START));
             let mut todo = vec![(self.x.start(), plain::START)];
             while let Some((q, p)) = todo.pop() {
@@ -824,7 +824,7 @@ mod tests {
                         let canon = d.canonical(id, r);
                         moved += (canon != id) as usize;
                         assert!(
-                            crate::tables::equivalent(&d, canon, &d, id, r),
+                            crate::compile::equiv::equivalent(&d, canon, &d, id, r),
                             "{min}..{max:?}: count {count} (x state {q}) at depth {r}"
                         );
                     }
@@ -869,7 +869,7 @@ mod tests {
                     assert!(slot < d.table_slots(depth));
                     let rep = *reps.entry(slot).or_insert(id);
                     assert!(
-                        crate::tables::equivalent(&d, rep, &d, id, depth + 1),
+                        crate::compile::equiv::equivalent(&d, rep, &d, id, depth + 1),
                         "{min}..{max:?}: count {count} (x state {q}) shares slot {slot}"
                     );
                 }

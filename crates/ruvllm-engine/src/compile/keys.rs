@@ -2,7 +2,7 @@
 //!
 //! An object schema that allows properties besides its declared ones needs a lexeme for
 //! "a JSON string that is none of these keys" (`Expr::KeyComplement`, whose meaning is
-//! the expression `schema::key_complement_body` builds). Written as
+//! the expression `grammar::json_string::key_complement_body` builds). Written as
 //! a regex, that is a trie of the keys where every node may also end the string or leave
 //! the trie by a character no key continues with, then anything. Through a Thompson NFA and
 //! subset construction it cost 5-17 ms for a few hundred key characters (about half the
@@ -31,7 +31,7 @@
 //! a plain JSON string of the same characters (`crate::tables`), which every schema shares;
 //! the lexeme keeps that string's lexeme for it (`base_expr`).
 //!
-//! Encodings come from the schema module (`json_encodings`): the raw character where a
+//! Encodings come from `grammar::json_string` (`json_encodings`): the raw character where a
 //! JSON string may hold it, its short escape, `\u00XX` for controls; they are prefix-free,
 //! so a byte string completes at most one character.
 
@@ -42,7 +42,10 @@ use crate::grammar::Expr;
 /// The tail automaton's expression for string character `ch`: one character (any, as
 /// `json_chars` writes it), then any string characters, then the closing quote.
 pub(crate) fn dev_expr(ch: &Expr) -> Expr {
-    then_string(crate::schema::json_chars(&[('\0', char::MAX)]), ch)
+    then_string(
+        crate::grammar::json_string::json_chars(&[('\0', char::MAX)]),
+        ch,
+    )
 }
 
 /// The expression of every JSON string of string character `ch`, quotes included: the
@@ -106,7 +109,7 @@ pub(crate) fn key_complement(
     let mut children: Vec<Vec<(char, u32)>> = vec![Vec::new()];
     // Child lookup by (node, character): a node may have thousands of children (keys
     // with distinct first characters), and a scan per insertion would be quadratic.
-    let mut child: crate::earley::FastMap<(usize, char), usize> = Default::default();
+    let mut child: crate::util::FastMap<(usize, char), usize> = Default::default();
     for k in keys {
         let mut n = 0usize;
         for &c in k {
@@ -249,10 +252,9 @@ pub(crate) fn key_complement(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::grammar::json_string::{json_encodings, key_trie_inline, BuildExpr};
     use crate::grammar::KeyComplement;
-    use crate::schema::{
-        json_encodings, key_trie_inline, schema_to_grammar, BuildExpr, SchemaOptions,
-    };
+    use crate::schema::{schema_to_grammar, SchemaOptions};
     use crate::Limits;
     use std::collections::{HashSet, VecDeque};
     use std::sync::Arc;
@@ -528,7 +530,9 @@ mod tests {
         let mut low = super::super::Lowerer::new(&g, &limits);
         for c in (0u32..0x300).chain([0x7ff, 0x800, 0xd7ff, 0xe000, 0xffff, 0x10000, 0x10ffff]) {
             let c = char::from_u32(c).unwrap();
-            let hir = low.hir(&crate::schema::json_chars(&[(c, c)])).unwrap();
+            let hir = low
+                .hir(&crate::grammar::json_string::json_chars(&[(c, c)]))
+                .unwrap();
             let d = Dfa::build(&hir, 1 << 16, 16 << 20).unwrap();
             let encs = json_encodings(c);
             // Each encoding is accepted, and the DFA accepts no other string: count the

@@ -24,6 +24,7 @@ mod compose;
 mod counted;
 pub(crate) mod dfa;
 pub(crate) mod dist;
+pub(crate) mod equiv;
 pub(crate) mod keys;
 mod setpool;
 pub(crate) mod shortest;
@@ -225,12 +226,17 @@ const NESTED_DENSE_WEIGHT: usize = 512;
 /// cannot be a counted lexeme is tried as one dense DFA with its prefix and suffix.
 const DENSE_UNROLLED_STATES: u64 = 10_000;
 
-fn limit(what: &'static str, value: usize, limit: usize, hint: &'static str) -> GrammarError {
+fn limit(
+    what: &'static str,
+    value: usize,
+    limit: usize,
+    kind: crate::error::LimitKind,
+) -> GrammarError {
     GrammarError::Limit {
         what,
         value,
         limit,
-        hint,
+        kind,
     }
 }
 
@@ -288,7 +294,7 @@ enum Measure {
 /// tree, so both are linear in (or a maximum over) the character's occurrences.
 struct KeyMeasure;
 
-impl crate::schema::KeySink for KeyMeasure {
+impl crate::grammar::json_string::KeySink for KeyMeasure {
     type E = [usize; 4];
     fn lit(&mut self, b: &[u8]) -> [usize; 4] {
         [b.len().max(1), 0, 1, 0]
@@ -352,7 +358,7 @@ fn measure_key_set(keys: &[Vec<char>]) -> [usize; 4] {
     if let Some(m) = memo.lock().unwrap_or_else(|e| e.into_inner()).0.get(keys) {
         return *m;
     }
-    let m = crate::schema::key_complement_body(keys, &mut KeyMeasure);
+    let m = crate::grammar::json_string::key_complement_body(keys, &mut KeyMeasure);
     let chars: usize = keys.iter().map(|k| k.len()).sum();
     if chars > MAX_MEASURED_CHARS / 16 {
         return m; // too big to keep: measured again when met again
@@ -658,7 +664,7 @@ impl<'a> Lowerer<'a> {
                 "number of compiled rules",
                 self.rules.len() + 1,
                 self.limits.max_rules,
-                "Limits::max_rules",
+                crate::error::LimitKind::Rules,
             ));
         }
         self.rules.push(Vec::new());
@@ -682,7 +688,7 @@ impl<'a> Lowerer<'a> {
                 "number of compiled grammar symbols",
                 self.total_syms,
                 self.limits.max_compiled_symbols,
-                "Limits::max_compiled_symbols",
+                crate::error::LimitKind::CompiledSymbols,
             ));
         }
         Ok(())
@@ -1030,7 +1036,7 @@ impl<'a> Lowerer<'a> {
         let run_key = {
             // The parser's hasher, eight bytes per multiply over literals (SipHash, the
             // default, was 6% of compile time here).
-            let mut h = crate::earley::ItemHasher::default();
+            let mut h = crate::util::ItemHasher::default();
             run.hash(&mut h);
             h.finish()
         };
@@ -1142,7 +1148,7 @@ impl<'a> Lowerer<'a> {
                                 "literal size",
                                 l.len(),
                                 256,
-                                "Limits::max_lexeme_states",
+                                crate::error::LimitKind::LexemeStates,
                             ))
                         }
                     }
@@ -1158,7 +1164,7 @@ impl<'a> Lowerer<'a> {
                             "character class DFA states",
                             self.limits.max_lexeme_states + 1,
                             self.limits.max_lexeme_states,
-                            "Limits::max_lexeme_states",
+                            crate::error::LimitKind::LexemeStates,
                         ))
                     }
                 }
@@ -1344,7 +1350,13 @@ impl<'a> Lowerer<'a> {
         let tail = dev.clone();
         let l = self.register(&cache_key, key, name, || {
             built.set(true);
-            keys::key_complement(&keys, crate::schema::json_encodings, &dev, states, bytes)
+            keys::key_complement(
+                &keys,
+                crate::grammar::json_string::json_encodings,
+                &dev,
+                states,
+                bytes,
+            )
         })?;
         // The plain string of the same characters, whose tables derive this lexeme's,
         // recorded when the lexeme is built here: its states past the start and end are
@@ -1671,7 +1683,7 @@ impl<'a> Lowerer<'a> {
             "compile time in milliseconds",
             self.started.elapsed().as_millis() as usize,
             self.limits.max_compile_time.as_millis() as usize,
-            "Limits::max_compile_time",
+            crate::error::LimitKind::CompileTime,
         )
     }
 
@@ -1685,7 +1697,7 @@ impl<'a> Lowerer<'a> {
                 "lexeme DFA states built",
                 self.dfa_spent,
                 self.limits.max_total_dfa_states,
-                "Limits::max_total_dfa_states",
+                crate::error::LimitKind::TotalDfaStates,
             ));
         }
         Ok(())
@@ -1719,7 +1731,7 @@ impl<'a> Lowerer<'a> {
                 "number of lexemes",
                 self.lexemes.len() + 1,
                 self.limits.max_lexemes,
-                "Limits::max_lexemes",
+                crate::error::LimitKind::Lexemes,
             ));
         }
         self.check_budgets()
@@ -1791,7 +1803,7 @@ impl<'a> Lowerer<'a> {
                 "compiled grammar size",
                 syms.len(),
                 u32::MAX as usize / 2,
-                "Limits::max_compiled_symbols",
+                crate::error::LimitKind::CompiledSymbols,
             ));
         }
         // Nullable rules, to a fixpoint.

@@ -5,7 +5,7 @@
 //! keep their DFA states' sets the same way: in id order in one pool, with a hash-chained
 //! index to find a set that was met before. Set 0 is the dead state's empty set.
 
-use crate::earley::FastMap;
+use crate::util::FastMap;
 
 /// Sets of `T`, numbered from 0 (the empty set) in the order they were added.
 pub(crate) struct SetPool<T> {

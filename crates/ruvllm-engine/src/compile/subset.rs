@@ -35,7 +35,7 @@ use std::hash::Hasher;
 use regex_automata::nfa::thompson::{State, NFA};
 
 use super::setpool::SetPool;
-use crate::earley::ItemHasher;
+use crate::util::ItemHasher;
 
 /// Why a construction stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

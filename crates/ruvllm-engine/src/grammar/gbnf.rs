@@ -54,7 +54,7 @@ pub(crate) fn parse(src: &str, limits: &Limits) -> Result<Grammar, GrammarError>
             what: "grammar text size in bytes",
             value: src.len(),
             limit: limits.max_grammar_bytes,
-            hint: "Limits::max_grammar_bytes",
+            kind: crate::error::LimitKind::GrammarBytes,
         });
     }
     let mut p = Parser {
@@ -162,7 +162,7 @@ impl<'a> Parser<'a> {
                 what: "number of rules",
                 value: self.rules.len() + 1,
                 limit: self.limits.max_rules,
-                hint: "Limits::max_rules",
+                kind: crate::error::LimitKind::Rules,
             });
         }
         let id = self.rules.len() as RuleId;
@@ -237,7 +237,7 @@ impl<'a> Parser<'a> {
                 what: "number of grammar symbols",
                 value: self.nodes,
                 limit: self.limits.max_grammar_nodes,
-                hint: "Limits::max_grammar_nodes",
+                kind: crate::error::LimitKind::GrammarNodes,
             });
         }
         Ok(())
@@ -316,7 +316,7 @@ impl<'a> Parser<'a> {
                             what: "group nesting depth",
                             value: self.depth,
                             limit: self.limits.max_nesting,
-                            hint: "Limits::max_nesting",
+                            kind: crate::error::LimitKind::Nesting,
                         });
                     }
                     self.space(true);
@@ -432,7 +432,7 @@ impl<'a> Parser<'a> {
                 what: "repetition count",
                 value: bound,
                 limit: self.limits.max_repeat,
-                hint: "Limits::max_repeat",
+                kind: crate::error::LimitKind::Repeat,
             });
         }
         // Nested postfix operators deepen the tree too.
@@ -442,7 +442,7 @@ impl<'a> Parser<'a> {
                 what: "repetition nesting depth",
                 value: depth,
                 limit: self.limits.max_nesting,
-                hint: "Limits::max_nesting",
+                kind: crate::error::LimitKind::Nesting,
             });
         }
         self.count_node()?;

@@ -203,7 +203,10 @@ impl KeyComplement {
     /// The expression this node stands for. Cost: O(key characters) expressions, plus
     /// O(trie nodes x depth) for the traversal.
     pub fn expand(&self) -> Expr {
-        crate::schema::key_complement_body(&self.keys, &mut crate::schema::BuildExpr(&self.ch))
+        crate::grammar::json_string::key_complement_body(
+            &self.keys,
+            &mut crate::grammar::json_string::BuildExpr(&self.ch),
+        )
     }
 }
 
@@ -411,7 +414,7 @@ impl Grammar {
         let mut merged = false;
         for &r in &order {
             let body = &self.rules[r as usize].body;
-            let mut h = crate::earley::ItemHasher::default();
+            let mut h = crate::util::ItemHasher::default();
             std::hash::Hash::hash(&checked[r as usize], &mut h);
             hash_mod(body, &class, &mut h);
             let list = kept.entry(h.finish()).or_default();

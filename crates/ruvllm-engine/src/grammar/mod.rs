@@ -10,6 +10,7 @@
 mod builtin;
 mod gbnf;
 mod ir;
+pub(crate) mod json_string;
 mod print;
 mod regex;
 

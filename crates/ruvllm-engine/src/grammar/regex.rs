@@ -16,7 +16,7 @@ pub(crate) fn parse(pattern: &str, limits: &Limits) -> Result<Grammar, GrammarEr
             what: "regex size in bytes",
             value: pattern.len(),
             limit: limits.max_grammar_bytes,
-            hint: "Limits::max_grammar_bytes",
+            kind: crate::error::LimitKind::GrammarBytes,
         });
     }
     let hir = regex_syntax::ParserBuilder::new()
@@ -32,7 +32,7 @@ pub(crate) fn parse(pattern: &str, limits: &Limits) -> Result<Grammar, GrammarEr
                         what: "regex nesting depth",
                         value: limits.max_nesting + 1,
                         limit: limits.max_nesting,
-                        hint: "Limits::max_nesting",
+                        kind: crate::error::LimitKind::Nesting,
                     };
                 }
                 regex_syntax::Error::Parse(p) => (p.span().start.offset, p.kind().to_string()),
@@ -104,7 +104,7 @@ fn to_expr(h: &Hir, limits: &Limits) -> Result<Expr, GrammarError> {
                     what: "repetition count",
                     value: bound,
                     limit: limits.max_repeat,
-                    hint: "Limits::max_repeat",
+                    kind: crate::error::LimitKind::Repeat,
                 });
             }
             Expr::repeat(to_expr(&r.sub, limits)?, r.min, r.max)

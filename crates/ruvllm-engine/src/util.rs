@@ -1,0 +1,44 @@
+//! The bottom layer: a fast hasher for the small integer keys every other layer hashes
+//! (parser items, automaton states, token ids). It owns nothing and uses nothing of the
+//! crate.
+
+use std::collections::HashSet;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// Maps and sets of small integer keys, with [`ItemHasher`].
+pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, BuildHasherDefault<ItemHasher>>;
+pub(crate) type FastSet<K> = HashSet<K, BuildHasherDefault<ItemHasher>>;
+
+/// A fast hasher for packed item keys.
+#[derive(Default)]
+pub(crate) struct ItemHasher(u64);
+impl Hasher for ItemHasher {
+    /// The state rotated so that its well-mixed high bits come first: a multiply
+    /// spreads a key's low bits upward only, and the table indexes buckets by the low
+    /// bits, so without the rotation keys that differ only above bit 14 (boundary-walk
+    /// transitions of nodes 64 apart, with the same byte) shared a bucket position.
+    fn finish(&self) -> u64 {
+        self.0.rotate_left(26)
+    }
+    /// Eight bytes per multiply (long literals and keys are hashed too), the rest one
+    /// at a time.
+    fn write(&mut self, bytes: &[u8]) {
+        let mut words = bytes.chunks_exact(8);
+        for w in &mut words {
+            let w = u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
+            self.0 = (self.0.rotate_left(23) ^ w).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+        for &b in words.remainder() {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u32(&mut self, i: u32) {
+        self.0 = (self.0.rotate_left(23) ^ i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(23) ^ i).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+    fn write_usize(&mut self, i: usize) {
+        self.write_u64(i as u64);
+    }
+}
