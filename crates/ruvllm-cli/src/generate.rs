@@ -143,19 +143,19 @@ pub struct GenerateArgs {
     #[command(flatten)]
     constraint: ConstraintArgs,
     /// Most tokens to generate.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = GenerateParams::default().max_tokens)]
     max_tokens: usize,
     /// Sampling temperature (0 = greedy).
-    #[arg(long, default_value_t = 0.7, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = GenerateParams::default().temperature, allow_negative_numbers = true)]
     temperature: f32,
     /// Nucleus sampling (1 = off).
-    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = GenerateParams::default().top_p, allow_negative_numbers = true)]
     top_p: f32,
     /// Top-k (0 = off).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = GenerateParams::default().top_k)]
     top_k: usize,
     /// Min-p (0 = off).
-    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = GenerateParams::default().min_p, allow_negative_numbers = true)]
     min_p: f32,
     /// Seed (default: random; printed with --verbose).
     #[arg(long)]

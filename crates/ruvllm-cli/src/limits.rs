@@ -54,7 +54,7 @@ pub struct LimitArgs {
     #[arg(long, default_value_t = Limits::default().max_mask_time.as_millis() as u64)]
     pub max_mask_time_ms: u64,
     /// MiB of compiled constraints (token tables) cached for reuse.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = ruvllm_runtime::local::DEFAULT_CONSTRAINT_CACHE_BYTES >> 20)]
     pub constraint_cache_mb: usize,
     /// Longest prompt in tokens (0: the model's context less one).
     #[arg(long, default_value_t = 0)]

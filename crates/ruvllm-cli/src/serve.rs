@@ -15,33 +15,33 @@ pub struct ServeArgs {
     model: ModelArgs,
     /// Address to bind. The default is loopback only; use 0.0.0.0 to listen on every
     /// interface (then set --api-key).
-    #[arg(long, default_value = "127.0.0.1")]
+    #[arg(long, default_value_t = ServerConfig::default().host)]
     host: String,
     /// Port (0 picks a free one; the chosen address is printed).
-    #[arg(long, default_value_t = 8080)]
+    #[arg(long, default_value_t = ServerConfig::default().port)]
     port: u16,
     /// Require `Authorization: Bearer KEY` on every endpoint but /health
     /// (default: $RUVLLM_API_KEY when set).
     #[arg(long)]
     api_key: Option<String>,
     /// Generations decoded together in one batch.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = SchedulerOptions::default().max_batch)]
     max_batch: usize,
     /// Requests queued beyond the batch before new ones get 503 + Retry-After.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = SchedulerOptions::default().max_waiting)]
     max_queue: usize,
     /// Largest request body in bytes (larger: 413).
-    #[arg(long, default_value_t = 4 << 20)]
+    #[arg(long, default_value_t = ServerConfig::default().max_body_bytes)]
     max_body_bytes: usize,
     /// max_tokens when a request gives none.
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = ServerConfig::default().default_max_tokens)]
     default_max_tokens: usize,
     /// Largest max_tokens a request may ask for (more: 400).
-    #[arg(long, default_value_t = 8192)]
+    #[arg(long, default_value_t = ServerConfig::default().max_tokens_limit)]
     max_tokens_limit: usize,
     /// MiB of prompt KV caches kept for reuse by prompts sharing a prefix (system
     /// messages, tool lists); 0 turns prefix caching off.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = ruvllm_runtime::local::DEFAULT_PREFIX_CACHE_BYTES >> 20)]
     prefix_cache_mb: usize,
     /// Apply a JSON Schema declared in a system prompt (instructor's JSON/MD_JSON modes,
     /// LangChain output parsers) to JSON-mode requests, when the prompt shows exactly one

@@ -15,7 +15,7 @@
 //!
 //! * [`Grammar`]: the IR every front end produces ([`Grammar::from_gbnf`],
 //!   [`Grammar::from_regex`], [`Grammar::from_choices`], [`Grammar::builtin`]).
-//! * [`CompiledGrammar`]: lexeme DFAs plus an Earley grammar (see [`compile`] for why).
+//! * [`CompiledGrammar`]: lexeme DFAs plus an Earley grammar (see the `compile` module).
 //! * [`Vocabulary`]: token bytes, specials, EOS and the token trie (see [`vocab`]).
 //! * [`Constraint`]: a compiled grammar bound to a vocabulary, holding the lazily built
 //!   per-lexeme-state token tables (see `tables`), shared by all matchers and threads.
@@ -48,8 +48,8 @@
 
 mod boundary;
 mod budget;
-pub mod byteset;
-pub mod compile;
+pub(crate) mod byteset;
+pub(crate) mod compile;
 mod complete;
 mod deadline;
 mod earley;
@@ -66,6 +66,7 @@ pub mod vocab;
 use std::sync::Arc;
 
 pub use budget::BudgetMask;
+pub use byteset::ByteSet;
 pub use compile::{CompiledGrammar, GrammarStats};
 pub use error::{GrammarError, LimitKind, MatchError, VocabError};
 pub use facts::Completion;

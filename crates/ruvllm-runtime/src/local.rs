@@ -223,6 +223,14 @@ impl std::fmt::Debug for CandleBackend {
 
 const MAX_CACHED_CONSTRAINTS: usize = 64;
 
+/// Bytes of prompt KV caches kept for reuse when [`BackendOptions::prefix_cache_bytes`]
+/// is `None`.
+pub const DEFAULT_PREFIX_CACHE_BYTES: usize = 256 << 20;
+
+/// Bytes of compiled constraints kept when [`BackendOptions::constraint_cache_bytes`] is
+/// `None`.
+pub const DEFAULT_CONSTRAINT_CACHE_BYTES: usize = 256 << 20;
+
 impl CandleBackend {
     /// Loads a GGUF model: weights, tokenizer, chat template and EOS ids from its metadata.
     /// Cost: reading the file plus re-quantization (about a second for the default model).
@@ -301,11 +309,15 @@ impl CandleBackend {
                     .min(ctx.saturating_sub(1)),
                 max_token_bytes,
                 constraints: Mutex::new(ConstraintCache {
-                    max_bytes: opts.constraint_cache_bytes.unwrap_or(256 << 20),
+                    max_bytes: opts
+                        .constraint_cache_bytes
+                        .unwrap_or(DEFAULT_CONSTRAINT_CACHE_BYTES),
                     ..Default::default()
                 }),
                 prefixes: Mutex::new(PrefixStore {
-                    max_bytes: opts.prefix_cache_bytes.unwrap_or(256 << 20),
+                    max_bytes: opts
+                        .prefix_cache_bytes
+                        .unwrap_or(DEFAULT_PREFIX_CACHE_BYTES),
                     ..Default::default()
                 }),
             }),

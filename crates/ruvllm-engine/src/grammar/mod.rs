@@ -2,7 +2,7 @@
 //!
 //! Every front end (GBNF text, a regex, a list of choices, a built-in format) produces the
 //! same [`Grammar`]: named rules whose bodies are [`Expr`] trees over Unicode code points
-//! (and, for byte-mode regexes, raw bytes). The compiler ([`crate::compile`]) lowers that IR
+//! (and, for byte-mode regexes, raw bytes). The compiler (the `compile` module) lowers that IR
 //! into lexeme DFAs plus an Earley grammar. Keeping one IR means one place for the analyses
 //! that make masks exact (unproductive rules are removed, so every parser item can complete)
 //! and one place for the limits that keep hostile grammars bounded.
