@@ -14,23 +14,6 @@ fn lit(s: &str) -> Expr {
     Expr::Literal(s.as_bytes().to_vec())
 }
 
-/// Every character except those in `not` (ascending).
-pub(crate) fn chars_except(not: &[char]) -> Expr {
-    let mut not = not.to_vec();
-    not.sort_unstable();
-    not.dedup();
-    let mut ranges = Vec::new();
-    let mut lo = '\0';
-    for &c in &not {
-        if c > lo {
-            ranges.push((lo, char::from_u32(c as u32 - 1).unwrap_or(lo)));
-        }
-        lo = char::from_u32(c as u32 + 1).unwrap_or(c);
-    }
-    ranges.push((lo, char::MAX));
-    Expr::Chars(ranges)
-}
-
 /// Free text that never contains any of `words`, which all begin with the same character
 /// `c` (the caller's words; `words` must be non-empty and each at least one character):
 ///
@@ -74,7 +57,7 @@ pub fn text_without(words: &[&str]) -> Expr {
     let c = first.to_string();
     if nodes.is_empty() {
         // A one-character word: the text is everything without that character.
-        return Expr::repeat(chars_except(&[first]), 0, None);
+        return Expr::repeat(Expr::chars_except(&[first]), 0, None);
     }
     let any_prefix = Expr::Alt(nodes.iter().map(|(p, _)| lit(p)).collect());
     let broken = Expr::Alt(
@@ -83,7 +66,7 @@ pub fn text_without(words: &[&str]) -> Expr {
             .map(|(p, next)| {
                 let mut not = next.clone();
                 not.push(first);
-                Expr::Seq(vec![lit(p), chars_except(&not)])
+                Expr::Seq(vec![lit(p), Expr::chars_except(&not)])
             })
             .collect(),
     );
@@ -93,7 +76,7 @@ pub fn text_without(words: &[&str]) -> Expr {
         max: None,
     };
     let unit = Expr::Alt(vec![
-        chars_except(&[first]),
+        Expr::chars_except(&[first]),
         Expr::Seq(vec![restarts.clone(), lit(&c), broken]),
     ]);
     Expr::Seq(vec![
@@ -174,5 +157,14 @@ mod tests {
         assert!(!accepts(&c, "done </think> then"));
         assert!(!accepts(&c, "<</think>"));
         assert!(accepts(&c, ""));
+    }
+
+    /// Words beginning next to the surrogate gap: the complement keeps every other code
+    /// point on both sides of it.
+    #[test]
+    fn words_next_to_the_surrogate_gap() {
+        let c = constraint(&["\u{E000}x"]);
+        assert!(accepts(&c, "\u{D7FF}\u{E001}\u{E000}y"));
+        assert!(!accepts(&c, "a\u{E000}x"));
     }
 }

@@ -643,10 +643,11 @@ fn count_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResult<Res
     if let Value::Object(m) = &mut v {
         m.entry("max_tokens").or_insert(json!(1));
     }
-    let (prompt, _, _, _) = read(&st, &v)?;
+    let (prompt, gp, _, _) = read(&st, &v)?;
     let b = st.sched.backend();
+    // Rendered as the request would be: with its reasoning section on or off.
     let text = b
-        .render(&prompt)
+        .render_with(&prompt, gp.thinking.enabled)
         .map_err(|e| ApiError::from_runtime(&e, "messages").dialect(D))?;
     let ids = b
         .encode(&text)

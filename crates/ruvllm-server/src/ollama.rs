@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 
 use crate::error::{ApiError, ApiResult, Dialect};
 use crate::params::{self, Fields};
-use crate::stream::{channel, collect, next_chunk};
+use crate::stream::{channel, collect, next_events};
 use crate::{json_body, Shared};
 
 /// An RFC 3339 UTC timestamp for now (Ollama's `created_at`).
@@ -237,15 +237,12 @@ async fn chat_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResul
     let mut s = s;
     tokio::spawn(async move {
         loop {
-            let item = next_chunk(&mut s, &tx).await;
-            let done = item.is_none();
-            let events = match item {
-                Some(Ok(t)) => parser.push(&t),
-                Some(Err(e)) => {
+            let (events, done) = match next_events(&mut s, &tx, &mut parser).await {
+                Ok(x) => x,
+                Err(e) => {
                     let _ = tx.send(ndjson_line(&json!({"error": e.to_string()}))).await;
                     return;
                 }
-                None => parser.finish(),
             };
             // Text and reasoning stream as they come; a call is sent whole once its
             // arguments are complete (Ollama clients expect object arguments).
@@ -346,15 +343,12 @@ async fn generate_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiR
     let mut parser = ToolParser::with_options(None, markers.as_ref());
     tokio::spawn(async move {
         loop {
-            let item = next_chunk(&mut s, &tx).await;
-            let done = item.is_none();
-            let events = match item {
-                Some(Ok(t)) => parser.push(&t),
-                Some(Err(e)) => {
+            let (events, done) = match next_events(&mut s, &tx, &mut parser).await {
+                Ok(x) => x,
+                Err(e) => {
                     let _ = tx.send(ndjson_line(&json!({"error": e.to_string()}))).await;
                     return;
                 }
-                None => parser.finish(),
             };
             for e in events {
                 let line = match e {

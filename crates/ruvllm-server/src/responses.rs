@@ -37,7 +37,7 @@ use serde_json::{json, Map, Value};
 
 use crate::error::{ApiError, ApiResult, Dialect};
 use crate::params::{self, type_name, Fields};
-use crate::stream::{channel, collect, next_chunk};
+use crate::stream::{channel, collect, next_events};
 use crate::{json_body, new_id, unix_now, Shared};
 
 /// How many responses `previous_response_id` can name (the most recent ones).
@@ -680,11 +680,9 @@ fn response_stream(
         em.push("response.created", json!({"response": start.clone()}));
         em.push("response.in_progress", json!({"response": start}));
         loop {
-            let item = next_chunk(&mut s, &tx).await;
-            let done = item.is_none();
-            let evs = match item {
-                Some(Ok(t)) => parser.push(&t),
-                Some(Err(e)) => {
+            let (evs, done) = match next_events(&mut s, &tx, &mut parser).await {
+                Ok(x) => x,
+                Err(e) => {
                     let err = ApiError::from_runtime(&e, "");
                     em.push(
                         "error",
@@ -695,7 +693,6 @@ fn response_stream(
                     }
                     return;
                 }
-                None => parser.finish(),
             };
             for e in evs {
                 em.apply(e);

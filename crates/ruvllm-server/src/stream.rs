@@ -1,9 +1,10 @@
 //! What every dialect does with a generation, whatever its wire format: a channel whose
 //! receiving end is the response body, the next chunk of a generation (or `None` once the
-//! client has gone, which cancels it), and a whole generation for non-streaming requests.
+//! client has gone, which cancels it) or its parsed events, and a whole generation for
+//! non-streaming requests.
 
 use futures::{Stream, StreamExt};
-use ruvllm_runtime::{Generation, RuntimeError, TextStream};
+use ruvllm_runtime::{Generation, RuntimeError, TextStream, ToolEvent, ToolParser};
 
 use crate::error::{ApiError, ApiResult};
 
@@ -40,5 +41,19 @@ pub(crate) async fn collect(mut s: TextStream) -> ApiResult<Generation> {
             &RuntimeError::Model("the generation ended without a result".into()),
             "",
         )),
+    }
+}
+
+/// The parser's events for the next chunk of a generation, and whether the generation
+/// has ended (then the events are what the parser held back); `Err` when it failed.
+pub(crate) async fn next_events<T>(
+    s: &mut TextStream,
+    tx: &tokio::sync::mpsc::Sender<T>,
+    parser: &mut ToolParser,
+) -> Result<(Vec<ToolEvent>, bool), RuntimeError> {
+    match next_chunk(s, tx).await {
+        Some(Ok(t)) => Ok((parser.push(&t), false)),
+        Some(Err(e)) => Err(e),
+        None => Ok((parser.finish(), true)),
     }
 }

@@ -73,6 +73,15 @@ pub enum Expr {
 }
 
 impl Expr {
+    /// One code point that is none of `not` (any order, duplicates allowed). Cost:
+    /// O(n log n) in `not`.
+    pub fn chars_except(not: &[char]) -> Expr {
+        let mut not = not.to_vec();
+        not.sort_unstable();
+        not.dedup();
+        Expr::Chars(super::json_string::complement_chars(&not))
+    }
+
     /// `e{min,max}`, with a directly nested repetition merged into one when that keeps the
     /// language: `(x{a,b}){c,d}` is `x{c·a, d·b}` exactly when the counts it allows,
     /// `⋃ k∈[c,d] [k·a, k·b]`, have no gap, i.e. when `a - 1 <= c·(b - a)` (the gap between

@@ -16,7 +16,8 @@ fn rep(e: Expr, min: u32, max: Option<u32>) -> Expr {
     }
 }
 
-fn complement_chars(cs: &[char]) -> Vec<(char, char)> {
+/// The code points not in `cs` (sorted ascending), as ranges that skip the surrogates.
+pub(crate) fn complement_chars(cs: &[char]) -> Vec<(char, char)> {
     let mut out = Vec::new();
     let mut next = 0u32;
     for &c in cs {
