@@ -9,12 +9,11 @@
 //! whole batch step (the latency a decoding loop would add).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Result;
 use ruvllm_engine::schema::{schema_to_grammar, SchemaOptions, Whitespace};
-use ruvllm_engine::{Constraint, Limits, Matcher, Vocabulary};
+use ruvllm_engine::{Engine, Limits, Matcher};
 
 use crate::maskbench::FileCase;
 
@@ -33,7 +32,7 @@ pub struct BatchStats {
 
 /// Runs one file's batch; returns without counting when the schema does not compile.
 pub fn run_file(
-    vocab: &Arc<Vocabulary>,
+    engine: &Engine,
     case: &FileCase,
     batch: usize,
     threads: usize,
@@ -53,7 +52,7 @@ pub fn run_file(
     let Ok(g) = schema_to_grammar(&case.schema, &opts) else {
         return Ok(());
     };
-    let Ok(c) = Constraint::new(&g, vocab.clone(), &Limits::default()) else {
+    let Ok(c) = engine.constraint(&g, &Limits::default()) else {
         return Ok(());
     };
     let valid: Vec<&Vec<u32>> = case.tests.iter().filter(|t| t.0).map(|t| &t.2).collect();
@@ -68,7 +67,7 @@ pub fn run_file(
                 Matcher::new(&c)?,
                 valid[i % valid.len()],
                 0,
-                vec![0u32; vocab.mask_words()],
+                vec![0u32; engine.vocab().mask_words()],
             ))
         })
         .collect::<Result<_>>()?;

@@ -184,7 +184,7 @@ fn short(s: &str) -> String {
 fn grammar_complete(b: &CandleBackend, grammar: &str, text: &str) -> Result<(bool, bool)> {
     let limits = Limits::default();
     let g = Grammar::from_gbnf(grammar, &limits)?;
-    let c = ruvllm_engine::Constraint::new(&g, b.vocab().clone(), &limits)?;
+    let c = b.engine().constraint(&g, &limits)?;
     let mut m = Matcher::new(&c)?;
     Ok(match m.check_bytes(text.as_bytes())? {
         ruvllm_engine::CheckResult::Accepted => (true, true),

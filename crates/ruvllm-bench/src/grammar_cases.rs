@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use ruvllm_engine::{Builtin, Constraint, Grammar, Limits, Matcher, Vocabulary};
+use ruvllm_engine::{Builtin, Engine, Grammar, Limits, Matcher, Vocabulary};
 use serde::{Deserialize, Serialize};
 
 #[derive(Deserialize)]
@@ -74,6 +74,8 @@ pub struct Report {
 /// it is no verdict on the case. A correctness run that must not depend on the machine's
 /// speed passes a generous `max_mask_time`; the slowest mask of each grammar is reported.
 pub fn run(vocab: Arc<Vocabulary>, dir: &Path, limits: &Limits) -> Result<Report> {
+    // One engine for every case, as a server keeps one per vocabulary.
+    let engine = Engine::new(vocab.clone());
     let mut files = Vec::new();
     collect(dir, &mut files)?;
     files.sort();
@@ -109,7 +111,7 @@ pub fn run(vocab: Arc<Vocabulary>, dir: &Path, limits: &Limits) -> Result<Report
             name: name.clone(),
             ..Default::default()
         };
-        let c = match grammar.and_then(|g| Constraint::new(&g, vocab.clone(), limits)) {
+        let c = match grammar.and_then(|g| engine.constraint(&g, limits)) {
             Ok(c) => c,
             Err(e) => {
                 gr.compile_error = Some(e.to_string());

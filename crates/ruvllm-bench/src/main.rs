@@ -399,11 +399,12 @@ fn main() -> Result<()> {
                 Vocabulary::from_file(&tokenizer)
                     .with_context(|| format!("loading {}", tokenizer.display()))?,
             );
+            let engine = ruvllm_engine::Engine::new(vocab.clone());
             let files = ruvllm_bench::maskbench::collect(&paths)?;
             let mut st = ruvllm_bench::batch::BatchStats::default();
             for f in files.iter().step_by(every.max(1)) {
                 let case = ruvllm_bench::maskbench::load(&vocab, f)?;
-                ruvllm_bench::batch::run_file(&vocab, &case, batch, threads, &mut st)?;
+                ruvllm_bench::batch::run_file(&engine, &case, batch, threads, &mut st)?;
             }
             st.steps_us.sort_by(|a, b| a.total_cmp(b));
             let q = |p: f64| {
@@ -527,7 +528,8 @@ fn main() -> Result<()> {
             paths,
         } => {
             let t_run = std::time::Instant::now();
-            ruvllm_engine::verify_token_tables(verify_tables);
+            // One engine for every schema and both ruvllm modes, as a server keeps one per
+            // vocabulary (created below, with the vocabulary).
             for e in &engines {
                 if e != "ruvllm" && e != "llguidance" && e != "ruvllm-budget" {
                     anyhow::bail!("unknown engine {e:?} (ruvllm, ruvllm-budget, llguidance)");
@@ -539,6 +541,8 @@ fn main() -> Result<()> {
                     .with_context(|| format!("loading {}", tokenizer.display()))?,
             );
             let vocab_ms = t_vocab.elapsed().as_secs_f64() * 1e3;
+            let engine = ruvllm_engine::Engine::new(vocab.clone());
+            engine.verify_tables(verify_tables);
             let files = ruvllm_bench::maskbench::collect(&paths)?;
             let files: Vec<_> = files.into_iter().step_by(every.max(1)).collect();
             let t_llg = std::time::Instant::now();
@@ -583,9 +587,9 @@ fn main() -> Result<()> {
                     let t = std::time::Instant::now();
                     let before = (st.ttfm.len(), st.tbm.len());
                     match name.as_str() {
-                        "ruvllm" => ruvllm_bench::maskbench::run_ruvllm(&vocab, &case, st)?,
+                        "ruvllm" => ruvllm_bench::maskbench::run_ruvllm(&engine, &case, st)?,
                         "ruvllm-budget" => {
-                            ruvllm_bench::maskbench::run_ruvllm_budget(&vocab, &case, st)?
+                            ruvllm_bench::maskbench::run_ruvllm_budget(&engine, &case, st)?
                         }
                         _ => ruvllm_bench::llg::run(factory.as_ref().unwrap(), &case, st)?,
                     }
@@ -724,7 +728,7 @@ fn main() -> Result<()> {
             }
             if let Some(v) = out.get_mut("ruvllm") {
                 // Where the cold part of TBM goes: first uses of lexeme states.
-                let (built, spent) = ruvllm_engine::table_build_totals();
+                let (built, spent) = engine.table_build_totals();
                 let tbm_total_ms = v["tbm_us"]["mean"].as_f64().unwrap_or(0.0)
                     * v["tokens"].as_f64().unwrap_or(0.0)
                     / 1000.0;
@@ -736,7 +740,7 @@ fn main() -> Result<()> {
                 v["tables"] = serde_json::json!({"computed": built, "first_use_ms": ms});
             }
             if verify_tables {
-                let (checked, differ, which) = ruvllm_engine::token_table_checks();
+                let (checked, differ, which) = engine.table_checks();
                 println!(
                     "ruvllm token tables verified: {checked} checked against the table by definition, {differ} differ (the mask times above include the checks)"
                 );

@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use ruvllm_engine::schema::{schema_to_grammar, SchemaOptions, Whitespace};
-use ruvllm_engine::{Constraint, Limits, Matcher, Vocabulary};
+use ruvllm_engine::{Engine, Limits, Matcher, Vocabulary};
 use serde_json::{json, Value};
 
 use crate::pyjson::{self, Py};
@@ -358,8 +358,8 @@ fn judge(st: &mut EngineStats, case: &FileCase, verdicts: &[bool]) {
 pub const FAR_BUDGET: usize = 8192;
 
 /// Runs the ruvllm engine on one file.
-pub fn run_ruvllm(vocab: &Arc<Vocabulary>, case: &FileCase, st: &mut EngineStats) -> Result<()> {
-    run_ruvllm_with(vocab, case, st, None)
+pub fn run_ruvllm(engine: &Engine, case: &FileCase, st: &mut EngineStats) -> Result<()> {
+    run_ruvllm_with(engine, case, st, None)
 }
 
 /// Runs the ruvllm engine on one file with budget-aware masks
@@ -368,21 +368,18 @@ pub fn run_ruvllm(vocab: &Arc<Vocabulary>, case: &FileCase, st: &mut EngineStats
 /// the exact mask there is an error. Its time to first mask includes the shortest
 /// completion from the start, which the runtime computes before a budget-aware
 /// generation.
-pub fn run_ruvllm_budget(
-    vocab: &Arc<Vocabulary>,
-    case: &FileCase,
-    st: &mut EngineStats,
-) -> Result<()> {
-    run_ruvllm_with(vocab, case, st, Some(FAR_BUDGET))
+pub fn run_ruvllm_budget(engine: &Engine, case: &FileCase, st: &mut EngineStats) -> Result<()> {
+    run_ruvllm_with(engine, case, st, Some(FAR_BUDGET))
 }
 
 fn run_ruvllm_with(
-    vocab: &Arc<Vocabulary>,
+    engine: &Engine,
     case: &FileCase,
     st: &mut EngineStats,
     budget: Option<usize>,
 ) -> Result<()> {
     st.schemas += 1;
+    let vocab = engine.vocab();
     let limits = Limits::default();
     // A validator's view of the instances: any JSON whitespace (up to a bound) and
     // properties in any order.
@@ -409,7 +406,7 @@ fn run_ruvllm_with(
     }
     let compiled = grammar
         .map_err(|e| e.to_string())
-        .and_then(|g| Constraint::new(&g, vocab.clone(), &limits).map_err(|e| e.to_string()));
+        .and_then(|g| engine.constraint(&g, &limits).map_err(|e| e.to_string()));
     let c = match compiled {
         Ok(c) => {
             if budget.is_some() {
@@ -439,7 +436,7 @@ fn run_ruvllm_with(
         let mut m = Matcher::new(&c)?;
         let mut ok = true;
         for (ti, &tok) in ids.iter().enumerate() {
-            let tables0 = trace.then(ruvllm_engine::table_build_totals);
+            let tables0 = trace.then(|| engine.table_build_totals());
             // Thread CPU time too, when tracing: a mask whose wall time is far above it
             // waited for the CPU (the machine's other tenants), and did no work then.
             let c1 = if trace { thread_cpu_us() } else { 0.0 };
@@ -462,7 +459,7 @@ fn run_ruvllm_with(
             let stalled = stalled_us(us);
             let cus = if trace { thread_cpu_us() - c1 } else { 0.0 };
             if let Some((n0, t0)) = tables0.filter(|_| us > SLOW_MASK_US) {
-                let (n1, t1) = ruvllm_engine::table_build_totals();
+                let (n1, t1) = engine.table_build_totals();
                 let u = u1
                     .map(|u1| ThreadUsage::now().since(&u1))
                     .unwrap_or_default();

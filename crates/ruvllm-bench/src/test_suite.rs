@@ -72,6 +72,8 @@ pub fn run(
     collect(dir, &mut files)?;
     files.sort();
     anyhow::ensure!(!files.is_empty(), "no test files under {}", dir.display());
+    // One engine for the whole suite, as a server keeps one per vocabulary.
+    let engine = ruvllm_engine::Engine::new(vocab.clone());
     let enc = vocab
         .encoder()
         .context("the tokenizer has no encoder")?
@@ -144,7 +146,7 @@ pub fn run(
             for (i, e) in engines.iter().enumerate() {
                 let mut st = EngineStats::default();
                 match e.as_str() {
-                    "ruvllm" => crate::maskbench::run_ruvllm(vocab, &case, &mut st)?,
+                    "ruvllm" => crate::maskbench::run_ruvllm(&engine, &case, &mut st)?,
                     _ => crate::llg::run(factory.context("llguidance factory")?, &case, &mut st)?,
                 }
                 let n = case.tests.len();

@@ -1,5 +1,5 @@
 //! Every token table the engine computes or shares on a slice of MaskBench decides the
-//! same as the table by definition (`ruvllm_engine::verify_token_tables`: a pass over the
+//! same as the table by definition (`ruvllm_engine::Engine::verify_tables`: a pass over the
 //! whole trie, a DFA step per live node, none of the walk's shortcuts). The slice is every
 //! 50th file and the files whose tables take the walk's rarer paths: counted strings
 //! behind keys and near their bounds (`o46406`, `o79409`, `sp_335`), a `date-time`
@@ -48,14 +48,15 @@ fn maskbench_tables_match_the_definition() {
         assert!(f.exists(), "{} is missing", f.display());
         files.push(f);
     }
-    ruvllm_engine::verify_token_tables(true);
+    let engine = ruvllm_engine::Engine::new(vocab.clone());
+    engine.verify_tables(true);
     let mut st = EngineStats::default();
     for f in &files {
         let case = maskbench::load(&vocab, f).unwrap();
-        maskbench::run_ruvllm(&vocab, &case, &mut st).unwrap();
+        maskbench::run_ruvllm(&engine, &case, &mut st).unwrap();
     }
-    ruvllm_engine::verify_token_tables(false);
-    let (checked, differ, which) = ruvllm_engine::token_table_checks();
+    engine.verify_tables(false);
+    let (checked, differ, which) = engine.table_checks();
     assert_eq!(differ, 0, "{differ} of {checked} tables differ: {which:#?}");
     // The slice's masks build thousands of tables (5,293 for the 30 files with the
     // slowest masks); far fewer means the check was not on.

@@ -107,6 +107,7 @@ impl ModelArgs {
             limits: Some(self.limits.limits()),
             prefix_cache_bytes,
             constraint_cache_bytes: Some(self.limits.constraint_cache_mb << 20),
+            engine: Some(self.limits.engine()),
             max_prompt_tokens: (self.limits.max_prompt_tokens > 0)
                 .then_some(self.limits.max_prompt_tokens),
         };

@@ -1,11 +1,11 @@
 //! Budget flags shared by every command that loads a model (`generate`, `serve`): the
-//! engine's [`Limits`] on compiling and following a constraint, the constraint cache and
-//! the prompt length. Each defaults to the engine's own default (read from
+//! engine's [`Limits`] on compiling and following a constraint, the constraint cache, the
+//! engine's caches of lexemes and token tables ([`EngineConfig`]) and the prompt length. Each defaults to the engine's own default (read from
 //! [`Limits::default`], so the two cannot drift); a request over one is refused with an
 //! error naming the flag (the server's 400 says `server flag --max-...`).
 
 use clap::Args;
-use ruvllm_engine::Limits;
+use ruvllm_engine::{EngineConfig, Limits};
 
 /// Budget flags.
 #[derive(Args, Debug, Clone)]
@@ -56,12 +56,28 @@ pub struct LimitArgs {
     /// MiB of compiled constraints (token tables) cached for reuse.
     #[arg(long, default_value_t = ruvllm_runtime::local::DEFAULT_CONSTRAINT_CACHE_BYTES >> 20)]
     pub constraint_cache_mb: usize,
+    /// MiB of token tables the engine keeps for reuse by later constraints (tables that
+    /// live constraints use are theirs).
+    #[arg(long, default_value_t = EngineConfig::default().max_table_bytes >> 20)]
+    pub table_cache_mb: usize,
+    /// MiB of lexeme DFAs the engine keeps for reuse by later compiles.
+    #[arg(long, default_value_t = EngineConfig::default().max_cached_dfa_bytes >> 20)]
+    pub lexeme_cache_mb: usize,
     /// Longest prompt in tokens (0: the model's context less one).
     #[arg(long, default_value_t = 0)]
     pub max_prompt_tokens: usize,
 }
 
 impl LimitArgs {
+    /// The engine cache bounds these flags set.
+    pub fn engine(&self) -> EngineConfig {
+        EngineConfig {
+            max_table_bytes: self.table_cache_mb << 20,
+            max_cached_dfa_bytes: self.lexeme_cache_mb << 20,
+            ..EngineConfig::default()
+        }
+    }
+
     /// The engine limits these flags set.
     pub fn limits(&self) -> Limits {
         Limits {
@@ -99,5 +115,7 @@ mod tests {
     fn flag_defaults_are_the_engine_defaults() {
         let got = format!("{:?}", T::parse_from(["t"]).l.limits());
         assert_eq!(got, format!("{:?}", Limits::default()));
+        let got = format!("{:?}", T::parse_from(["t"]).l.engine());
+        assert_eq!(got, format!("{:?}", EngineConfig::default()));
     }
 }

@@ -10,7 +10,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use ruvllm_engine::schema::{schema_to_grammar, SchemaOptions, SchemaRegistry};
 use ruvllm_engine::{
-    Builtin, CheckResult, CompiledGrammar, Constraint, Grammar, Limits, Matcher, Vocabulary,
+    Builtin, CheckResult, CompiledGrammar, Engine, Grammar, Limits, Matcher, Vocabulary,
 };
 use ruvllm_runtime::{JsonError, JsonSchema, JsonValidator};
 
@@ -239,7 +239,7 @@ fn matcher_after(
         Vocabulary::from_file(tokenizer)
             .with_context(|| format!("loading {}", tokenizer.display()))?,
     );
-    let c = Constraint::new(&g, vocab.clone(), limits)?;
+    let c = Engine::new(vocab.clone()).constraint(&g, limits)?;
     let mut m = Matcher::new(&c)?;
     if let CheckResult::Rejected { at, expected } = m.check_bytes(prefix.as_bytes())? {
         bail!(
@@ -442,7 +442,7 @@ fn run() -> Result<ExitCode> {
             let g = grammar.load(&limits, reg.as_ref())?;
             // Checking text needs no vocabulary: a one-token dummy one will do.
             let vocab = Vocabulary::new("none", vec![b"\0".to_vec()], vec![true], vec![])?;
-            let c = Constraint::new(&g, Arc::new(vocab), &limits)?;
+            let c = Engine::new(Arc::new(vocab)).constraint(&g, &limits)?;
             let mut m = Matcher::new(&c)?;
             match m.check_bytes(&text)? {
                 CheckResult::Accepted => {

@@ -51,8 +51,10 @@ mod budget;
 pub(crate) mod byteset;
 pub(crate) mod compile;
 mod complete;
+mod constraint;
 mod deadline;
 mod earley;
+mod engine;
 mod error;
 mod facts;
 pub mod grammar;
@@ -63,42 +65,16 @@ mod tables;
 mod util;
 pub mod vocab;
 
-use std::sync::Arc;
-
 pub use budget::BudgetMask;
 pub use byteset::ByteSet;
 pub use compile::{CompiledGrammar, GrammarStats};
+pub use constraint::Constraint;
+pub use engine::{CacheUsage, Engine, EngineConfig};
 pub use error::{GrammarError, LimitKind, MatchError, VocabError};
 pub use facts::Completion;
 pub use grammar::{Builtin, Expr, Grammar, KeyComplement};
 pub use matcher::{CheckResult, Matcher};
 pub use vocab::{TokenEncoder, Vocabulary};
-
-/// Token tables computed so far in this process (tables found equal to an existing one and
-/// shared are not counted) and the time spent in first uses of lexeme states, sharing checks
-/// included: the part of mask time that a warm matcher no longer pays. Cost: two atomic loads.
-pub fn table_build_totals() -> (usize, std::time::Duration) {
-    tables::build_totals()
-}
-
-/// Switches on (or off) the check of every token table a first use of a lexeme state
-/// computes or shares, in this process, against the table by definition: a pass over the
-/// whole trie with a DFA step per live node and none of the walk's shortcuts (sharing,
-/// derivation from another table, plain-text proofs, bounds). A diagnostic: each first use
-/// then also pays that pass (with Llama 3.1's vocabulary on a 2-core EPYC, 0.9 ms on
-/// average and up to 9 ms on the MaskBench files with the slowest masks), which is not
-/// counted in [`table_build_totals`]. Masks stay exact either way; the results are
-/// read with [`token_table_checks`].
-pub fn verify_token_tables(on: bool) {
-    tables::set_verify(on)
-}
-
-/// Tables checked since [`verify_token_tables`] was switched on, how many of them differed
-/// from the table by definition, and a description of the first few that did (the lexeme
-/// and its state). Cost: two atomic loads and a copy of at most 16 strings.
-pub fn token_table_checks() -> (usize, usize, Vec<String>) {
-    tables::verify_totals()
-}
 
 /// Limits on every input-driven cost. The defaults accept any reasonable grammar and stop
 /// hostile ones within a fraction of a second and a few hundred MB.
@@ -169,109 +145,5 @@ impl Default for Limits {
             max_forced_bytes: 4096,
             max_mask_time: std::time::Duration::from_millis(500),
         }
-    }
-}
-
-/// A compiled grammar bound to a vocabulary: the unit a runtime caches per request shape.
-/// Holds the lazily computed token tables; share it with `Arc` across matchers and threads.
-pub struct Constraint {
-    grammar: Arc<CompiledGrammar>,
-    vocab: Arc<Vocabulary>,
-    /// Token tables per lexeme (shared with other constraints on the same lexeme and
-    /// vocabulary).
-    tables: Vec<Arc<tables::Tables>>,
-    limits: Limits,
-    /// Parse-state identities, shared by this constraint's matchers (see `states`).
-    states: states::StateIds,
-    /// Boundary-walk results per parse state (see `states`).
-    walks: states::WalkCache,
-    /// Budget facts per parse state and budget tables per lexeme state (see `budget`).
-    budget: budget::BudgetCache,
-}
-
-impl std::fmt::Debug for Constraint {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Constraint")
-            .field("vocab", &self.vocab)
-            .field("grammar", &self.grammar.stats())
-            .finish()
-    }
-}
-
-impl Constraint {
-    /// Compiles `g` and binds it to `vocab`. Cost: compilation only; token tables are built
-    /// on first use.
-    pub fn new(
-        g: &Grammar,
-        vocab: Arc<Vocabulary>,
-        limits: &Limits,
-    ) -> Result<Arc<Constraint>, GrammarError> {
-        let cg = Arc::new(CompiledGrammar::new(g, limits)?);
-        Ok(Self::from_compiled(cg, vocab, limits))
-    }
-
-    /// Binds an already compiled grammar to a vocabulary. O(lexeme states).
-    pub fn from_compiled(
-        grammar: Arc<CompiledGrammar>,
-        vocab: Arc<Vocabulary>,
-        limits: &Limits,
-    ) -> Arc<Constraint> {
-        let tables = grammar
-            .lexemes
-            .iter()
-            .map(|l| l.tables_for(vocab.id(), vocab.trie().max_depth()))
-            .collect();
-        Arc::new(Constraint {
-            grammar,
-            vocab,
-            tables,
-            limits: limits.clone(),
-            states: states::StateIds::default(),
-            walks: states::WalkCache::default(),
-            budget: budget::BudgetCache::default(),
-        })
-    }
-
-    /// Parses, compiles and binds a GBNF grammar.
-    pub fn from_gbnf(
-        text: &str,
-        vocab: Arc<Vocabulary>,
-        limits: &Limits,
-    ) -> Result<Arc<Constraint>, GrammarError> {
-        Self::new(&Grammar::from_gbnf(text, limits)?, vocab, limits)
-    }
-
-    /// The vocabulary.
-    pub fn vocab(&self) -> &Arc<Vocabulary> {
-        &self.vocab
-    }
-
-    /// The compiled grammar.
-    pub fn grammar(&self) -> &Arc<CompiledGrammar> {
-        &self.grammar
-    }
-
-    /// Approximate heap bytes of what this constraint's matchers share besides token
-    /// tables: parse-state identities and boundary-walk results (each bounded to a few
-    /// MiB). Cost: two atomic loads.
-    pub fn state_cache_bytes(&self) -> usize {
-        self.states.memory() + self.walks.memory() + self.budget.memory()
-    }
-
-    /// Token tables built so far and their approximate heap bytes (tables shared with
-    /// other constraints included).
-    pub fn table_usage(&self) -> (usize, usize) {
-        let mut seen: Vec<*const tables::Tables> = Vec::new();
-        let (mut n, mut b) = (0, 0);
-        for t in &self.tables {
-            let p = Arc::as_ptr(t);
-            if !seen.contains(&p) {
-                seen.push(p);
-                let (x, y) = t.usage();
-                n += x;
-                b += y;
-            }
-        }
-        (n, b)
     }
 }

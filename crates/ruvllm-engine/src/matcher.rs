@@ -138,7 +138,7 @@ impl Matcher {
                     None => {
                         // A first use is one trie walk: look at the clock before each.
                         clock.check()?;
-                        tables.get(lexeme, it.state, trie, vocab.len())
+                        tables.get(self.c.store(), lexeme, it.state, trie, vocab.len())
                     }
                 };
                 if sensitive {

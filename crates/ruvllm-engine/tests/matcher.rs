@@ -508,14 +508,23 @@ fn boundary_memo_is_dropped_when_its_sets_change_and_skips_semantic_checks() {
 
 #[test]
 fn table_build_totals_count_first_uses() {
-    // A lexeme no other test builds: its first mask computes at least one table.
-    let (n0, t0) = ruvllm_engine::table_build_totals();
+    // A constraint's own engine starts empty: its first mask computes at least one table,
+    // and a second constraint on the same lexemes shares them.
     let c = gbnf("root ::= \"qzx\" [a-f]{3} \"jkw\"");
+    let (n0, t0) = c.engine().table_build_totals();
+    assert_eq!((n0, t0), (0, std::time::Duration::ZERO));
     let mut m = Matcher::new(&c).unwrap();
     assert!(!allowed(&mut m).is_empty());
-    let (n1, t1) = ruvllm_engine::table_build_totals();
+    let (n1, t1) = c.engine().table_build_totals();
     assert!(n1 > n0, "{n0} -> {n1} tables");
     assert!(t1 > t0, "{t0:?} -> {t1:?}");
+    let again = c.engine().bind(c.grammar().clone(), &Limits::default());
+    assert!(!allowed(&mut Matcher::new(&again).unwrap()).is_empty());
+    assert_eq!(
+        c.engine().table_build_totals().0,
+        n1,
+        "the second binding built tables"
+    );
 }
 
 /// Matchers of one constraint share boundary walks by parse state. Two texts reach the same

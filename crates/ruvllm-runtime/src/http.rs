@@ -22,7 +22,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ruvllm_engine::{CheckResult, Constraint, Limits, Matcher, Vocabulary};
+use ruvllm_engine::{CheckResult, Engine, Limits, Matcher, Vocabulary};
 use serde_json::{json, Value};
 
 use crate::api::{
@@ -44,7 +44,8 @@ pub struct HttpBackend {
     /// Send the schema as `response_format` (default `true`).
     pub send_response_format: bool,
     agent: ureq::Agent,
-    bytes_vocab: Arc<Vocabulary>,
+    /// An engine over a one-byte-per-token vocabulary, for checking answers.
+    bytes: Engine,
 }
 
 impl std::fmt::Debug for HttpBackend {
@@ -81,7 +82,7 @@ impl HttpBackend {
             max_retries: 2,
             send_response_format: true,
             agent: ureq::Agent::new_with_config(config),
-            bytes_vocab: Arc::new(byte_vocabulary()?),
+            bytes: Engine::new(Arc::new(byte_vocabulary()?)),
         })
     }
 
@@ -142,7 +143,7 @@ impl HttpBackend {
             },
             _ => return Ok(None),
         };
-        let cons = Constraint::new(&g, self.bytes_vocab.clone(), &limits)?;
+        let cons = self.bytes.constraint(&g, &limits)?;
         let mut m = Matcher::new(&cons)?;
         Ok(match m.check_bytes(text.as_bytes())? {
             CheckResult::Accepted => None,

@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use ruvllm_engine::vocab::GgufVocab;
-use ruvllm_engine::{Constraint, Limits, Matcher, Vocabulary};
+use ruvllm_engine::{Constraint, Engine, EngineConfig, Limits, Matcher, Vocabulary};
 
 use crate::api::{
     FinishReason, GenerateParams, Generation, LlmBackend, OutputConstraint, Prompt, ResultPath,
@@ -57,6 +57,9 @@ pub struct BackendOptions {
     /// Bytes of compiled constraints (with their token tables) kept for reuse by later
     /// requests with the same constraint (`None`: 256 MiB). Least recently used first out.
     pub constraint_cache_bytes: Option<usize>,
+    /// Bounds of the engine's caches of lexemes and token tables, shared by every
+    /// constraint this backend compiles (`None`: [`EngineConfig::default`]).
+    pub engine: Option<EngineConfig>,
     /// Longest prompt in tokens (`None`: the model's context less one position). A longer
     /// one is refused with [`RuntimeError::PromptTooLong`].
     pub max_prompt_tokens: Option<usize>,
@@ -187,7 +190,9 @@ impl PrefixStore {
 struct Inner {
     model: Model,
     tokenizer: tokenizers::Tokenizer,
-    vocab: Arc<Vocabulary>,
+    /// The engine of the model's vocabulary: every constraint is compiled and bound in
+    /// it, so they share lexemes and token tables.
+    engine: Engine,
     template: ChatTemplate,
     /// The template's reasoning section, when it has one.
     reasoning: Option<ReasoningMarkers>,
@@ -294,7 +299,10 @@ impl CandleBackend {
             inner: Arc::new(Inner {
                 model,
                 tokenizer,
-                vocab: Arc::new(vocab),
+                engine: Engine::with_config(
+                    Arc::new(vocab),
+                    opts.engine.clone().unwrap_or_default(),
+                ),
                 template,
                 reasoning,
                 call_format,
@@ -331,7 +339,12 @@ impl CandleBackend {
 
     /// The vocabulary the constraints are compiled against.
     pub fn vocab(&self) -> &Arc<Vocabulary> {
-        &self.inner.vocab
+        self.inner.engine.vocab()
+    }
+
+    /// The engine whose caches every constraint of this backend shares.
+    pub fn engine(&self) -> &Engine {
+        &self.inner.engine
     }
 
     /// The chat template's Jinja source (the GGUF's, else ChatML).
@@ -432,7 +445,7 @@ impl CandleBackend {
         let Some(g) = c.grammar(limits)? else {
             return Ok(None);
         };
-        let cons = Constraint::new(&g, self.inner.vocab.clone(), limits)?;
+        let cons = self.inner.engine.constraint(&g, limits)?;
         let mut cache = self
             .inner
             .constraints
@@ -767,7 +780,7 @@ impl Sequence {
         if let Some((src, n)) = self.reuse.take() {
             self.cache = self.backend.inner.model.copy_prefix(&src, n)?;
         }
-        let vocab = self.backend.inner.vocab.clone();
+        let vocab = self.backend.inner.engine.vocab().clone();
         if let (Some(m), true) = (self.matcher.as_mut(), self.params.jump_forward) {
             let tm = Instant::now();
             let forced = m.forced_tokens()?;
@@ -845,7 +858,7 @@ impl Sequence {
                 m.commit_token(t)?;
             }
         }
-        let vocab = self.backend.inner.vocab.clone();
+        let vocab = self.backend.inner.engine.vocab().clone();
         let bytes: Vec<u8> = close
             .iter()
             .flat_map(|&t| vocab.token_bytes(t).iter().copied())
@@ -885,7 +898,7 @@ impl Sequence {
         on_text: &mut dyn FnMut(&str) -> bool,
     ) -> Result<bool> {
         let inner = self.backend.inner.clone();
-        let vocab = &inner.vocab;
+        let vocab = inner.engine.vocab();
         if self.usage.prompt_secs == 0.0 {
             self.usage.prompt_secs = self.t0.elapsed().as_secs_f64();
             if let Some(ids) = self.store_prompt.take() {
@@ -1184,7 +1197,7 @@ impl CandleBackend {
             cache: inner.model.new_cache(),
             reuse,
             store_prompt,
-            mask: vec![0u32; inner.vocab.mask_words()],
+            mask: vec![0u32; inner.engine.vocab().mask_words()],
             em: Emitter {
                 out: Vec::new(),
                 sent: 0,

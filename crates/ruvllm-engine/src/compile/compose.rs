@@ -55,7 +55,8 @@ use std::sync::Arc;
 
 use regex_syntax::hir::{Hir, HirKind};
 
-use super::dfa::{self, Dfa, DfaError, Lexeme};
+use super::cache::Caches;
+use super::dfa::{Dfa, DfaError, Lexeme};
 use super::setpool::SetPool;
 use super::subset::Subset;
 use crate::byteset::ByteSet;
@@ -182,7 +183,9 @@ enum Stop {
 }
 
 /// The position automaton under construction.
-struct Glushkov {
+struct Glushkov<'c> {
+    /// Where the leaves are looked up and cached.
+    caches: &'c Caches,
     leaves: Vec<Leaf>,
     next: Vec<Vec<u32>>,
     edges: usize,
@@ -191,7 +194,7 @@ struct Glushkov {
     deadline: Option<std::time::Instant>,
 }
 
-impl Glushkov {
+impl Glushkov<'_> {
     fn leaf(&mut self, leaf: Leaf) -> Result<Frag, Stop> {
         if self.leaves.len() >= MAX_LEAVES {
             return Err(Stop::Decline);
@@ -276,7 +279,7 @@ impl Glushkov {
                 Err(Stop::Decline)
             }
             _ => {
-                let got = dfa::cached(
+                let got = self.caches.cached(
                     &h.to_string(),
                     h,
                     self.max_states,
@@ -347,6 +350,7 @@ fn pos(leaf: u32, state: u32) -> u64 {
 /// lookups (and builds, once per process), then O(DFA states x positions per state x byte
 /// classes).
 pub(crate) fn compose(
+    caches: &Caches,
     hir: &Hir,
     max_states: usize,
     max_bytes: usize,
@@ -356,11 +360,12 @@ pub(crate) fn compose(
     if !has_nodes(hir, &mut budget) {
         return None;
     }
-    compose_any(hir, max_states, max_bytes, deadline)
+    compose_any(caches, hir, max_states, max_bytes, deadline)
 }
 
 /// [`compose`] whatever the regex's size.
 fn compose_any(
+    caches: &Caches,
     hir: &Hir,
     max_states: usize,
     max_bytes: usize,
@@ -370,6 +375,7 @@ fn compose_any(
         return None;
     }
     let mut g = Glushkov {
+        caches,
         leaves: Vec::new(),
         next: Vec::new(),
         edges: 0,
@@ -855,13 +861,17 @@ struct Groups {
 
 #[cfg(test)]
 mod tests {
+    fn caches() -> Caches {
+        Caches::private()
+    }
+
     use super::*;
 
     use crate::compile::test_hir as hir;
 
     /// The composed DFA of `re` (whatever its size).
     fn composed(re: &str) -> Dfa {
-        compose_any(&hir(re), 100_000, 1 << 26, None)
+        compose_any(&caches(), &hir(re), 100_000, 1 << 26, None)
             .expect("structured")
             .expect("within limits")
     }
@@ -974,11 +984,11 @@ mod tests {
         let mut checked = 0;
         for i in 0..600 {
             let re = random_regex(&mut rnd, 1 + (i % 4) as u32);
-            let Some(got) = compose_any(&hir(&re), 100_000, 1 << 26, None) else {
+            let Some(got) = compose_any(&caches(), &hir(&re), 100_000, 1 << 26, None) else {
                 continue;
             };
             let ours = got.unwrap();
-            let theirs = Dfa::build_until(&hir(&re), 100_000, 1 << 26, None).unwrap();
+            let theirs = Dfa::build_until(&caches(), &hir(&re), 100_000, 1 << 26, None).unwrap();
             same_language(&re, &ours, &theirs);
             checked += 1;
         }
@@ -1005,11 +1015,11 @@ mod tests {
         ];
         for re in &cases {
             let ours = composed(re);
-            let theirs = Dfa::build_until(&hir(re), 100_000, 1 << 26, None).unwrap();
+            let theirs = Dfa::build_until(&caches(), &hir(re), 100_000, 1 << 26, None).unwrap();
             same_language(re, &ours, &theirs);
         }
         let ours = composed(&cases[0]);
-        let theirs = Dfa::build_until(&hir(&cases[0]), 100_000, 1 << 26, None).unwrap();
+        let theirs = Dfa::build_until(&caches(), &hir(&cases[0]), 100_000, 1 << 26, None).unwrap();
         assert!(
             reachable(&ours) * 2 < reachable(&theirs),
             "composed {} states, NFA route {}",
@@ -1033,12 +1043,12 @@ mod tests {
                 .unwrap()
         };
         let long = parse(&chain(6000));
-        assert!(compose_any(&long, 1 << 20, 1 << 30, None).is_none());
+        assert!(compose_any(&caches(), &long, 1 << 20, 1 << 30, None).is_none());
         let short = chain(600);
-        let ours = compose_any(&parse(&short), 1 << 20, 1 << 30, None)
+        let ours = compose_any(&caches(), &parse(&short), 1 << 20, 1 << 30, None)
             .expect("composed")
             .unwrap();
-        let theirs = Dfa::build_until(&parse(&short), 1 << 20, 1 << 30, None).unwrap();
+        let theirs = Dfa::build_until(&caches(), &parse(&short), 1 << 20, 1 << 30, None).unwrap();
         same_language("600 x (?:[ab]c?)", &ours, &theirs);
     }
 
@@ -1046,13 +1056,14 @@ mod tests {
     /// empty language composes to the dead start.
     #[test]
     fn small_or_flat_regexes_are_declined_and_empty_languages_are_dead() {
-        assert!(compose(&hir("(?:a|b)c"), 1000, 1 << 20, None).is_none());
-        assert!(compose_any(&hir("[a-z]{0,9}"), 1000, 1 << 20, None).is_none());
+        assert!(compose(&caches(), &hir("(?:a|b)c"), 1000, 1 << 20, None).is_none());
+        assert!(compose_any(&caches(), &hir("[a-z]{0,9}"), 1000, 1 << 20, None).is_none());
         let dead = composed("(?:[a&&b]x|y[a&&b])");
         assert_eq!(dead.start(), 0);
         // A long count of a loop (a word count) goes to the NFA route whole; a long count
         // of a loop-free item (a bounded string) is a leaf.
         assert!(compose_any(
+            &caches(),
             &hir(r#""(?:[a-z]+ +){0,40}[a-z]+""#),
             1 << 16,
             1 << 26,
@@ -1060,6 +1071,7 @@ mod tests {
         )
         .is_none());
         assert!(compose_any(
+            &caches(),
             &hir(r#"(?:"(?:[a-z]|\n){0,40}"|x)y"#),
             1 << 16,
             1 << 26,

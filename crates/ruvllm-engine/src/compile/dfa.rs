@@ -18,14 +18,12 @@
 use regex_automata::nfa::thompson;
 use regex_syntax::hir::Hir;
 
-use std::cell::RefCell;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
+use super::cache::Caches;
 use super::counted::Counted;
 use super::subset::Stop;
 use crate::byteset::ByteSet;
-use crate::tables::Tables;
 
 /// Why a lexeme could not be built.
 #[derive(Debug, Clone, Copy)]
@@ -194,21 +192,22 @@ impl Dfa {
     /// `max_bytes` of determinization memory.
     #[cfg(test)]
     pub(crate) fn build(hir: &Hir, max_states: usize, max_bytes: usize) -> Result<Dfa, DfaError> {
-        Self::build_until(hir, max_states, max_bytes, None)
+        Self::build_until(&Caches::private(), hir, max_states, max_bytes, None)
     }
 
     /// Builds the DFA of `hir` (anchored, all matches) the fastest way: composed from
     /// cached smaller DFAs when its structure suits (see [`super::compose`]), else through
     /// an NFA ([`Dfa::build_until`]). Same limits and errors as [`Dfa::build_until`].
     pub(crate) fn build_lexeme(
+        caches: &Caches,
         hir: &Hir,
         max_states: usize,
         max_bytes: usize,
         deadline: Option<std::time::Instant>,
     ) -> Result<Dfa, DfaError> {
-        match super::compose::compose(hir, max_states, max_bytes, deadline) {
+        match super::compose::compose(caches, hir, max_states, max_bytes, deadline) {
             Some(built) => built,
-            None => Self::build_until(hir, max_states, max_bytes, deadline),
+            None => Self::build_until(caches, hir, max_states, max_bytes, deadline),
         }
     }
 
@@ -216,6 +215,7 @@ impl Dfa {
     /// `max_states` states and `max_bytes` of determinization memory, stopping with
     /// [`DfaError::Deadline`] once `deadline` has passed.
     pub(crate) fn build_until(
+        caches: &Caches,
         hir: &Hir,
         max_states: usize,
         max_bytes: usize,
@@ -226,25 +226,9 @@ impl Dfa {
             .shrink(false)
             .which_captures(thompson::WhichCaptures::None)
             .nfa_size_limit(Some(max_bytes));
-        // One Thompson compiler per thread, reused: a fresh one allocates and zeroes its
-        // UTF-8 suffix caches (10,000 entries, about 400 KiB) for every lexeme, which was
-        // a tenth of compile time; a reused one invalidates them by bumping a version.
-        // regex-automata clears its builder at each build, so reuse gives the same NFA.
-        // Memory: a thread keeps the caches and the capacity of its largest NFA so far,
-        // which `nfa_size_limit` bounds by `max_bytes`.
-        thread_local! {
-            static NFA_COMPILER: RefCell<thompson::Compiler> = RefCell::new(thompson::Compiler::new());
-        }
-        let nfa = NFA_COMPILER
-            .with(|c| {
-                let built = match c.try_borrow_mut() {
-                    Ok(mut c) => c.configure(config.clone()).build_from_hir(hir),
-                    Err(_) => thompson::Compiler::new()
-                        .configure(config.clone())
-                        .build_from_hir(hir),
-                };
-                built.ok()
-            })
+        // The engine's Thompson compiler, reused (see `Caches::with_nfa_compiler`).
+        let nfa = caches
+            .with_nfa_compiler(|c| c.configure(config.clone()).build_from_hir(hir).ok())
             .ok_or(DfaError::TooBig { cost: max_states })?;
         // Determinization costs about (DFA states) x (NFA states per DFA state); the
         // second factor is what the set budget bounds (the NFA-state sets kept per DFA
@@ -524,22 +508,14 @@ impl Dfa {
     }
 }
 
-/// A lexeme DFA shared by every grammar that uses the same regular expression, with the
-/// token tables of its states per vocabulary (filled lazily, see the `tables` module).
-///
-/// Schemas repeat the same lexemes endlessly (a JSON string, an integer, whitespace, a
-/// `"key": ` prefix), so determinizing each once per process and computing each state's
-/// token table once per vocabulary turns most of compile time and first-mask time into a
-/// lookup. The cache is keyed by the exact regex and the size limits it was built under,
-/// so a hit recognizes exactly what a fresh build would (a composed build may differ in
-/// its number of states when its parts were evicted and rebuilt meanwhile, since equal
-/// parts are recognized by identity); it is bounded (see `Cache`: at most
-/// `MAX_CACHED` lexemes, with bounded DFA and token-table bytes; grammars keep their own
-/// `Arc`s).
+/// A lexeme DFA shared by every grammar that uses the same regular expression (through
+/// an engine's compile cache, see [`super::cache`]), with what is computed on first use:
+/// its distance table, its name for diagnostics, and for a key complement the string
+/// lexeme its token tables derive from. It knows nothing of vocabularies: token tables
+/// live in the engine's table store, keyed by lexeme.
 #[derive(Debug)]
 pub struct Lexeme {
     dfa: Dfa,
-    tables: Mutex<Vec<(u64, Arc<Tables>)>>,
     /// The start of its regex as printed (at most [`NAME_BYTES`] bytes), for diagnostics,
     /// when it is cached under a structural key, which does not name it (see
     /// `Lowerer::lexeme_of`).
@@ -568,22 +544,11 @@ const NFA_FULL_BUDGET: usize = 512;
 /// The least determinization budget of a large NFA (when `max_dfa_bytes` is larger).
 const DETERMINIZE_FLOOR: usize = 256 << 10;
 
-/// Vocabularies whose tables a lexeme keeps (oldest dropped first).
-const TABLES_PER_LEXEME: usize = 4;
-/// Lexemes kept in the process-wide cache (both generations together).
-const MAX_CACHED: usize = 8192;
-/// Token-table bytes the cached lexemes may hold (both generations together).
-const MAX_CACHED_TABLE_BYTES: usize = 256 << 20;
-/// DFA bytes the cached lexemes may hold (both generations together; one DFA can reach
-/// `max_lexeme_states x 256 x 4` bytes, so a count of entries alone does not bound it).
-const MAX_CACHED_DFA_BYTES: usize = 256 << 20;
-
 impl Lexeme {
-    /// A lexeme of `dfa` with no tables yet (not in the process-wide cache).
+    /// A lexeme of `dfa` (not in any cache).
     pub(crate) fn new(dfa: Dfa) -> Arc<Lexeme> {
         Arc::new(Lexeme {
             dfa,
-            tables: Mutex::new(Vec::new()),
             name: OnceLock::new(),
             key_base: OnceLock::new(),
             dist: OnceLock::new(),
@@ -739,238 +704,20 @@ impl Lexeme {
         }
         let _ = self.name.set(printed[..cut].to_string());
     }
-    /// The token tables of this lexeme's states for vocabulary `vocab_id`, whose tokens are
-    /// at most `depth` bytes. Cost: a lock and a short scan.
-    pub(crate) fn tables_for(&self, vocab_id: u64, depth: usize) -> Arc<Tables> {
-        let mut t = self.tables.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, x)) = t.iter().find(|(v, _)| *v == vocab_id) {
-            return x.clone();
-        }
-        if t.len() >= TABLES_PER_LEXEME {
-            t.remove(0);
-        }
-        // A literal chain's states past the literal behave as `rest`'s: their tables are
-        // `rest`'s, shared (see `Tables::new`).
-        let rest = match &self.dfa.special {
-            Special::Chain(c) => Some((
-                c.rest.clone(),
-                c.rest.tables_for(vocab_id, depth),
-                c.lit.len() as u32,
-            )),
+    /// For a literal chain ([`Dfa::prepend_literal`]): the lexeme after the literal and
+    /// the literal's length (its states past the literal are the rest's, moved up by that
+    /// length). Cost: O(1).
+    pub(crate) fn chain_rest(&self) -> Option<(&Arc<Lexeme>, u32)> {
+        match &self.dfa.special {
+            Special::Chain(c) => Some((&c.rest, c.lit.len() as u32)),
             _ => None,
-        };
-        let x = Arc::new(Tables::new(
-            self.dfa.table_slots(depth),
-            vocab_id,
-            depth,
-            rest,
-        ));
-        t.push((vocab_id, x.clone()));
-        x
-    }
-
-    /// Approximate heap bytes of the token tables built for this lexeme so far (all
-    /// vocabularies). Cost: O(states), a scan of the slots.
-    fn table_memory(&self) -> usize {
-        let t = self.tables.lock().unwrap_or_else(|e| e.into_inner());
-        t.iter().map(|(_, x)| x.memory()).sum()
-    }
-}
-
-/// A cached build: the lexeme, or why it could not be built.
-pub(crate) type Entry = Result<Arc<Lexeme>, DfaError>;
-
-/// The process-wide lexeme cache, in two generations (a "second chance" eviction).
-///
-/// New entries go to `young`; a hit in `old` moves the entry to `young`. When `young`
-/// reaches half of a bound (entries, DFA bytes, or token-table bytes built since the last
-/// turn), `old` is dropped and `young` becomes `old`. A lexeme used at least once per
-/// generation (a JSON string, an integer, whitespace) therefore stays, while one-off
-/// lexemes (a schema's own keys) age out. Until 2026-11 the cache was one map cleared
-/// whole when full: 13 times over a MaskBench run (compile only, llama3_1), and 24,490 of
-/// its 109,725 builds were of lexemes it had held before; with generations the run builds
-/// 104,750 (most rebuilt lexemes are used once in thousands of schemas).
-///
-/// Bounds: each generation holds at most half of `MAX_CACHED` entries, half of
-/// `MAX_CACHED_DFA_BYTES` of DFAs and tables built while it was young or brought in by
-/// moves (counted in [`crate::tables::table_bytes`], which is reset at each turn) of at
-/// most half of `MAX_CACHED_TABLE_BYTES`; so both together stay within the full bounds.
-#[derive(Default)]
-struct Cache {
-    young: HashMap<Box<[u8]>, Entry>,
-    old: HashMap<Box<[u8]>, Entry>,
-    /// DFA bytes of `young`'s lexemes.
-    young_dfa_bytes: usize,
-}
-
-impl Cache {
-    /// Whether `young` is full for an entry of `size` more DFA bytes.
-    fn young_full(&self, size: usize) -> bool {
-        self.young.len() >= MAX_CACHED / 2
-            || self.young_dfa_bytes + size > MAX_CACHED_DFA_BYTES / 2
-            || crate::tables::table_bytes() > MAX_CACHED_TABLE_BYTES / 2
-    }
-
-    /// Drops `old` (on a helper thread) and makes `young` the old generation.
-    fn turn(&mut self) {
-        free_elsewhere(std::mem::replace(
-            &mut self.old,
-            std::mem::take(&mut self.young),
-        ));
-        self.young_dfa_bytes = 0;
-        crate::tables::clear_shared();
-    }
-
-    /// Adds `entry` to `young` (turning the generations first when it is full).
-    fn insert(&mut self, key: Box<[u8]>, entry: Entry) {
-        let lexeme = entry.as_ref().ok();
-        let size = lexeme.map_or(0, |l| l.dfa.memory());
-        if self.young_full(size) {
-            self.turn();
-        }
-        // A lexeme moved from `old` brings the tables built for it while it was there.
-        if let Some(l) = lexeme {
-            crate::tables::add_table_bytes(l.table_memory());
-        }
-        if self.young.insert(key, entry).is_none() {
-            self.young_dfa_bytes += size;
         }
     }
-
-    /// The entry of `key`, moved to `young` when it was in `old`.
-    fn get(&mut self, key: &[u8]) -> Option<Entry> {
-        if let Some(hit) = self.young.get(key) {
-            return Some(hit.clone());
-        }
-        let (key, hit) = self.old.remove_entry(key)?;
-        self.insert(key, hit.clone());
-        Some(hit)
-    }
-}
-
-/// Builds (or fetches) the lexeme of `hir` under the given limits; `Err` when it is too
-/// big (also cached, so a hopeless build is attempted once) or `deadline` passed (not
-/// cached).
-pub(crate) fn cached(
-    key: &str,
-    hir: &Hir,
-    max_states: usize,
-    max_bytes: usize,
-    deadline: Option<std::time::Instant>,
-) -> Result<Arc<Lexeme>, DfaError> {
-    cached_with(format!("{max_states}/{max_bytes}/{key}").as_bytes(), || {
-        Dfa::build_lexeme(hir, max_states, max_bytes, deadline)
-    })
-}
-
-/// Fetches the lexeme cached under `full_key` (which must name everything the build
-/// depends on), or builds it with `build` and caches the result. Cost: a lock and a hash
-/// lookup on a hit.
-pub(crate) fn cached_with(
-    full_key: &[u8],
-    build: impl FnOnce() -> Result<Dfa, DfaError>,
-) -> Result<Arc<Lexeme>, DfaError> {
-    if let Some(hit) = cache_get(full_key) {
-        return hit;
-    }
-    cache_put(full_key, build())
-}
-
-/// The process-wide cache.
-fn cache() -> &'static Mutex<Cache> {
-    static CACHE: OnceLock<Mutex<Cache>> = OnceLock::new();
-    CACHE.get_or_init(|| Mutex::new(Cache::default()))
-}
-
-/// The entry cached under `full_key`, if any. Cost: a lock and a hash lookup.
-pub(crate) fn cache_get(full_key: &[u8]) -> Option<Entry> {
-    cache()
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(full_key)
-}
-
-/// Caches the result of a build under `full_key` and returns it (a deadline error is
-/// returned and not cached). Cost: a lock and a hash insert.
-pub(crate) fn cache_put(
-    full_key: &[u8],
-    built: Result<Dfa, DfaError>,
-) -> Result<Arc<Lexeme>, DfaError> {
-    if matches!(built, Err(DfaError::Deadline)) {
-        return Err(DfaError::Deadline);
-    }
-    let built = built.map(Lexeme::new);
-    cache()
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(full_key.into(), built.clone());
-    built
-}
-
-/// Drops `old` (a cleared cache: thousands of lexemes, their token tables and reach memos)
-/// on a short-lived helper thread, so that the compile that found the cache full does not
-/// wait for it: freeing a full cache took 17-32 ms inside that compile, 13 times over the
-/// MaskBench run (the grammars compiled there have nothing to do with it). Lexemes still
-/// used by live constraints are only released here; their last user frees them. When no
-/// thread can be started, `old` is dropped here. Cost: a thread start (tens of µs).
-fn free_elsewhere<T: Send + 'static>(old: T) {
-    // On failure the closure, and `old` with it, is dropped right here.
-    let _ = std::thread::Builder::new()
-        .name("ruvllm-cache-free".into())
-        .spawn(move || drop(old));
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A lexeme not used while [`MAX_CACHED`] others are inserted leaves the process-wide
-    /// cache (after two generation turns; the old entries are freed on a helper thread): a
-    /// lexeme held outside the cache stays whole and usable, and the cache goes on
-    /// answering, with a fresh build for an evicted key.
-    #[test]
-    fn unused_lexemes_leave_the_cache_and_held_ones_stay_usable() {
-        let key = |i: usize| format!("cache-clear-test/{i}");
-        let build = |i: usize| Dfa::build_until(&hir(&format!("q{i}z")), 64, 1 << 20, None);
-        let held = cached_with(key(0).as_bytes(), || build(0)).unwrap();
-        for i in 1..=MAX_CACHED {
-            cached_with(key(i).as_bytes(), || build(i)).unwrap();
-        }
-        let mut rebuilt = false;
-        let again = cached_with(key(0).as_bytes(), || {
-            rebuilt = true;
-            build(0)
-        })
-        .unwrap();
-        assert!(rebuilt, "key 0 survived {MAX_CACHED} later insertions");
-        assert!(!Arc::ptr_eq(&held, &again));
-        // The held lexeme still reads `q0z`.
-        let mut s = held.start();
-        for &b in b"q0z" {
-            s = held.next(s, b);
-            assert_ne!(s, 0);
-        }
-        assert!(held.accepting(s));
-    }
-
-    /// A lexeme used at least once per generation stays in the cache however many others
-    /// pass through it: fetched between every `MAX_CACHED / 4` insertions of new keys, over
-    /// three times `MAX_CACHED` of them, it is built once and always the same `Arc`.
-    #[test]
-    fn lexemes_in_use_stay_in_the_cache() {
-        let key = |i: usize| format!("cache-keep-test/{i}");
-        let build = |i: usize| Dfa::build_until(&hir(&format!("k{i}y")), 64, 1 << 20, None);
-        let first = cached_with(key(0).as_bytes(), || build(0)).unwrap();
-        for i in 1..=3 * MAX_CACHED {
-            cached_with(key(i).as_bytes(), || build(i)).unwrap();
-            if i % (MAX_CACHED / 4) == 0 {
-                let got = cached_with(key(0).as_bytes(), || {
-                    panic!("key 0 was evicted after {i} keys")
-                });
-                assert!(Arc::ptr_eq(&first, &got.unwrap()));
-            }
-        }
-    }
 
     use crate::compile::test_hir as hir;
 

@@ -309,7 +309,8 @@ mod tests {
         let sets = key_complements(&g);
         assert_eq!(sets.len(), 1, "{keys:?}");
         let limits = Limits::default();
-        let mut low = super::super::Lowerer::new(&g, &limits);
+        let caches = super::super::cache::Caches::private();
+        let mut low = super::super::Lowerer::new(&g, &limits, &caches);
         // The public constructor takes an empty key set too (any string).
         let none = Arc::new(KeyComplement::new::<&str>(&[], sets[0].ch().clone()));
         for ks in sets.iter().chain([&none]) {
@@ -455,7 +456,8 @@ mod tests {
     fn over_the_limits_it_falls_back_to_the_rule() {
         let g = crate::grammar::Grammar::single("x", Expr::Empty);
         let limits = Limits::default();
-        let mut low = super::super::Lowerer::new(&g, &limits);
+        let caches = super::super::cache::Caches::private();
+        let mut low = super::super::Lowerer::new(&g, &limits, &caches);
         let ch = Expr::Chars(vec![(' ', '!'), ('#', '['), (']', char::MAX)]);
         let dev = Dfa::build(&low.hir(&dev_expr(&ch)).unwrap(), 1 << 16, 16 << 20).unwrap();
         let keys: Vec<Vec<char>> = vec!["alpha".chars().collect(), "beta".chars().collect()];
@@ -494,7 +496,8 @@ mod tests {
             std::sync::Arc::new(crate::Vocabulary::new("bytes", toks, special, vec![256]).unwrap());
         // The direct automaton of this key set has more states than this.
         let ks = &key_complements(&g)[0];
-        let mut low = super::super::Lowerer::new(&g, &limits);
+        let caches = super::super::cache::Caches::private();
+        let mut low = super::super::Lowerer::new(&g, &limits, &caches);
         let dev = Dfa::build(&low.hir(&dev_expr(ks.ch())).unwrap(), 1 << 16, 16 << 20).unwrap();
         let direct = key_complement(ks.keys(), json_encodings, &dev, 1 << 16, 16 << 20).unwrap();
         let small = Limits {
@@ -527,7 +530,8 @@ mod tests {
     fn encodings_are_what_json_chars_matches() {
         let limits = Limits::default();
         let g = crate::grammar::Grammar::single("x", Expr::Empty);
-        let mut low = super::super::Lowerer::new(&g, &limits);
+        let caches = super::super::cache::Caches::private();
+        let mut low = super::super::Lowerer::new(&g, &limits, &caches);
         for c in (0u32..0x300).chain([0x7ff, 0x800, 0xd7ff, 0xe000, 0xffff, 0x10000, 0x10ffff]) {
             let c = char::from_u32(c).unwrap();
             let hir = low

@@ -20,6 +20,7 @@
 //! language, only where the work happens. Repetitions of non-regular parts use left-recursive
 //! helper rules (`S ::= ε | S x`), which Earley parses in linear time.
 
+pub(crate) mod cache;
 mod compose;
 mod counted;
 pub(crate) mod dfa;
@@ -105,7 +106,19 @@ pub struct GrammarStats {
 impl CompiledGrammar {
     /// Compiles an IR grammar. Cost: linear in the grammar plus DFA construction for each
     /// distinct lexeme, all bounded by `limits`.
+    ///
+    /// Builds every lexeme afresh: an [`crate::Engine`] compiles with its cache of
+    /// lexemes, which other grammars share ([`crate::Engine::compile`]).
     pub fn new(g: &Grammar, limits: &Limits) -> Result<CompiledGrammar, GrammarError> {
+        Self::compile_in(g, limits, &cache::Caches::private())
+    }
+
+    /// [`CompiledGrammar::new`] with lexemes looked up in, and added to, `caches`.
+    pub(crate) fn compile_in(
+        g: &Grammar,
+        limits: &Limits,
+        caches: &cache::Caches,
+    ) -> Result<CompiledGrammar, GrammarError> {
         // Front ends prune already (the schema compiler does): copy and prune only when
         // that would change something.
         let pruned;
@@ -119,8 +132,8 @@ impl CompiledGrammar {
         };
         // Copies of one rule (a schema's combinations of `required` sets) become one.
         match g.merge_equal_rules() {
-            Some(m) => Lowerer::new(&m, limits).run(),
-            None => Lowerer::new(g, limits).run(),
+            Some(m) => Lowerer::new(&m, limits, caches).run(),
+            None => Lowerer::new(g, limits, caches).run(),
         }
     }
 
@@ -167,6 +180,8 @@ impl CompiledGrammar {
 struct Lowerer<'a> {
     g: &'a Grammar,
     limits: &'a Limits,
+    /// Where lexemes are looked up and cached (the engine's, or one compile's own).
+    caches: &'a cache::Caches,
     inlinable: Vec<bool>,
     weight: Vec<usize>,
     hir_cache: Vec<Option<Hir>>,
@@ -339,40 +354,33 @@ fn measure_keys(k: &crate::grammar::KeyComplement, m: Measure) -> usize {
     }
 }
 
-/// Key sets measured in this process with their total characters, at most
-/// [`MAX_MEASURED`] sets and [`MAX_MEASURED_CHARS`] characters (then cleared whole).
-type MeasureMemo = std::sync::Mutex<(HashMap<Vec<Vec<char>>, [usize; 4]>, usize)>;
-const MAX_MEASURED: usize = 1 << 14;
-/// Key characters the memo may hold (4 bytes each: 16 MiB), so that a few schemas with
-/// huge key sets cannot make it large.
-const MAX_MEASURED_CHARS: usize = 1 << 22;
-
-/// The measure of the key complement of `keys` (see [`KeyMeasure`]), remembered per
-/// process by the key set: schemas repeat their key sets (`name`/`type`/`value` objects),
-/// within a schema and across schemas, and the walk of a set's trie was 5% of compile
-/// time on the MaskBench files that take 7-16 ms to compile. Memory: at most
-/// `MAX_MEASURED` sets and `MAX_MEASURED_CHARS` key characters. Cost: a hash of the keys and a lock; the walk on a miss.
+/// The measure of the key complement of `keys` (see [`KeyMeasure`]): one walk of the
+/// key trie. Cost: O(trie).
 fn measure_key_set(keys: &[Vec<char>]) -> [usize; 4] {
-    static MEMO: std::sync::OnceLock<MeasureMemo> = std::sync::OnceLock::new();
-    let memo = MEMO.get_or_init(Default::default);
-    if let Some(m) = memo.lock().unwrap_or_else(|e| e.into_inner()).0.get(keys) {
-        return *m;
+    crate::grammar::json_string::key_complement_body(keys, &mut KeyMeasure)
+}
+
+/// Measures every key complement of `g` through `caches`, which remember the measures
+/// by key set: schemas repeat their key sets (`name`/`type`/`value` objects), within a
+/// schema and across schemas, and the walk of a set's trie was 5% of compile time on the
+/// MaskBench files that take 7-16 ms to compile. Each complement keeps its measure, so
+/// [`measure_keys`] then finds it there. Cost: a walk of the grammar's expressions, a
+/// lookup per complement.
+fn prime_key_measures(g: &Grammar, caches: &cache::Caches) {
+    fn walk(e: &Expr, caches: &cache::Caches) {
+        match e {
+            Expr::Seq(v) | Expr::Alt(v) => v.iter().for_each(|x| walk(x, caches)),
+            Expr::Repeat { e, .. } => walk(e, caches),
+            Expr::KeyComplement(k) => {
+                k.measured(|keys| caches.measure_key_set(keys, measure_key_set));
+                walk(k.ch(), caches);
+            }
+            _ => {}
+        }
     }
-    let m = crate::grammar::json_string::key_complement_body(keys, &mut KeyMeasure);
-    let chars: usize = keys.iter().map(|k| k.len()).sum();
-    if chars > MAX_MEASURED_CHARS / 16 {
-        return m; // too big to keep: measured again when met again
+    for r in &g.rules {
+        walk(&r.body, caches);
     }
-    let mut memo = memo.lock().unwrap_or_else(|e| e.into_inner());
-    let (sets, held) = &mut *memo;
-    if sets.len() >= MAX_MEASURED || *held + chars > MAX_MEASURED_CHARS {
-        sets.clear();
-        *held = 0;
-    }
-    if sets.insert(keys.to_vec(), m).is_none() {
-        *held += chars;
-    }
-    m
 }
 
 /// The HIR of the test regex `re`, with byte classes allowed (`utf8(false)`, as lexemes
@@ -472,13 +480,14 @@ fn printed_prefix(hir: &Hir, n: usize) -> String {
 /// colon), as that literal's chain in front of the cached DFA of the rest (see
 /// [`Dfa::prepend_literal`]), which the other keys of the schema share; else directly.
 fn build_hir_lexeme(
+    caches: &cache::Caches,
     hir: &Hir,
     states: usize,
     bytes: usize,
     deadline: Option<std::time::Instant>,
 ) -> Result<Dfa, dfa::DfaError> {
     if let Some((lit, rest)) = literal_head(hir) {
-        match dfa::cached(&rest.to_string(), &rest, states, bytes, deadline) {
+        match caches.cached(&rest.to_string(), &rest, states, bytes, deadline) {
             Ok(r) => {
                 if let Some(d) = Dfa::prepend_literal(&lit, &r, states, bytes) {
                     return Ok(d);
@@ -488,7 +497,7 @@ fn build_hir_lexeme(
             Err(dfa::DfaError::TooBig { .. }) => {}
         }
     }
-    Dfa::build_lexeme(hir, states, bytes, deadline)
+    Dfa::build_lexeme(caches, hir, states, bytes, deadline)
 }
 
 /// A concatenation that starts with a literal, split into the literal's bytes and the
@@ -554,7 +563,8 @@ fn expr_weight(e: &Expr, w: &[usize]) -> usize {
 }
 
 impl<'a> Lowerer<'a> {
-    fn new(g: &'a Grammar, limits: &'a Limits) -> Self {
+    fn new(g: &'a Grammar, limits: &'a Limits, caches: &'a cache::Caches) -> Self {
+        prime_key_measures(g, caches);
         let n = g.rules.len();
         // Rules that are not (mutually) recursive, in dependency order, via a worklist over
         // "referenced rules not yet known to be non-recursive".
@@ -611,6 +621,7 @@ impl<'a> Lowerer<'a> {
         Lowerer {
             g,
             limits,
+            caches,
             inlinable,
             weight,
             hir_cache: vec![None; n],
@@ -942,7 +953,7 @@ impl<'a> Lowerer<'a> {
                 (key, cache_key, dfa)
             } else {
                 // The counted rest, cached on its own, with the text's chain in front.
-                let Ok(rest) = dfa::cached_with(&cache_key, || Ok(dfa)) else {
+                let Ok(rest) = self.caches.cached_with(&cache_key, || Ok(dfa)) else {
                     continue;
                 };
                 let Some(chain) = Dfa::prepend_literal(head, &rest, states, bytes) else {
@@ -1003,8 +1014,9 @@ impl<'a> Lowerer<'a> {
         let mut cache_key = format!("{states}/{bytes}/").into_bytes();
         cache_key.extend_from_slice(&key);
         let deadline = Some(self.deadline());
+        let caches = self.caches;
         let entry = self.fetch_or_build(&cache_key, Group::Seq, items, |hir| {
-            Dfa::build_lexeme(hir, states, bytes, deadline)
+            Dfa::build_lexeme(caches, hir, states, bytes, deadline)
         })?;
         match entry {
             // Charged once, as part of the counted lexeme's states (see `register`).
@@ -1379,13 +1391,14 @@ impl<'a> Lowerer<'a> {
         let key = hir.to_string();
         let (states, bytes) = (self.limits.max_lexeme_states, self.limits.max_dfa_bytes);
         let deadline = Some(self.deadline());
+        let caches = self.caches;
         let cache_key = format!("{states}/{bytes}/{key}");
         let name = key.clone();
         self.register(
             cache_key.as_bytes(),
             key.into_bytes(),
             || name,
-            move || build_hir_lexeme(&hir, states, bytes, deadline),
+            move || build_hir_lexeme(caches, &hir, states, bytes, deadline),
         )
     }
 
@@ -1412,12 +1425,13 @@ impl<'a> Lowerer<'a> {
         let mut cache_key = format!("{states}/{bytes}/").into_bytes();
         cache_key.extend_from_slice(&key);
         let deadline = Some(self.deadline());
-        let entry = match dfa::cache_get(&cache_key) {
+        let caches = self.caches;
+        let entry = match self.caches.get(&cache_key) {
             Some(entry) => entry,
             None => match self.literal_head_lexeme(group, items, &cache_key)? {
                 Some(entry) => entry,
                 None => self.fetch_or_build(&cache_key, group, items, |hir| {
-                    build_hir_lexeme(hir, states, bytes, deadline)
+                    build_hir_lexeme(caches, hir, states, bytes, deadline)
                 })?,
             },
         };
@@ -1443,7 +1457,7 @@ impl<'a> Lowerer<'a> {
         group: Group,
         items: &[&Expr],
         cache_key: &[u8],
-    ) -> Result<Option<dfa::Entry>, GrammarError> {
+    ) -> Result<Option<cache::Entry>, GrammarError> {
         if group != Group::Seq {
             return Ok(None);
         }
@@ -1457,8 +1471,9 @@ impl<'a> Lowerer<'a> {
         rest_key.push(STRUCTURAL_KEY);
         self.group_key(Group::Seq, rest.iter().copied(), &mut rest_key);
         let deadline = Some(self.deadline());
+        let caches = self.caches;
         let r = match self.fetch_or_build(&rest_key, Group::Seq, rest, |hir| {
-            Dfa::build_lexeme(hir, states, bytes, deadline)
+            Dfa::build_lexeme(caches, hir, states, bytes, deadline)
         })? {
             Ok(r) => r,
             Err(dfa::DfaError::Deadline) => return Ok(Some(Err(dfa::DfaError::Deadline))),
@@ -1467,7 +1482,7 @@ impl<'a> Lowerer<'a> {
         let Some(d) = Dfa::prepend_literal(&lit, &r, states, bytes) else {
             return Ok(None);
         };
-        let entry = dfa::cache_put(cache_key, Ok(d));
+        let entry = self.caches.put(cache_key, Ok(d));
         if let Ok(l) = &entry {
             let mut name = printed_prefix(&Hir::literal(lit), dfa::NAME_BYTES);
             name.push_str(r.name().unwrap_or_default());
@@ -1486,8 +1501,8 @@ impl<'a> Lowerer<'a> {
         group: Group,
         items: &[&Expr],
         build: impl FnOnce(&Hir) -> Result<Dfa, dfa::DfaError>,
-    ) -> Result<dfa::Entry, GrammarError> {
-        if let Some(entry) = dfa::cache_get(cache_key) {
+    ) -> Result<cache::Entry, GrammarError> {
+        if let Some(entry) = self.caches.get(cache_key) {
             return Ok(entry);
         }
         let parts = items
@@ -1498,7 +1513,7 @@ impl<'a> Lowerer<'a> {
             Group::Seq => Hir::concat(parts),
             Group::Alt => Hir::alternation(parts),
         };
-        let entry = dfa::cache_put(cache_key, build(&hir));
+        let entry = self.caches.put(cache_key, build(&hir));
         if let Ok(l) = &entry {
             l.set_name(&printed_prefix(&hir, dfa::NAME_BYTES));
         }
@@ -1717,9 +1732,9 @@ impl<'a> Lowerer<'a> {
             return Ok(Some(l));
         }
         self.room_for_lexeme()?;
-        let entry = match dfa::cache_get(cache_key) {
+        let entry = match self.caches.get(cache_key) {
             Some(entry) => entry,
-            None => dfa::cache_put(cache_key, build()),
+            None => self.caches.put(cache_key, build()),
         };
         self.add_lexeme(key, &name(), entry)
     }
@@ -1743,7 +1758,7 @@ impl<'a> Lowerer<'a> {
         &mut self,
         key: Vec<u8>,
         name: &str,
-        entry: dfa::Entry,
+        entry: cache::Entry,
     ) -> Result<Option<u32>, GrammarError> {
         match entry {
             Ok(d) => {
@@ -2143,7 +2158,8 @@ mod key_tests {
     fn structural_keys_join_only_equal_languages() {
         let g = grammar();
         let limits = Limits::default();
-        let mut l = Lowerer::new(&g, &limits);
+        let caches = cache::Caches::private();
+        let mut l = Lowerer::new(&g, &limits, &caches);
         let mut rnd = test_rng(0x5eed_1234_abcd);
         let mut buckets: HashMap<Vec<u8>, (Hir, Expr)> = HashMap::new();
         let mut distinct = std::collections::HashSet::new();
@@ -2157,7 +2173,10 @@ mod key_tests {
                 Some((h, _)) if h.to_string() == hir.to_string() => {}
                 Some((h, other)) => {
                     differently_printed += 1;
-                    let dfa = |h: &Hir| Dfa::build_lexeme(h, 10_000, 1 << 22, None).unwrap();
+                    let dfa = |h: &Hir| {
+                        Dfa::build_lexeme(&cache::Caches::private(), h, 10_000, 1 << 22, None)
+                            .unwrap()
+                    };
                     assert_eq!(
                         language(&dfa(h)),
                         language(&dfa(&hir)),
@@ -2183,7 +2202,8 @@ mod key_tests {
     fn structural_keys_normalize_like_the_regex_builder() {
         let g = grammar();
         let limits = Limits::default();
-        let mut l = Lowerer::new(&g, &limits);
+        let caches = cache::Caches::private();
+        let mut l = Lowerer::new(&g, &limits, &caches);
         let (a, b, c) = (lit("a"), chars('a', 'b'), Expr::Ref(1));
         let same = [
             // A sequence nested in a sequence.
@@ -2243,14 +2263,21 @@ mod key_tests {
     fn literal_heads_in_front_of_their_rest_are_exact() {
         let g = grammar();
         let limits = Limits::default();
-        let mut l = Lowerer::new(&g, &limits);
+        let caches = cache::Caches::private();
+        let mut l = Lowerer::new(&g, &limits, &caches);
         let mut rnd = test_rng(0x11fe_ad00_7e57);
         let mut split = 0;
         for i in 0..2_000 {
             let e = random_expr(&mut rnd, 3);
             let head = if i % 2 == 0 { lit("a") } else { lit("ba") };
             let whole = Expr::Seq(vec![head.clone(), e.clone()]);
-            let expect = Dfa::build_lexeme(&l.hir(&whole).unwrap(), 10_000, 1 << 22, None);
+            let expect = Dfa::build_lexeme(
+                &cache::Caches::private(),
+                &l.hir(&whole).unwrap(),
+                10_000,
+                1 << 22,
+                None,
+            );
             // A key no compile writes (theirs start with the limits), so that this test
             // leaves nothing in the process-wide cache that a compile could read.
             let key = format!("test/literal heads/{i}").into_bytes();

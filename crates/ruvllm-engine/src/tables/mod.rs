@@ -18,7 +18,6 @@
 //! lookup per node), and kept for the life of the [`crate::Constraint`], shared by every
 //! matcher and thread.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::util::{FastMap, FastSet};
@@ -31,6 +30,11 @@ mod reach;
 use reach::*;
 mod scan;
 use scan::*;
+mod store;
+#[cfg(test)]
+use store::reference_table;
+use store::{lock, Hot, MAX_CLASSES, MAX_HOT, MAX_TAIL_MEMOS};
+pub(crate) use store::{Bounds, Store};
 
 /// A set of token ids: sorted ids when few, a bitmap when many, or another table's
 /// bitmap less a few tokens.
@@ -122,7 +126,6 @@ impl StateTokens {
 /// shares its table if so. The string content of every schema then costs one trie walk.
 pub(crate) struct Tables {
     slots: Vec<OnceLock<Arc<StateTokens>>>,
-    vocab_id: u64,
     /// The vocabulary's longest token in bytes (which states share a slot depends on it,
     /// see [`Dfa::table_slot`]).
     depth: usize,
@@ -202,18 +205,6 @@ impl std::fmt::Debug for Tables {
     }
 }
 
-/// A registered expensive table: the lexeme, the state, its table.
-struct Hot {
-    lexeme: Arc<Lexeme>,
-    state: u32,
-    table: Arc<StateTokens>,
-    /// [`signature`] of the state over [`SIGNATURE_ROUNDS`] bytes (or the vocabulary's
-    /// longest token, if shorter); `None` when it gave up.
-    signature: Option<u64>,
-    /// [`PlainReach::safe_key`] of the state on JSON string text.
-    safe: Option<usize>,
-}
-
 /// Bytes covered by the signatures that refute table sharing before the bounded
 /// bisimulation runs. On the 114-file MaskBench sample, 7,147 of the 7,604 refutations
 /// that got past the first byte came within 3 bytes and 7,309 within 5.
@@ -225,8 +216,6 @@ const MAX_SIGNATURE_STATES: usize = 2048;
 /// Lexemes listed in one lexeme's `gave_up`, at most (dropped ones are pruned first).
 const MAX_GAVE_UP: usize = 32;
 
-/// Registered states per vocabulary (most recent first).
-const MAX_HOT: usize = 12;
 /// Most state pairs one equivalence check visits before giving up (then: not shared).
 ///
 /// A check that proves a share is short (about 10 µs on average on MaskBench); one that
@@ -256,71 +245,11 @@ const MAX_CHEAP_REFUTATION: usize = 64;
 /// the budget bounds that (docs/PERFORMANCE.md, the log).
 const MAX_SHARE_WORK: usize = 16_384;
 
-type Registry = Mutex<HashMap<u64, Vec<Arc<Hot>>>>;
-
-/// Bytes of token tables built (or brought in by moves) since the lexeme cache last turned a
-/// generation.
-static TABLE_BYTES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-/// Token tables computed (not shared) in this process, and the nanoseconds spent in first
-/// uses (sharing checks included).
-static TABLE_BUILDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-static TABLE_NANOS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// Whether first uses check their tables against [`reference_table`] (see
-/// [`crate::verify_token_tables`]), how many they checked, and what differed.
-static VERIFY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-static VERIFIED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-static MISMATCHES: Mutex<Vec<String>> = Mutex::new(Vec::new());
-
-/// Mismatches kept for [`verify_totals`] (the count goes on).
-const MAX_MISMATCHES_KEPT: usize = 16;
-static MISMATCHED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-/// See [`crate::verify_token_tables`].
-pub(crate) fn set_verify(on: bool) {
-    VERIFY.store(on, std::sync::atomic::Ordering::Relaxed);
-}
-
-/// See [`crate::token_table_checks`].
-pub(crate) fn verify_totals() -> (usize, usize, Vec<String>) {
-    (
-        VERIFIED.load(std::sync::atomic::Ordering::Relaxed),
-        MISMATCHED.load(std::sync::atomic::Ordering::Relaxed),
-        MISMATCHES.lock().unwrap_or_else(|e| e.into_inner()).clone(),
-    )
-}
-
-/// Whether two tables decide the same: the same accepted and final tokens, and the same
-/// uncertain trie nodes (however the ranges are cut). Cost: O(vocabulary / 32 + tokens +
-/// ranges).
-fn same_decisions(a: &StateTokens, b: &StateTokens, vocab_len: usize) -> bool {
-    let bits = |t: &TokenSet| {
-        let mut m = vec![0u32; vocab_len.div_ceil(32)];
-        t.or_into(&mut m);
-        m
-    };
-    let ranges = |u: &[(u32, u32)]| {
-        let mut v = u.to_vec();
-        v.sort_unstable();
-        join_adjacent(&mut v);
-        v
-    };
-    let finals = |f: &[u32]| {
-        let mut f = f.to_vec();
-        f.sort_unstable();
-        f
-    };
-    bits(&a.accept) == bits(&b.accept)
-        && ranges(&a.uncertain) == ranges(&b.uncertain)
-        && finals(&a.finals) == finals(&b.finals)
-}
-
 /// Joins each range of a sorted list with the next where they touch (one ends at the
 /// other's start) or overlap, so that one set of nodes has one list of ranges however a
 /// walk cut it (a walk's ranges never overlap; the table check compares lists it did not
 /// build). Cost: O(ranges).
-fn join_adjacent(ranges: &mut Vec<(u32, u32)>) {
+pub(super) fn join_adjacent(ranges: &mut Vec<(u32, u32)>) {
     ranges.dedup_by(|next, last| {
         if next.0 <= last.1 {
             last.1 = last.1.max(next.1);
@@ -331,129 +260,13 @@ fn join_adjacent(ranges: &mut Vec<(u32, u32)>) {
     });
 }
 
-/// The table of `s0` by the definition, with none of the walk's shortcuts: one pass over
-/// the trie in node order, a DFA step per node whose parent is alive (the parent is the
-/// last node read one level up), a dead node's subtree skipped, uncertain when the lexeme
-/// accepted at a proper prefix of its path. The oracle [`crate::verify_token_tables`]
-/// checks every computed or shared table against. Cost: a step per live node, up to the
-/// whole trie (Llama 3.1's 274,521 nodes). On the 30 MaskBench files with the slowest
-/// masks, a 2-core EPYC: 0.9 ms a table on average over 5,293 tables, up to 9 ms (counted
-/// lexemes, whose steps decode their state, at the slow end).
-pub(crate) fn reference_table(
-    dfa: &Dfa,
-    s0: u32,
-    trie: &TokenTrie,
-    vocab_len: usize,
-) -> StateTokens {
-    // The state and whether the lexeme accepted on the way, per depth of the current path.
-    let mut path: Vec<(u32, bool)> = vec![(0, false); trie.max_depth() + 2];
-    path[0] = (s0, false);
-    let mut accept = Accept::new(vocab_len);
-    let mut uncertain = Vec::new();
-    let mut finals = Vec::new();
-    let total = trie.len() as u32;
-    let mut n = 1;
-    while n < total {
-        let d = trie.depth(n);
-        let (ps, pex) = path[d - 1];
-        let t = dfa.next(ps, trie.byte(n));
-        if t == 0 {
-            if pex {
-                uncertain.push((n, trie.end(n)));
-            }
-            n = trie.end(n);
-            continue;
-        }
-        let toks = trie.tokens_at(n);
-        if !toks.is_empty() {
-            accept.add(toks);
-        }
-        let acc = dfa.accepting(t);
-        if acc && dfa.allowed(t).is_empty() {
-            finals.extend_from_slice(toks);
-        }
-        path[d] = (t, pex || acc);
-        n += 1;
-    }
-    // Adjacent ranges as one, as the walk gives them (one range per refused node here).
-    join_adjacent(&mut uncertain);
-    StateTokens {
-        accept: accept.finish(),
-        uncertain,
-        finals,
-    }
-}
-
-/// See [`crate::table_build_totals`].
-pub(crate) fn build_totals() -> (usize, std::time::Duration) {
-    (
-        TABLE_BUILDS.load(std::sync::atomic::Ordering::Relaxed),
-        std::time::Duration::from_nanos(TABLE_NANOS.load(std::sync::atomic::Ordering::Relaxed)),
-    )
-}
-
-/// Bytes of token tables counted since the lexeme cache last turned a generation (see
-/// [`crate::compile::Lexeme`]).
-pub(crate) fn table_bytes() -> usize {
-    TABLE_BYTES.load(std::sync::atomic::Ordering::Relaxed)
-}
-
-/// Counts `n` more bytes of token tables (those of a lexeme moved into the lexeme cache's
-/// young generation, see [`crate::compile::Lexeme`]).
-pub(crate) fn add_table_bytes(n: usize) {
-    TABLE_BYTES.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-}
-
-/// Drops the registry of shareable tables and resets the byte count; called when the
-/// lexeme cache turns a generation. Tables still used by live constraints stay alive through their
-/// `Arc`s and are freed with them.
-pub(crate) fn clear_shared() {
-    registry().lock().unwrap_or_else(|e| e.into_inner()).clear();
-    classes().lock().unwrap_or_else(|e| e.into_inner()).clear();
-    tail_memos()
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clear();
-    TABLE_BYTES.store(0, std::sync::atomic::Ordering::Relaxed);
-}
-
-/// Per vocabulary and item lexeme (by address, kept alive here): the table of a state
-/// between the items of a counted lexeme that reads plain text one character per item
-/// ([`Dfa::plain_item_room`]), the one with the most items left met so far, and that
-/// number. Every such state with the same item and no more left derives its table from it
-/// ([`PlainReach::bound_from`]), in any lexeme whose item is the same (cached) lexeme:
-/// the counts of one string after its first table (`o79409`'s class of letters, spaces
-/// and digits: 3.9 ms walked, 0.13 ms derived), and the `maxLength`s of one `pattern`
-/// class, whose first tables each cost a walk otherwise. Cleared with the registry of
-/// expensive tables.
-type Classes = Mutex<HashMap<(u64, usize), (usize, Arc<Lexeme>, Arc<StateTokens>)>>;
-
-/// Entries of [`Classes`] at most (then it starts again empty).
-const MAX_CLASSES: usize = 256;
-
-fn classes() -> &'static Classes {
-    static C: OnceLock<Classes> = OnceLock::new();
-    C.get_or_init(|| Mutex::new(HashMap::new()))
-}
-
-fn registry() -> &'static Registry {
-    static R: OnceLock<Registry> = OnceLock::new();
-    R.get_or_init(|| Mutex::new(HashMap::new()))
-}
-
 impl Tables {
     /// Tables of `n` slots; for a literal chain (see [`Dfa::prepend_literal`]), `rest` is
     /// the lexeme after the literal, its tables, and the literal's length: the states past
     /// the literal are `rest`'s, moved up by that length, and take `rest`'s tables.
-    pub fn new(
-        n: usize,
-        vocab_id: u64,
-        depth: usize,
-        rest: Option<(Arc<Lexeme>, Arc<Tables>, u32)>,
-    ) -> Tables {
+    pub fn new(n: usize, depth: usize, rest: Option<(Arc<Lexeme>, Arc<Tables>, u32)>) -> Tables {
         Tables {
             slots: (0..n).map(|_| OnceLock::new()).collect(),
-            vocab_id,
             depth,
             reach_memo: Mutex::new(FastMap::default()),
             gave_up: Mutex::new(Vec::new()),
@@ -465,10 +278,18 @@ impl Tables {
     /// Approximate heap bytes of the tables built so far and of the plain-reach answers
     /// kept (about 40 bytes each, as counted when they are added). Cost: O(slots).
     pub fn memory(&self) -> usize {
+        self.memory_unique(&mut crate::util::FastSet::default())
+    }
+
+    /// [`Tables::memory`], counting only tables whose address is not in `seen` yet (and
+    /// adding them): a table shared by several states or lexemes is counted once over
+    /// all the calls with one `seen`. Cost: O(slots).
+    pub fn memory_unique(&self, seen: &mut crate::util::FastSet<usize>) -> usize {
         let tables: usize = self
             .slots
             .iter()
             .filter_map(|s| s.get())
+            .filter(|t| seen.insert(Arc::as_ptr(t) as usize))
             .map(|t| t.memory())
             .sum();
         let reach: usize = self
@@ -499,19 +320,21 @@ impl Tables {
     #[inline]
     pub fn get(
         &self,
+        store: &Store,
         lexeme: &Arc<Lexeme>,
         state: u32,
         trie: &TokenTrie,
         vocab_len: usize,
     ) -> &StateTokens {
         debug_assert_eq!(trie.max_depth(), self.depth);
-        self.slot(lexeme, state, trie, vocab_len)
+        self.slot(store, lexeme, state, trie, vocab_len)
     }
 
     /// [`Tables::get`], as the shared table itself. Cost: as [`Tables::get`].
     #[inline]
     fn slot(
         &self,
+        store: &Store,
         lexeme: &Arc<Lexeme>,
         state: u32,
         trie: &TokenTrie,
@@ -519,44 +342,30 @@ impl Tables {
     ) -> &Arc<StateTokens> {
         if let Some((rest, tables, l)) = &self.rest {
             if state > *l {
-                return tables.slot(rest, state - l, trie, vocab_len);
+                return tables.slot(store, rest, state - l, trie, vocab_len);
             }
         }
         let idx = lexeme.table_slot(state, self.depth);
-        self.slots[idx].get_or_init(|| self.first_use(lexeme, state, trie, vocab_len))
+        self.slots[idx].get_or_init(|| self.first_use(store, lexeme, state, trie, vocab_len))
     }
 
     fn first_use(
         &self,
+        store: &Store,
         lexeme: &Arc<Lexeme>,
         state: u32,
         trie: &TokenTrie,
         vocab_len: usize,
     ) -> Arc<StateTokens> {
         let t0 = std::time::Instant::now();
-        let t = self.first_use_inner(lexeme, state, trie, vocab_len);
-        let ns = t0.elapsed().as_nanos().min(u64::MAX as u128) as u64;
-        TABLE_NANOS.fetch_add(ns, std::sync::atomic::Ordering::Relaxed);
-        if VERIFY.load(std::sync::atomic::Ordering::Relaxed) {
-            let r = reference_table(lexeme, state, trie, vocab_len);
-            VERIFIED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            if !same_decisions(&t, &r, vocab_len) {
-                MISMATCHED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let mut m = MISMATCHES.lock().unwrap_or_else(|e| e.into_inner());
-                if m.len() < MAX_MISMATCHES_KEPT {
-                    m.push(format!(
-                        "state {state} of lexeme {:?} ({} states)",
-                        lexeme.name().unwrap_or_default(),
-                        lexeme.num_states()
-                    ));
-                }
-            }
-        }
+        let t = self.first_use_inner(store, lexeme, state, trie, vocab_len);
+        store.after_first_use(t0.elapsed(), (lexeme, state), &t, trie, vocab_len);
         t
     }
 
     fn first_use_inner(
         &self,
+        store: &Store,
         lexeme: &Arc<Lexeme>,
         state: u32,
         trie: &TokenTrie,
@@ -582,19 +391,13 @@ impl Tables {
                 |x| PlainReach::excluding(lexeme, depth, x),
                 |_| None,
             );
-            TABLE_BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            TABLE_BYTES.fetch_add(t.memory(), std::sync::atomic::Ordering::Relaxed);
+            store.count_build(t.memory());
             return Arc::new(t);
         }
-        if let Some(t) = self.key_complement_table(lexeme, state, trie, vocab_len) {
+        if let Some(t) = self.key_complement_table(store, lexeme, state, trie, vocab_len) {
             return t;
         }
-        let hot: Vec<Arc<Hot>> = registry()
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&self.vocab_id)
-            .cloned()
-            .unwrap_or_default();
+        let hot: Vec<Arc<Hot>> = lock(&store.hot).clone();
         // The state's short-string signature, computed once if some registered state
         // agrees with it on the first byte: a different signature refutes a pair at once,
         // where the check below would expand its first layers of pairs to find out.
@@ -670,9 +473,9 @@ impl Tables {
         if let Some(t) = shared {
             // About 40 bytes per answer, as below.
             let grown = reach.memo.len().saturating_sub(known);
-            TABLE_BYTES.fetch_add(grown * 40, std::sync::atomic::Ordering::Relaxed);
+            store.count_bytes(grown * 40);
             self.keep_reach(std::iter::once(reach));
-            self.remember(lexeme, state, &t);
+            self.remember(store, lexeme, state, &t);
             return t;
         }
         let (t, tried) = compute_with(
@@ -689,23 +492,18 @@ impl Tables {
                 known += r.memo.len();
                 r
             },
-            |reach| self.reference(lexeme, state, reach),
+            |reach| self.reference(store, lexeme, state, reach),
         );
         let t = Arc::new(t);
-        self.remember(lexeme, state, &t);
+        self.remember(store, lexeme, state, &t);
         // About 40 bytes per answer, hash table slack included.
         let now = reach.memo.len() + tried.iter().map(|r| r.memo.len()).sum::<usize>();
-        TABLE_BYTES.fetch_add(
-            now.saturating_sub(known) * 40,
-            std::sync::atomic::Ordering::Relaxed,
-        );
+        store.count_bytes(now.saturating_sub(known) * 40);
         let safe = reach.safe_key(state, plain::STARTS[0]);
         self.keep_reach(std::iter::once(reach).chain(tried));
-        TABLE_BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        TABLE_BYTES.fetch_add(t.memory(), std::sync::atomic::Ordering::Relaxed);
+        store.count_build(t.memory());
         if matches!(t.accept, TokenSet::Dense(_)) {
-            let mut r = registry().lock().unwrap_or_else(|e| e.into_inner());
-            let list = r.entry(self.vocab_id).or_default();
+            let mut list = lock(&store.hot);
             list.insert(
                 0,
                 Arc::new(Hot {
@@ -728,6 +526,7 @@ impl Tables {
     /// the derivation, and the string's table on its first use.
     fn key_complement_table(
         &self,
+        store: &Store,
         lexeme: &Arc<Lexeme>,
         state: u32,
         trie: &TokenTrie,
@@ -745,18 +544,12 @@ impl Tables {
         if trie0 == 0 || (state < trie0 && state != lexeme.start()) || g0 == 0 {
             return None;
         }
-        let bt = base.tables_for(self.vocab_id, self.depth);
-        let from = bt.slot(base, g0, trie, vocab_len).clone();
+        let bt = store.tables_for(base);
+        let from = bt.slot(store, base, g0, trie, vocab_len).clone();
         // The equivalences of tail and string states found so far, out of the lock
         // while this table is derived.
-        let key = (
-            Arc::as_ptr(tail) as usize,
-            Arc::as_ptr(base) as usize,
-            self.depth,
-        );
-        let mut memo = tail_memos()
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        let key = (Arc::as_ptr(tail) as usize, Arc::as_ptr(base) as usize);
+        let mut memo = lock(&store.tail_memos)
             .remove(&key)
             .map(|e| e.2)
             .unwrap_or_default();
@@ -768,7 +561,7 @@ impl Tables {
             vocab_len,
         );
         {
-            let mut all = tail_memos().lock().unwrap_or_else(|e| e.into_inner());
+            let mut all = lock(&store.tail_memos);
             if all.len() >= MAX_TAIL_MEMOS {
                 all.clear();
             }
@@ -780,8 +573,7 @@ impl Tables {
             return Some(from);
         };
         let t = Arc::new(t);
-        TABLE_BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        TABLE_BYTES.fetch_add(t.memory(), std::sync::atomic::Ordering::Relaxed);
+        store.count_build(t.memory());
         Some(t)
     }
 
@@ -792,14 +584,15 @@ impl Tables {
     /// O(1) (counted) or one [`PlainReach::bound_from`] search per recent table.
     fn reference(
         &self,
+        store: &Store,
         lexeme: &Lexeme,
         state: u32,
         reach: &mut PlainReach,
     ) -> Option<(usize, Arc<StateTokens>)> {
         if lexeme.has_counts() {
             let (x, room) = lexeme.plain_item_room(state, self.depth)?;
-            let reg = classes().lock().unwrap_or_else(|e| e.into_inner());
-            let (k, xr, t) = reg.get(&(self.vocab_id, Arc::as_ptr(x) as usize))?;
+            let reg = lock(&store.classes);
+            let (k, xr, t) = reg.get(&(Arc::as_ptr(x) as usize))?;
             let k = room_bound((x, room), (xr, *k))?;
             return Some((k, t.clone()));
         }
@@ -819,11 +612,11 @@ impl Tables {
     /// for a counted lexeme's state between items with more items left than the one
     /// registered for its item, else first in [`Tables::recent`]. Cost: a lock, and a
     /// shift of [`MAX_RECENT`] entries.
-    fn remember(&self, lexeme: &Lexeme, state: u32, t: &Arc<StateTokens>) {
+    fn remember(&self, store: &Store, lexeme: &Lexeme, state: u32, t: &Arc<StateTokens>) {
         if lexeme.has_counts() {
             if let Some((x, room)) = lexeme.plain_item_room(state, self.depth) {
-                let key = (self.vocab_id, Arc::as_ptr(x) as usize);
-                let mut reg = classes().lock().unwrap_or_else(|e| e.into_inner());
+                let key = Arc::as_ptr(x) as usize;
+                let mut reg = lock(&store.classes);
                 if reg.get(&key).is_none_or(|e| e.0 < room) {
                     if reg.len() >= MAX_CLASSES {
                         reg.clear();
@@ -1485,20 +1278,6 @@ const MAX_KEY_DERIVE_WORK: usize = 1 << 16;
 /// longest token: the same for every complement built from that tail.
 type TailEq = FastMap<(u32, u32), bool>;
 
-/// The [`TailEq`] of each (tail, string, longest token) met, by the lexemes' addresses
-/// (both kept alive here, so an address is not reused while it is a key). Cleared with
-/// the registry of expensive tables.
-type TailMemos = Mutex<HashMap<(usize, usize, usize), (Arc<Lexeme>, Arc<Lexeme>, TailEq)>>;
-
-/// Entries of [`TailMemos`] at most (then it starts again empty): one per set of string
-/// characters and vocabulary in practice.
-const MAX_TAIL_MEMOS: usize = 64;
-
-fn tail_memos() -> &'static TailMemos {
-    static M: OnceLock<TailMemos> = OnceLock::new();
-    M.get_or_init(|| Mutex::new(HashMap::new()))
-}
-
 /// What a byte does to the pair of states of [`derive_key_complement`]'s walk.
 enum KeyStep {
     /// The subtree below is the same in both tables: both refuse it, or both accept its
@@ -1851,6 +1630,17 @@ mod tests {
             close.then_some(q),
         )
         .expect("counted")
+    }
+
+    /// A table store for a vocabulary whose longest token is `depth` bytes.
+    fn test_store(depth: usize) -> Store {
+        Store::new(
+            depth,
+            Bounds {
+                lexemes: 1 << 12,
+                bytes: 1 << 28,
+            },
+        )
     }
 
     /// The vocabulary of tokenizer `tok` from the fetched assets.
@@ -2467,6 +2257,7 @@ mod tests {
         use crate::compile::Lexeme;
         let vocab = test_vocab("llama3_1");
         let trie = vocab.trie();
+        let store = test_store(trie.max_depth());
         let depth = trie.max_depth();
         let q = Lexeme::new(dfa("\""));
         let class = r"(?:[A-Za-z0-9 .-]|\xc3[\x80-\x96\x98-\xb6\xb8-\xbf])";
@@ -2480,25 +2271,25 @@ mod tests {
         let (a, b) = (counted(&x, 1, 200), counted(&x, 0, 40));
         let other = counted(&Lexeme::new(dfa(class)), 0, 40);
         let (ta, tb, to) = (
-            a.tables_for(vocab.id(), depth),
-            b.tables_for(vocab.id(), depth),
-            other.tables_for(vocab.id(), depth),
+            store.tables_for(&a),
+            store.tables_for(&b),
+            store.tables_for(&other),
         );
-        ta.get(&a, walk(&a, b"\""), trie, vocab.len());
+        ta.get(&store, &a, walk(&a, b"\""), trie, vocab.len());
         let mut derived = 0;
         for unit in ["a", "\u{e9}", "-"] {
             for i in 0..=40 {
                 let text = format!("\"{}", unit.repeat(i));
                 let s = walk(&b, text.as_bytes());
                 let mut reach = PlainReach::new(&b, depth);
-                derived += tb.reference(&b, s, &mut reach).is_some() as usize;
-                let got = tb.get(&b, s, trie, vocab.len());
+                derived += tb.reference(&store, &b, s, &mut reach).is_some() as usize;
+                let got = tb.get(&store, &b, s, trie, vocab.len());
                 let want = reference_table(&b, s, trie, vocab.len());
                 assert_same_tables(got, &want, vocab.len(), &format!("after {text}"));
                 let s = walk(&other, text.as_bytes());
                 let mut reach = PlainReach::new(&other, depth);
                 assert!(
-                    to.reference(&other, s, &mut reach).is_none(),
+                    to.reference(&store, &other, s, &mut reach).is_none(),
                     "after {text}"
                 );
             }
@@ -2507,11 +2298,11 @@ mod tests {
         // A registered table with fewer items left is no reference: a later count first,
         // then an earlier one.
         let c = counted(&Lexeme::new(dfa(class)), 0, 40);
-        let tc = c.tables_for(vocab.id(), depth);
+        let tc = store.tables_for(&c);
         for i in [35, 10, 38] {
             let text = format!("\"{}", "a".repeat(i));
             let s = walk(&c, text.as_bytes());
-            let got = tc.get(&c, s, trie, vocab.len());
+            let got = tc.get(&store, &c, s, trie, vocab.len());
             let want = reference_table(&c, s, trie, vocab.len());
             assert_same_tables(got, &want, vocab.len(), &format!("after {text}"));
         }
@@ -2567,6 +2358,7 @@ mod tests {
     fn forced_states_take_the_plain_walk_exactly() {
         let vocab = test_vocab("llama3_1");
         let trie = vocab.trie();
+        let store = test_store(trie.max_depth());
         let depth = trie.max_depth();
         let mut forced_states = 0;
         for re in [
@@ -2576,10 +2368,10 @@ mod tests {
             r#""key"(?:, ?"more")?"#,
         ] {
             let lex = Lexeme::new(dfa(re));
-            let tables = Tables::new(lex.table_slots(depth), 0x7e57_f0ce, depth, None);
+            let tables = Tables::new(lex.table_slots(depth), depth, None);
             for s in 1..lex.num_states() as u32 {
                 forced_states += forced(&lex, s, FORCED_PLAIN_WALK) as usize;
-                let got = tables.get(&lex, s, trie, vocab.len());
+                let got = tables.get(&store, &lex, s, trie, vocab.len());
                 let want = reference_table(&lex, s, trie, vocab.len());
                 assert_same_tables(got, &want, vocab.len(), &format!("{re} state {s}"));
             }
@@ -2594,6 +2386,7 @@ mod tests {
     fn literal_chains_share_their_rest_tables_exactly() {
         let vocab = test_vocab("llama3_1");
         let trie = vocab.trie();
+        let store = test_store(trie.max_depth());
         // A counted string behind a key too (a `maxLength` string property: the chain's
         // rest is a counted lexeme, shared by every key in front of it).
         let part = |re: &str| Lexeme::new(dfa(re));
@@ -2632,10 +2425,10 @@ mod tests {
                 assert!(!run(&format!(r#""counted":"{}""#, "x".repeat(13))));
                 assert!(!run(r#""countex":"a""#));
             }
-            let tables = chain.tables_for(0xc4a1_7e57, trie.max_depth());
+            let tables = store.tables_for(&chain);
             let mut delegated = 0;
             for s in 1..chain.num_states() as u32 {
-                let got = tables.get(&chain, s, trie, vocab.len());
+                let got = tables.get(&store, &chain, s, trie, vocab.len());
                 let want = reference_table(&chain, s, trie, vocab.len());
                 assert_same_tables(got, &want, vocab.len(), &format!("{lit} state {s}"));
                 delegated += (s as usize > lit.len()) as usize;

@@ -57,8 +57,6 @@ pub struct Vocabulary {
     trie: TokenTrie,
     encoder: Option<Arc<dyn TokenEncoder>>,
     name: String,
-    /// Process-unique id: keys the token tables shared across grammars.
-    id: u64,
     /// The bytes that are an ordinary token alone (see [`Vocabulary::byte_tokens`]).
     byte_tokens: crate::byteset::ByteSet,
 }
@@ -122,16 +120,7 @@ impl Vocabulary {
             trie,
             encoder: None,
             name: name.into(),
-            id: {
-                static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-                NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-            },
         })
-    }
-
-    /// A process-unique id of this vocabulary (token tables are cached per id).
-    pub(crate) fn id(&self) -> u64 {
-        self.id
     }
 
     /// Loads `tokenizer.json` (Hugging Face format). EOS ids come from a `tokenizer_config.json`
