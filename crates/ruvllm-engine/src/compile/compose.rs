@@ -396,6 +396,10 @@ fn compose_any(
 
 /// Merges equivalent leaves, drops dead ones, and runs the subset construction over
 /// positions; declines when merging would take more than [`MAX_REFINE_WORK`].
+// Long (450 lines) on purpose: one pass of leaf refinement then the subset construction over
+// positions, sharing a dozen locals (classes, follower tables, the state map) in the hot
+// loop of compiling; its phases are marked by comments. Split into a struct, each step
+// would re-borrow them all.
 fn determinize(g: Glushkov, root: Frag) -> Result<Dfa, Stop> {
     let Glushkov {
         leaves,

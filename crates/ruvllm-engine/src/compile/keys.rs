@@ -93,6 +93,8 @@ const END: u32 = 2;
 /// [`DfaError::TooBig`] past `max_states` states or `max_bytes` of transition table (the
 /// limits of a lexeme built through an NFA). Cost: O(states x byte classes), the states
 /// being about the trie's nodes plus `dev`'s.
+// Long (155 lines): the trie of keys and its complement automaton in one construction
+// over shared state tables.
 pub(crate) fn key_complement(
     keys: &[Vec<char>],
     encodings: impl Fn(char) -> Vec<Vec<u8>>,

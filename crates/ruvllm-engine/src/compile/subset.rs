@@ -96,6 +96,8 @@ fn successors(st: &State, mut f: impl FnMut(usize)) {
 
 /// Determinizes `nfa` from its anchored start. Cost: O(DFA states × (members + classes))
 /// plus the closures, within the three budgets and, when given, until `deadline`.
+// Long (260 lines) on purpose: the subset construction's one loop (closure, transitions,
+// the three budgets) over shared buffers, the hot loop of DFA building.
 pub(crate) fn determinize(
     nfa: &NFA,
     max_states: usize,

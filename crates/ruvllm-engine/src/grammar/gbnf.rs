@@ -243,6 +243,8 @@ impl<'a> Parser<'a> {
         Ok(())
     }
 
+    // Long (181 lines): one arm per GBNF element (literal, class, group, reference,
+    // postfix operators), each with its own error position; the grammar is the outline.
     fn sequence(&mut self, nested: bool) -> Result<Expr, GrammarError> {
         let mut seq: Vec<Expr> = Vec::new();
         while let Some(c) = self.peek() {

@@ -54,6 +54,8 @@ mod num;
 mod numbers;
 mod objects;
 mod strings;
+mod types;
+use types::*;
 mod values;
 use intersect::merge;
 use keywords::{ANNOTATIONS, ASSERTIONS, REFUSED, TYPES};
@@ -755,119 +757,6 @@ fn delimited(open: u8, item: Expr, close: u8, ws: &Expr, sep: &Expr) -> Expr {
     ])
 }
 
-const T_NULL: u8 = 1;
-const T_BOOLEAN: u8 = 2;
-const T_OBJECT: u8 = 4;
-const T_ARRAY: u8 = 8;
-const T_NUMBER: u8 = 16;
-const T_STRING: u8 = 32;
-const T_INTEGER: u8 = 64;
-const ALL_TYPES: u8 = 127;
-
-fn type_bit(t: &str) -> u8 {
-    match t {
-        "null" => T_NULL,
-        "boolean" => T_BOOLEAN,
-        "object" => T_OBJECT,
-        "array" => T_ARRAY,
-        "number" => T_NUMBER | T_INTEGER,
-        "string" => T_STRING,
-        "integer" => T_INTEGER,
-        _ => 0,
-    }
-}
-
-fn type_mask(t: &Value) -> u8 {
-    match t {
-        Value::String(s) => type_bit(s),
-        Value::Array(a) => a
-            .iter()
-            .filter_map(|x| x.as_str())
-            .map(type_bit)
-            .fold(0, |x, y| x | y),
-        _ => ALL_TYPES,
-    }
-}
-
-fn validate_type_keyword(t: &Value, ptr: &str) -> Result<(), SchemaError> {
-    let ok = |s: &str| TYPES.contains(&s);
-    match t {
-        Value::String(s) if ok(s) => Ok(()),
-        Value::Array(a) if a.iter().all(|x| x.as_str().is_some_and(ok)) => Ok(()),
-        _ => Err(invalid(ptr, format!("invalid type {t}"))),
-    }
-}
-
-fn type_of(v: &Value) -> u8 {
-    match v {
-        Value::Null => T_NULL,
-        Value::Bool(_) => T_BOOLEAN,
-        Value::Object(_) => T_OBJECT,
-        Value::Array(_) => T_ARRAY,
-        Value::String(_) => T_STRING,
-        Value::Number(n) => {
-            if n.is_i64() || n.is_u64() || n.as_f64().is_some_and(|f| f.fract() == 0.0) {
-                T_NUMBER | T_INTEGER
-            } else {
-                T_NUMBER
-            }
-        }
-    }
-}
-
-/// Summary of a schema for disjointness checks.
-struct Shape {
-    types: u8,
-    values: Option<Vec<Value>>,
-    props: Vec<(String, Shape)>,
-}
-
-impl Shape {
-    fn and(mut self, o: Shape) -> Shape {
-        self.types &= o.types;
-        if o.values.is_some() {
-            self.values = o.values;
-        }
-        self.props.extend(o.props);
-        self
-    }
-
-    fn effective_types(&self) -> u8 {
-        let mut t = self.types;
-        if t & T_NUMBER != 0 {
-            t |= T_INTEGER;
-        }
-        match &self.values {
-            Some(v) => t & v.iter().map(type_of).fold(0, |a, b| a | b),
-            None => t,
-        }
-    }
-
-    fn disjoint(&self, o: &Shape) -> bool {
-        let (a, b) = (self.effective_types(), o.effective_types());
-        // integer is a subset of number: compare with that in mind.
-        let overlap = a & b;
-        if overlap == 0 {
-            return true;
-        }
-        if let (Some(x), Some(y)) = (&self.values, &o.values) {
-            if !x.iter().any(|v| y.iter().any(|w| json_eq(v, w))) {
-                return true;
-            }
-        }
-        if overlap == T_OBJECT {
-            for (k, s) in &self.props {
-                for (k2, s2) in &o.props {
-                    if k == k2 && s.disjoint(s2) {
-                        return true;
-                    }
-                }
-            }
-        }
-        false
-    }
-}
-
 fn get_uint(m: &Map<String, Value>, k: &str, ptr: &str) -> Result<Option<usize>, SchemaError> {
     match m.get(k) {
         None => Ok(None),
@@ -880,33 +769,6 @@ fn get_uint(m: &Map<String, Value>, k: &str, ptr: &str) -> Result<Option<usize>,
             None => Err(invalid(ptr, format!("{k} must be a non-negative integer"))),
         },
         Some(_) => Err(invalid(ptr, format!("{k} must be a non-negative integer"))),
-    }
-}
-
-/// The types a `not` leaves: `Some(None)` when it constrains nothing (`not: false`),
-/// `Some(Some(mask))` for `not` of `true`, `{}` or a type-only schema, `None` otherwise (and
-/// when the rest would be "numbers but not integers", which a type cannot say).
-fn not_types(v: &Value) -> Option<Option<u8>> {
-    match v {
-        Value::Bool(false) => Some(None),
-        Value::Bool(true) => Some(Some(0)),
-        Value::Object(o) => {
-            if o.keys()
-                .any(|k| k != "type" && !ANNOTATIONS.contains(&k.as_str()))
-            {
-                return None;
-            }
-            let excluded = o.get("type").map(type_mask).unwrap_or(ALL_TYPES);
-            if o.get("type").is_some() && validate_type_keyword(&o["type"], "").is_err() {
-                return None;
-            }
-            let left = ALL_TYPES & !excluded;
-            if left & T_NUMBER != 0 && left & T_INTEGER == 0 {
-                return None;
-            }
-            Some(Some(left))
-        }
-        _ => None,
     }
 }
 

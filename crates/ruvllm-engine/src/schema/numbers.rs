@@ -257,6 +257,8 @@ impl Compiler<'_> {
 
     /// Numbers within integral bounds, in plain decimal notation (`integer_only`: integers,
     /// with a `.0…` fraction unless the options want plain digits): exact digit automata.
+    // Long (177 lines): the digit automata of a bounded range (lengths, first digits,
+    // fractions, exponents), built in order; each step is commented.
     pub(super) fn bounded_number(
         &mut self,
         lo_i: Option<i128>,

@@ -8,31 +8,56 @@
 use super::*;
 
 /// Per byte, which class of bytes it falls in by its moves in every [`plain`] state
-/// ([`NO_MOVE`]: not plain in any state). Computed once per process (256 x 18 moves: a
-/// few microseconds, which every table paid before).
+/// ([`NO_MOVE`]: not plain in any state). A constant, computed at build time (256 x 18
+/// moves), which every table paid at run time before.
 pub(super) fn plain_moves() -> &'static [u8; 256] {
-    static MOVES: OnceLock<[u8; 256]> = OnceLock::new();
-    MOVES.get_or_init(|| {
-        let mut kinds: Vec<[u8; plain::STATES as usize]> = Vec::new();
-        let mut out = [NO_MOVE; 256];
-        for b in 0..=255u8 {
-            let mut moves = [plain::BAD; plain::STATES as usize];
-            for (p, m) in moves.iter_mut().enumerate() {
-                *m = plain::next(p as u8, b);
-            }
-            if moves.iter().all(|&m| m == plain::BAD) {
-                continue;
-            }
-            out[b as usize] = match kinds.iter().position(|k| *k == moves) {
-                Some(i) => i as u8,
-                None => {
-                    kinds.push(moves);
-                    (kinds.len() - 1) as u8
-                }
-            };
+    &PLAIN_MOVES
+}
+
+/// See [`plain_moves`].
+const PLAIN_MOVES: [u8; 256] = byte_move_classes();
+
+/// Numbers the distinct columns of moves (one move per [`plain`] state) in byte order.
+const fn byte_move_classes() -> [u8; 256] {
+    const N: usize = plain::STATES as usize;
+    let mut kinds = [[plain::BAD; N]; 256];
+    let mut n_kinds = 0;
+    let mut out = [NO_MOVE; 256];
+    let mut b = 0;
+    while b < 256 {
+        let mut moves = [plain::BAD; N];
+        let mut any = false;
+        let mut p = 0;
+        while p < N {
+            moves[p] = plain::next(p as u8, b as u8);
+            any |= moves[p] != plain::BAD;
+            p += 1;
         }
-        out
-    })
+        if any {
+            let mut found = n_kinds;
+            let mut i = 0;
+            while i < n_kinds {
+                let mut same = true;
+                let mut p = 0;
+                while p < N {
+                    same &= kinds[i][p] == moves[p];
+                    p += 1;
+                }
+                if same {
+                    found = i;
+                    break;
+                }
+                i += 1;
+            }
+            if found == n_kinds {
+                kinds[n_kinds] = moves;
+                n_kinds += 1;
+            }
+            out[b] = found as u8;
+        }
+        b += 1;
+    }
+    out
 }
 
 /// See [`plain_moves`].

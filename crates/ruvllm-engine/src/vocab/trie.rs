@@ -278,7 +278,7 @@ pub(crate) mod plain {
 
     /// The state after byte `b` in state `p`.
     #[inline]
-    pub fn next(p: u8, b: u8) -> u8 {
+    pub const fn next(p: u8, b: u8) -> u8 {
         if p >= START_NO_LS {
             return next_no_ls(p, b);
         }
@@ -295,21 +295,21 @@ pub(crate) mod plain {
                 0xf4 => 7,
                 _ => BAD,
             },
-            1 if (0x80..=0xbf).contains(&b) => START,
-            2 if (0x80..=0xbf).contains(&b) => 1,
-            3 if (0xa0..=0xbf).contains(&b) => 1,
-            4 if (0x80..=0x9f).contains(&b) => 1,
-            5 if (0x80..=0xbf).contains(&b) => 2,
-            6 if (0x90..=0xbf).contains(&b) => 2,
-            7 if (0x80..=0x8f).contains(&b) => 2,
+            1 if matches!(b, 0x80..=0xbf) => START,
+            2 if matches!(b, 0x80..=0xbf) => 1,
+            3 if matches!(b, 0xa0..=0xbf) => 1,
+            4 if matches!(b, 0x80..=0x9f) => 1,
+            5 if matches!(b, 0x80..=0xbf) => 2,
+            6 if matches!(b, 0x90..=0xbf) => 2,
+            7 if matches!(b, 0x80..=0x8f) => 2,
             _ => BAD,
         }
     }
 
     /// [`next`] in the language without U+2028 and U+2029 (E2 80 A8, E2 80 A9): states
     /// 8..18 mirror 0..8, plus 16 (after E2) and 17 (after E2 80).
-    fn next_no_ls(p: u8, b: u8) -> u8 {
-        let cont = (0x80..=0xbf).contains(&b);
+    const fn next_no_ls(p: u8, b: u8) -> u8 {
+        let cont = matches!(b, 0x80..=0xbf);
         match p {
             8 => match b {
                 b'"' | b'\\' => BAD,
@@ -326,11 +326,11 @@ pub(crate) mod plain {
             },
             9 if cont => 8,
             10 if cont => 9,
-            11 if (0xa0..=0xbf).contains(&b) => 9,
-            12 if (0x80..=0x9f).contains(&b) => 9,
+            11 if matches!(b, 0xa0..=0xbf) => 9,
+            12 if matches!(b, 0x80..=0x9f) => 9,
             13 if cont => 10,
-            14 if (0x90..=0xbf).contains(&b) => 10,
-            15 if (0x80..=0x8f).contains(&b) => 10,
+            14 if matches!(b, 0x90..=0xbf) => 10,
+            15 if matches!(b, 0x80..=0x8f) => 10,
             16 if b == 0x80 => 17,
             16 if cont => 9,
             17 if b == 0xa8 || b == 0xa9 => BAD,

@@ -1,0 +1,84 @@
+//! What embedding the engine costs a program, step by step: loading a vocabulary,
+//! creating the engine handle, compiling a schema (with a cold and a warm lexeme cache),
+//! binding it to the vocabulary, and the first mask (cold: every token table built; warm:
+//! the tables of an earlier constraint on the same lexemes). Needs
+//! `scripts/fetch-assets.sh` (the Llama 3.1 tokenizer).
+//!
+//! `cargo bench -p ruvllm-engine --bench embed`; CI only compiles it (`clippy
+//! --all-targets`). docs/PERFORMANCE.md has the figures.
+
+use std::sync::Arc;
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
+use ruvllm_engine::schema::{schema_to_grammar, SchemaOptions};
+use ruvllm_engine::{Engine, Grammar, Limits, Matcher, Vocabulary};
+
+const TOKENIZER: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../assets/tokenizers/llama3_1/tokenizer.json"
+);
+
+const SCHEMA: &str = r#"{"type": "object", "properties": {
+    "name": {"type": "string", "maxLength": 40},
+    "age": {"type": "integer", "minimum": 0, "maximum": 150},
+    "email": {"type": "string", "format": "email"},
+    "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 8}},
+  "required": ["name", "age"], "additionalProperties": false}"#;
+
+fn grammar() -> Grammar {
+    let schema: serde_json::Value = serde_json::from_str(SCHEMA).unwrap();
+    schema_to_grammar(&schema, &SchemaOptions::default()).unwrap()
+}
+
+fn benches(c: &mut Criterion) {
+    let mut c = c.benchmark_group("embed");
+    c.sample_size(10);
+    c.bench_function("load vocabulary (tokenizer.json, 128k tokens)", |b| {
+        b.iter(|| Vocabulary::from_file(TOKENIZER).unwrap())
+    });
+    let vocab = Arc::new(Vocabulary::from_file(TOKENIZER).expect("run scripts/fetch-assets.sh"));
+    let limits = Limits::default();
+    let g = grammar();
+    c.bench_function("create engine", |b| b.iter(|| Engine::new(vocab.clone())));
+    c.bench_function("compile schema, cold engine", |b| {
+        b.iter_batched(
+            || Engine::new(vocab.clone()),
+            |e| e.compile(&g, &limits).unwrap(),
+            BatchSize::PerIteration,
+        )
+    });
+    let warm = Engine::new(vocab.clone());
+    let compiled = warm.compile(&g, &limits).unwrap();
+    let mut mask = vec![0u32; vocab.mask_words()];
+    Matcher::new(&warm.bind(compiled.clone(), &limits))
+        .unwrap()
+        .compute_mask(&mut mask)
+        .unwrap();
+    c.bench_function("compile schema, warm engine", |b| {
+        b.iter(|| warm.compile(&g, &limits).unwrap())
+    });
+    c.bench_function("bind", |b| {
+        b.iter(|| warm.bind(compiled.clone(), &limits))
+    });
+    c.bench_function("first mask, cold engine", |b| {
+        b.iter_batched(
+            || {
+                let e = Engine::new(vocab.clone());
+                Matcher::new(&e.bind(compiled.clone(), &limits)).unwrap()
+            },
+            |mut m| m.compute_mask(&mut mask).unwrap(),
+            BatchSize::PerIteration,
+        )
+    });
+    c.bench_function("first mask, warm engine", |b| {
+        b.iter_batched(
+            || Matcher::new(&warm.bind(compiled.clone(), &limits)).unwrap(),
+            |mut m| m.compute_mask(&mut mask).unwrap(),
+            BatchSize::PerIteration,
+        )
+    });
+    c.finish();
+}
+
+criterion_group!(embed, benches);
+criterion_main!(embed);
