@@ -212,7 +212,7 @@ pub fn run(
     registry: Option<std::sync::Arc<ruvllm_engine::schema::SchemaRegistry>>,
 ) -> Result<()> {
     let prompt_text = if a.prompt == "-" {
-        crate::read_input("-")?
+        crate::json::read_input("-")?
     } else {
         a.prompt.clone()
     };

@@ -57,9 +57,7 @@ fn benches(c: &mut Criterion) {
     c.bench_function("compile schema, warm engine", |b| {
         b.iter(|| warm.compile(&g, &limits).unwrap())
     });
-    c.bench_function("bind", |b| {
-        b.iter(|| warm.bind(compiled.clone(), &limits))
-    });
+    c.bench_function("bind", |b| b.iter(|| warm.bind(compiled.clone(), &limits)));
     c.bench_function("first mask, cold engine", |b| {
         b.iter_batched(
             || {

@@ -25,7 +25,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use ruvllm_engine::vocab::GgufVocab;
 use ruvllm_engine::{Constraint, Engine, EngineConfig, Limits, Matcher, Vocabulary};
 
 use crate::api::{
@@ -240,7 +239,10 @@ impl CandleBackend {
     /// Loads a GGUF model: weights, tokenizer, chat template and EOS ids from its metadata.
     /// Cost: reading the file plus re-quantization (about a second for the default model).
     pub fn load(path: &Path, opts: &BackendOptions) -> Result<CandleBackend> {
-        let gv = GgufVocab::read_file(path)?;
+        // One read of the header feeds the vocabulary (its metadata) and the model (its
+        // tensor index, then the weights from the same open file).
+        let (content, mut file) = crate::model::read_gguf(path)?;
+        let gv = crate::model::gguf_metadata(&content);
         let (tokenizer, mut vocab) = match &opts.tokenizer {
             Some(tp) => {
                 let text = std::fs::read_to_string(tp).map_err(|e| RuntimeError::Io {
@@ -283,7 +285,8 @@ impl CandleBackend {
             &token_text(bos),
             &token_text(eos.first().copied()),
         )?;
-        let model = Model::load(path, &opts.load)?;
+        let model = Model::from_content(&content, &mut file, &opts.load)?;
+        drop(content);
         let ctx = model.config().context_length;
         // Over every token, special ones included (the rendered template writes them as
         // text), so not the trie's depth, which counts ordinary tokens only.

@@ -41,6 +41,7 @@ use crate::kernels::Q8Matrix;
 use candle_core::{DType, Device, Module, Tensor, D};
 
 use crate::error::RuntimeError;
+use ruvllm_engine::vocab::{GgufValue, GgufVocab};
 
 fn me(e: candle_core::Error) -> RuntimeError {
     RuntimeError::Model(e.to_string())
@@ -397,16 +398,56 @@ fn meta_f32(c: &gguf_file::Content, key: &str) -> Option<f32> {
         .or_else(|| v.to_f64().ok().map(|x| x as f32))
 }
 
+/// The metadata of parsed GGUF content as the engine's [`GgufVocab`] (its tokenizer,
+/// chat template and special ids), so that one read of the file feeds both the model and
+/// the vocabulary. Cost: a copy of the metadata (the token list: a few MB at most).
+pub fn gguf_metadata(content: &gguf_file::Content) -> GgufVocab {
+    fn value(v: &gguf_file::Value) -> GgufValue {
+        use gguf_file::Value as V;
+        match v {
+            V::U8(x) => GgufValue::Int(*x as i128),
+            V::I8(x) => GgufValue::Int(*x as i128),
+            V::U16(x) => GgufValue::Int(*x as i128),
+            V::I16(x) => GgufValue::Int(*x as i128),
+            V::U32(x) => GgufValue::Int(*x as i128),
+            V::I32(x) => GgufValue::Int(*x as i128),
+            V::U64(x) => GgufValue::Int(*x as i128),
+            V::I64(x) => GgufValue::Int(*x as i128),
+            V::F32(x) => GgufValue::Float(*x as f64),
+            V::F64(x) => GgufValue::Float(*x),
+            V::Bool(x) => GgufValue::Bool(*x),
+            V::String(x) => GgufValue::Str(x.clone()),
+            V::Array(a) => GgufValue::Array(a.iter().map(value).collect()),
+        }
+    }
+    GgufVocab {
+        metadata: content
+            .metadata
+            .iter()
+            .map(|(k, v)| (k.clone(), value(v)))
+            .collect(),
+    }
+}
+
+/// Reads the header of a GGUF file (metadata and tensor index, not the weights), with
+/// the reader left open for [`Model::from_content`]. candle's reader bounds every
+/// length by the file's size, so a hostile header fails, it does not allocate. Cost: the
+/// header's bytes.
+pub fn read_gguf(path: &Path) -> Result<(gguf_file::Content, std::fs::File), RuntimeError> {
+    let mut f = std::fs::File::open(path).map_err(|e| RuntimeError::Io {
+        path: path.display().to_string(),
+        source: e,
+    })?;
+    let content = gguf_file::Content::read(&mut f)
+        .map_err(|e| RuntimeError::Model(format!("{}: {e}", path.display())))?;
+    Ok((content, f))
+}
+
 impl Model {
     /// Loads a GGUF file. Cost: reading the file, plus re-quantization (see the module
     /// docs).
     pub fn load(path: &Path, opts: &LoadOptions) -> Result<Model, RuntimeError> {
-        let mut f = std::fs::File::open(path).map_err(|e| RuntimeError::Io {
-            path: path.display().to_string(),
-            source: e,
-        })?;
-        let content = gguf_file::Content::read(&mut f)
-            .map_err(|e| RuntimeError::Model(format!("{}: {e}", path.display())))?;
+        let (content, mut f) = read_gguf(path)?;
         Self::from_content(&content, &mut f, opts)
     }
 

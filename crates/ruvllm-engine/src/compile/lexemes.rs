@@ -129,7 +129,10 @@ impl Lowerer<'_> {
     }
 
     /// The key complement `e` is, directly or as a reference to a rule whose body is one.
-    pub(super) fn key_complement(&self, e: &Expr) -> Option<std::sync::Arc<crate::grammar::KeyComplement>> {
+    pub(super) fn key_complement(
+        &self,
+        e: &Expr,
+    ) -> Option<std::sync::Arc<crate::grammar::KeyComplement>> {
         match e {
             Expr::KeyComplement(k) => Some(k.clone()),
             Expr::Ref(r) => match &self.g.rules[*r as usize].body {
@@ -226,7 +229,11 @@ impl Lowerer<'_> {
     /// share. Cost: a write of the key (a copy of each rule's key, written once per
     /// grammar) and a lookup; on a miss, the regex, the start of its printed form (the
     /// lexeme's name), and the build.
-    pub(super) fn lexeme_of(&mut self, group: Group, items: &[&Expr]) -> Result<Option<u32>, GrammarError> {
+    pub(super) fn lexeme_of(
+        &mut self,
+        group: Group,
+        items: &[&Expr],
+    ) -> Result<Option<u32>, GrammarError> {
         let mut key = vec![STRUCTURAL_KEY];
         self.group_key(group, items.iter().copied(), &mut key);
         if let Some(l) = self.lex_map.get(&key) {

@@ -807,7 +807,6 @@ impl<'a> Lowerer<'a> {
         }
         Ok(())
     }
-
 }
 
 #[cfg(test)]

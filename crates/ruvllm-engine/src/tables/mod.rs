@@ -30,17 +30,17 @@ mod reach;
 use reach::*;
 mod scan;
 use scan::*;
-mod store;
 mod keys;
+mod store;
 use keys::*;
 mod share;
 use share::*;
 mod walk;
-use walk::*;
 #[cfg(test)]
 use store::reference_table;
 use store::{lock, Hot, MAX_CLASSES, MAX_HOT, MAX_TAIL_MEMOS};
 pub(crate) use store::{Bounds, Store};
+use walk::*;
 
 /// A set of token ids: sorted ids when few, a bitmap when many, or another table's
 /// bitmap less a few tokens.

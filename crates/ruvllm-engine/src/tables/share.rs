@@ -48,7 +48,13 @@ pub(super) const MAX_SHARE_WORK: usize = 16_384;
 
 /// `equivalent` (the tests' oracle), or `None` when it gave up at [`MAX_PAIRS`] pairs;
 /// with the pairs it met.
-pub(super) fn equivalent_within(a: &Dfa, s: u32, b: &Dfa, t: u32, depth: usize) -> (Option<bool>, usize) {
+pub(super) fn equivalent_within(
+    a: &Dfa,
+    s: u32,
+    b: &Dfa,
+    t: u32,
+    depth: usize,
+) -> (Option<bool>, usize) {
     crate::compile::equiv::equivalent_capped(a, s, b, t, depth, MAX_PAIRS, &mut { usize::MAX })
 }
 

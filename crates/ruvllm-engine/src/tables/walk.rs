@@ -534,7 +534,14 @@ pub(super) fn compute_with<'a>(
 /// The DFA state after the bytes of the trie path from node `from` (exclusive) down to
 /// node `to` (inclusive), starting at `s` (`to == from`: `s`). `path` is scratch space.
 /// Cost: one parent link and one DFA step per byte of the path.
-pub(super) fn along_path(dfa: &Dfa, trie: &TokenTrie, s: u32, from: u32, to: u32, path: &mut Vec<u8>) -> u32 {
+pub(super) fn along_path(
+    dfa: &Dfa,
+    trie: &TokenTrie,
+    s: u32,
+    from: u32,
+    to: u32,
+    path: &mut Vec<u8>,
+) -> u32 {
     path.clear();
     let mut x = to;
     while x != from {
