@@ -2,10 +2,10 @@
 //!
 //! A [`Scheduler`] owns one worker thread. Each cycle it admits waiting generations up to
 //! `max_batch`, lets every active one apply its forced text and end checks
-//! ([`Sequence::prepare`]), runs **one** forward pass over all of their new tokens
-//! ([`crate::Model::forward_batch`]: the weights are read once for the whole batch,
-//! attention runs per sequence on its own KV cache), then masks, samples and emits for each
-//! ([`Sequence::advance`]). A generation joins or leaves between any two cycles, so a short
+//! ([`BatchSequence::prepare`]), runs **one** forward pass over all of their new tokens
+//! ([`BatchBackend::forward`]; the candle backend reads the weights once for the whole
+//! batch and runs attention per sequence on its own KV cache), then masks, samples and
+//! emits for each ([`BatchSequence::advance`]). A generation joins or leaves between any two cycles, so a short
 //! request never waits for a long one to finish.
 //!
 //! * **Prompts** are fed in chunks of `prefill_chunk` tokens, so a long prompt delays the
@@ -24,8 +24,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use crate::api::{GenerateParams, Generation, Prompt, TextSink, TextStream};
+use crate::backend::{BatchBackend, BatchSequence, ModelBackend};
 use crate::error::{Result, RuntimeError};
-use crate::local::{CandleBackend, Sequence};
+use crate::local::CandleBackend;
 
 /// Scheduler sizes.
 #[derive(Debug, Clone)]
@@ -89,12 +90,13 @@ struct Counters {
     active: AtomicUsize,
 }
 
-struct Shared {
-    backend: CandleBackend,
+struct Shared<B: BatchBackend> {
+    backend: B,
     opts: SchedulerOptions,
-    queue: Mutex<VecDeque<Job>>,
+    queue: Mutex<VecDeque<Job<B>>>,
     wake: Condvar,
-    admitted: AtomicUsize,
+    /// Generations admitted (shared with their tickets).
+    admitted: Arc<AtomicUsize>,
     shutdown: AtomicBool,
     counters: Counters,
 }
@@ -102,7 +104,7 @@ struct Shared {
 /// A place in the scheduler, held from admission to the end of the generation (or
 /// dropped unused). See [`Scheduler::try_reserve`].
 pub struct Ticket {
-    shared: Arc<Shared>,
+    admitted: Arc<AtomicUsize>,
 }
 
 impl std::fmt::Debug for Ticket {
@@ -113,24 +115,24 @@ impl std::fmt::Debug for Ticket {
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        self.shared.admitted.fetch_sub(1, Ordering::AcqRel);
+        self.admitted.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
-struct Job {
-    seq: Sequence,
+struct Job<B: BatchBackend> {
+    seq: B::Sequence,
     sink: TextSink,
     /// Feed tokens left over from a chunked prompt: run the model again before sampling.
     chunking: bool,
     _ticket: Ticket,
 }
 
-/// Runs generations of one [`CandleBackend`] in batches on a worker thread.
-pub struct Scheduler {
-    shared: Arc<Shared>,
+/// Runs generations of one backend in batches on a worker thread.
+pub struct Scheduler<B: BatchBackend = CandleBackend> {
+    shared: Arc<Shared<B>>,
 }
 
-impl std::fmt::Debug for Scheduler {
+impl<B: BatchBackend> std::fmt::Debug for Scheduler<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Scheduler")
             .field("opts", &self.shared.opts)
@@ -138,9 +140,9 @@ impl std::fmt::Debug for Scheduler {
     }
 }
 
-impl Scheduler {
+impl<B: BatchBackend> Scheduler<B> {
     /// Starts the worker thread. Cost: one thread.
-    pub fn new(backend: CandleBackend, opts: SchedulerOptions) -> Scheduler {
+    pub fn new(backend: B, opts: SchedulerOptions) -> Scheduler<B> {
         let opts = SchedulerOptions {
             max_batch: opts.max_batch.max(1),
             prefill_chunk: opts.prefill_chunk.max(1),
@@ -151,7 +153,7 @@ impl Scheduler {
             opts,
             queue: Mutex::new(VecDeque::new()),
             wake: Condvar::new(),
-            admitted: AtomicUsize::new(0),
+            admitted: Arc::new(AtomicUsize::new(0)),
             shutdown: AtomicBool::new(false),
             counters: Counters::default(),
         });
@@ -164,7 +166,7 @@ impl Scheduler {
     }
 
     /// The backend the generations run on.
-    pub fn backend(&self) -> &CandleBackend {
+    pub fn backend(&self) -> &B {
         &self.shared.backend
     }
 
@@ -190,7 +192,7 @@ impl Scheduler {
             ) {
                 Ok(_) => {
                     return Some(Ticket {
-                        shared: self.shared.clone(),
+                        admitted: self.shared.admitted.clone(),
                     })
                 }
                 Err(now) => n = now,
@@ -198,8 +200,8 @@ impl Scheduler {
         }
     }
 
-    /// Queues a started generation (see [`CandleBackend::start`]) and returns its stream.
-    pub fn submit(&self, ticket: Ticket, seq: Sequence) -> TextStream {
+    /// Queues a started generation (see [`BatchBackend::start`]) and returns its stream.
+    pub fn submit(&self, ticket: Ticket, seq: B::Sequence) -> TextStream {
         let (sink, stream) = TextStream::channel();
         self.shared
             .counters
@@ -268,7 +270,48 @@ impl Scheduler {
     }
 }
 
-impl Drop for Scheduler {
+/// What a server needs of a scheduler, whatever its backend (object safe: a server holds
+/// an `Arc<dyn Serving>` and is written once for every backend).
+pub trait Serving: Send + Sync + std::fmt::Debug {
+    /// The backend, as the model it serves.
+    fn model(&self) -> &dyn ModelBackend;
+    /// The sizes in force.
+    fn options(&self) -> &SchedulerOptions;
+    /// A snapshot of the counters.
+    fn stats(&self) -> SchedulerStats;
+    /// Admits one more generation if there is room (see [`Scheduler::try_reserve`]).
+    fn try_reserve(&self) -> Option<Ticket>;
+    /// Starts a generation (blocking: renders, tokenizes, compiles the constraint) and
+    /// queues it under `ticket`.
+    fn start(&self, ticket: Ticket, prompt: &Prompt, params: &GenerateParams)
+        -> Result<TextStream>;
+}
+
+impl<B: BatchBackend> Serving for Scheduler<B> {
+    fn model(&self) -> &dyn ModelBackend {
+        &self.shared.backend
+    }
+    fn options(&self) -> &SchedulerOptions {
+        Scheduler::options(self)
+    }
+    fn stats(&self) -> SchedulerStats {
+        Scheduler::stats(self)
+    }
+    fn try_reserve(&self) -> Option<Ticket> {
+        Scheduler::try_reserve(self)
+    }
+    fn start(
+        &self,
+        ticket: Ticket,
+        prompt: &Prompt,
+        params: &GenerateParams,
+    ) -> Result<TextStream> {
+        let seq = self.shared.backend.start(prompt, params)?;
+        Ok(self.submit(ticket, seq))
+    }
+}
+
+impl<B: BatchBackend> Drop for Scheduler<B> {
     fn drop(&mut self) {
         self.shared.shutdown.store(true, Ordering::Release);
         self.shared.wake.notify_all();
@@ -276,7 +319,7 @@ impl Drop for Scheduler {
 }
 
 /// Ends a job: its result goes to its stream, its counters to the totals.
-fn end(shared: &Shared, job: Job, r: Result<Option<Generation>>) {
+fn end<B: BatchBackend>(shared: &Shared<B>, job: Job<B>, r: Result<Option<Generation>>) {
     let c = &shared.counters;
     c.finished.fetch_add(1, Ordering::Relaxed);
     let Job {
@@ -321,11 +364,10 @@ fn end(shared: &Shared, job: Job, r: Result<Option<Generation>>) {
     sink.finish(r);
 }
 
-fn worker(shared: Arc<Shared>) {
+fn worker<B: BatchBackend>(shared: Arc<Shared<B>>) {
     let opts = shared.opts.clone();
-    let model = shared.backend.model();
-    let mut active: Vec<Job> = Vec::new();
-    let mut gone: Vec<Job> = Vec::new();
+    let mut active: Vec<Job<B>> = Vec::new();
+    let mut gone: Vec<Job<B>> = Vec::new();
     loop {
         // What is still running (0 once the last one ended, before the wait below).
         shared
@@ -391,15 +433,12 @@ fn worker(shared: Arc<Shared>) {
             .map(|j| j.seq.pass_len(opts.prefill_chunk))
             .collect();
         let result = {
-            let mut batch: Vec<(&[u32], &mut crate::model::KvCache)> = ready
+            let mut batch: Vec<(&mut B::Sequence, usize)> = ready
                 .iter_mut()
                 .zip(&taken)
-                .map(|(j, &n)| {
-                    let (feed, cache) = j.seq.feed_and_cache();
-                    (&feed[..n], cache)
-                })
+                .map(|(j, &n)| (&mut j.seq, n))
                 .collect();
-            model.forward_batch(&mut batch)
+            shared.backend.forward(&mut batch)
         };
         shared
             .counters
@@ -420,7 +459,7 @@ fn worker(shared: Arc<Shared>) {
             }
         };
         for ((mut job, mut l), n) in ready.into_iter().zip(logits).zip(taken) {
-            if n < job.seq.feed().len() {
+            if n < job.seq.feed_len() {
                 job.seq.consumed(n);
                 job.chunking = true;
                 active.push(job);

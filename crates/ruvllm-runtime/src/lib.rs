@@ -24,6 +24,7 @@
 #![warn(missing_docs)]
 
 pub mod api;
+pub mod backend;
 pub mod batch;
 pub mod call_format;
 pub mod chat;
@@ -42,7 +43,8 @@ pub use api::{
     FinishReason, GenerateParams, Generation, JsonModeConfig, LlmBackend, OutputConstraint, Prompt,
     ResultPath, StreamingBackend, TextSink, TextStream, Usage,
 };
-pub use batch::{Scheduler, SchedulerOptions, SchedulerStats, Ticket};
+pub use backend::{BatchBackend, BatchSequence, ModelBackend};
+pub use batch::{Scheduler, SchedulerOptions, SchedulerStats, Serving, Ticket};
 pub use chat::{ChatTemplate, Message};
 pub use error::{Result, RuntimeError};
 pub use http::HttpBackend;

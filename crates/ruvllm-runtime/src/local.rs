@@ -1290,6 +1290,92 @@ impl LlmBackend for CandleBackend {
     }
 }
 
+impl crate::backend::ModelBackend for CandleBackend {
+    fn name(&self) -> &str {
+        CandleBackend::name(self)
+    }
+    fn model_config(&self) -> &crate::model::ModelConfig {
+        self.inner.model.config()
+    }
+    fn vocab(&self) -> &Arc<Vocabulary> {
+        CandleBackend::vocab(self)
+    }
+    fn engine(&self) -> &Engine {
+        CandleBackend::engine(self)
+    }
+    fn chat_template(&self) -> &str {
+        CandleBackend::chat_template(self)
+    }
+    fn render_with(&self, prompt: &Prompt, think: Option<bool>) -> Result<String> {
+        CandleBackend::render_with(self, prompt, think)
+    }
+    fn call_format(&self) -> CallFormat {
+        CandleBackend::call_format(self)
+    }
+    fn reasoning_for(&self, prompt: &Prompt, params: &GenerateParams) -> Option<&ReasoningMarkers> {
+        CandleBackend::reasoning_for(self, prompt, params)
+    }
+    fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        CandleBackend::encode(self, text)
+    }
+    fn constraint(&self, c: &OutputConstraint) -> Result<Option<Arc<Constraint>>> {
+        CandleBackend::constraint(self, c)
+    }
+    fn limits(&self) -> &Limits {
+        CandleBackend::limits(self)
+    }
+    fn constraint_cache_usage(&self) -> (usize, usize) {
+        CandleBackend::constraint_cache_usage(self)
+    }
+}
+
+impl crate::backend::BatchBackend for CandleBackend {
+    type Sequence = Sequence;
+
+    fn start(&self, prompt: &Prompt, params: &GenerateParams) -> Result<Sequence> {
+        CandleBackend::start(self, prompt, params)
+    }
+
+    fn forward(&self, batch: &mut [(&mut Sequence, usize)]) -> Result<Vec<Vec<f32>>> {
+        let mut feeds: Vec<(&[u32], &mut KvCache)> = batch
+            .iter_mut()
+            .map(|(s, n)| {
+                let (feed, cache) = s.feed_and_cache();
+                (&feed[..*n], cache)
+            })
+            .collect();
+        self.inner.model.forward_batch(&mut feeds)
+    }
+}
+
+impl crate::backend::BatchSequence for Sequence {
+    fn prepare(&mut self, on_text: &mut dyn FnMut(&str) -> bool) -> Result<bool> {
+        Sequence::prepare(self, on_text)
+    }
+    fn feed_len(&self) -> usize {
+        self.feed().len()
+    }
+    fn pass_len(&self, cap: usize) -> usize {
+        Sequence::pass_len(self, cap)
+    }
+    fn consumed(&mut self, n: usize) {
+        Sequence::consumed(self, n)
+    }
+    fn advance(
+        &mut self,
+        logits: &mut [f32],
+        on_text: &mut dyn FnMut(&str) -> bool,
+    ) -> Result<bool> {
+        Sequence::advance(self, logits, on_text)
+    }
+    fn finish(self, on_text: &mut dyn FnMut(&str) -> bool) -> Result<Generation> {
+        Sequence::finish(self, on_text)
+    }
+    fn usage(&self) -> &Usage {
+        Sequence::usage(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::incomplete_tail;

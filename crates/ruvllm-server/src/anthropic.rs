@@ -644,7 +644,7 @@ fn count_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResult<Res
         m.entry("max_tokens").or_insert(json!(1));
     }
     let (prompt, gp, _, _) = read(&st, &v)?;
-    let b = st.sched.backend();
+    let b = st.sched.model();
     // Rendered as the request would be: with its reasoning section on or off.
     let text = b
         .render_with(&prompt, gp.thinking.enabled)

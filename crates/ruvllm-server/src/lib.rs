@@ -53,7 +53,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use ruvllm_runtime::reasoning::{ReasoningMarkers, Thinking};
 use ruvllm_runtime::{
-    CandleBackend, GenerateParams, Prompt, Scheduler, SchedulerOptions, TextStream,
+    BatchBackend, GenerateParams, Prompt, Scheduler, SchedulerOptions, Serving, TextStream,
 };
 use serde_json::{json, Value};
 
@@ -136,7 +136,7 @@ impl Metrics {
 #[derive(Debug)]
 pub struct AppState {
     /// The batch scheduler (and through it the model).
-    pub sched: Scheduler,
+    pub sched: Arc<dyn Serving>,
     /// The model id (the GGUF file stem).
     pub model_id: String,
     /// Settings.
@@ -156,10 +156,10 @@ pub type Shared = Arc<AppState>;
 
 impl AppState {
     /// State for `backend` under `config` (starts the scheduler thread).
-    pub fn new(backend: CandleBackend, config: ServerConfig) -> AppState {
+    pub fn new<B: BatchBackend>(backend: B, config: ServerConfig) -> AppState {
         AppState {
             model_id: backend.name().to_string(),
-            sched: Scheduler::new(backend, config.scheduler.clone()),
+            sched: Arc::new(Scheduler::new(backend, config.scheduler.clone())),
             config,
             metrics: Metrics::default(),
             created: unix_now(),
@@ -245,12 +245,12 @@ impl AppState {
     /// chat template's, unless reasoning is off). Streams split reasoning from content
     /// with them.
     pub fn reasoning(&self, prompt: &Prompt, params: &GenerateParams) -> Option<ReasoningMarkers> {
-        self.sched.backend().reasoning_for(prompt, params).cloned()
+        self.sched.model().reasoning_for(prompt, params).cloned()
     }
 
     /// The tool-call syntax the model writes (its chat template's family).
     pub fn call_format(&self) -> ruvllm_runtime::call_format::CallFormat {
-        self.sched.backend().call_format()
+        self.sched.model().call_format()
     }
 
     /// `max_tokens` from a request value (`None` = the default), bounded by the limit.
@@ -291,7 +291,7 @@ impl AppState {
             )
         })?;
         let me = self.clone();
-        let seq = tokio::task::spawn_blocking(move || me.sched.backend().start(&prompt, &params))
+        let stream = tokio::task::spawn_blocking(move || me.sched.start(ticket, &prompt, &params))
             .await
             .map_err(|e| {
                 ApiError::status(
@@ -301,7 +301,7 @@ impl AppState {
                 )
             })?
             .map_err(|e| ApiError::from_runtime(&e, &constraint_param))?;
-        Ok(self.sched.submit(ticket, seq))
+        Ok(stream)
     }
 }
 
@@ -435,7 +435,7 @@ async fn metrics(State(st): State<Shared>) -> impl IntoResponse {
             "ruvllm_requests_total{{path=\"{path}\",status=\"{status}\"}} {n}\n"
         ));
     }
-    let (cached, cache_bytes) = st.sched.backend().constraint_cache_usage();
+    let (cached, cache_bytes) = st.sched.model().constraint_cache_usage();
     let lines: [(&str, &str, &str, String); 13] = [
         (
             "ruvllm_generations_total",
@@ -565,8 +565,8 @@ pub fn router(state: Shared) -> Router {
 
 /// Binds `config.host:config.port` and serves until ctrl-c. Returns the bound address
 /// through `on_bound` first (useful with port 0).
-pub async fn serve(
-    backend: CandleBackend,
+pub async fn serve<B: BatchBackend>(
+    backend: B,
     config: ServerConfig,
     on_bound: impl FnOnce(SocketAddr),
 ) -> std::io::Result<()> {

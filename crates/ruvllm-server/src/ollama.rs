@@ -381,7 +381,7 @@ async fn generate_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiR
 
 /// `GET /api/tags`: the served model.
 pub async fn tags(State(st): State<Shared>) -> Json<Value> {
-    let cfg = st.sched.backend().model().config().clone();
+    let cfg = st.sched.model().model_config().clone();
     Json(json!({"models": [{
         "name": format!("{}:latest", st.model_id),
         "model": format!("{}:latest", st.model_id),

@@ -233,7 +233,7 @@ pub(crate) fn prompt_schema(
         messages,
         format,
         json_object,
-        st.sched.backend().limits(),
+        st.sched.model().limits(),
         objects,
     ))
 }

@@ -27,7 +27,7 @@ pub async fn model(State(st): State<Shared>, Path(id): Path<String>) -> Response
 }
 
 fn details(st: &Shared) -> Value {
-    let cfg = st.sched.backend().model().config();
+    let cfg = st.sched.model().model_config();
     let family = format!("{:?}", cfg.arch).to_lowercase();
     json!({
         "format": "gguf",
@@ -56,8 +56,8 @@ async fn show_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResul
     let name =
         name.ok_or_else(|| ApiError::bad("model", "`model` is required").dialect(Dialect::Ollama))?;
     st.check_model(Some(name), Dialect::Ollama)?;
-    let b = st.sched.backend();
-    let cfg = b.model().config();
+    let b = st.sched.model();
+    let cfg = b.model_config();
     let family = format!("{:?}", cfg.arch).to_lowercase();
     Ok(Json(json!({
         "modelfile": format!("FROM {}\n", st.model_id),
@@ -105,7 +105,7 @@ fn tokenize_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResult<
     let content = f
         .str("content")?
         .ok_or_else(|| ApiError::bad("content", "`content` is required").dialect(d))?;
-    let b = st.sched.backend();
+    let b = st.sched.model();
     let ids = if f.bool("add_special")?.unwrap_or(false) {
         b.encode(content)
             .map_err(|e| ApiError::from_runtime(&e, "content").dialect(d))?
@@ -141,7 +141,7 @@ pub async fn detokenize(State(st): State<Shared>, body: Result<Bytes, BytesRejec
 fn detokenize_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResult<Response> {
     let d = Dialect::LlamaCpp;
     let v = json_body(body, d)?;
-    let vocab = st.sched.backend().vocab().clone();
+    let vocab = st.sched.model().vocab().clone();
     let list = match v.get("tokens") {
         Some(Value::Array(a)) => a,
         Some(other) => {
@@ -175,8 +175,8 @@ fn detokenize_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResul
 
 /// `GET /props` (llama.cpp): the generation defaults, slots, model and template.
 pub async fn props(State(st): State<Shared>) -> Json<Value> {
-    let b = st.sched.backend();
-    let cfg = b.model().config();
+    let b = st.sched.model();
+    let cfg = b.model_config();
     let o = st.sched.options();
     Json(json!({
         "default_generation_settings": {
