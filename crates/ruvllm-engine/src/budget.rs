@@ -430,7 +430,7 @@ impl Matcher {
             if ctx == INF {
                 continue;
             }
-            let bound = add(g.lexemes[l as usize].max_dist(), ctx);
+            let bound = add(g.lexemes[l.ix()].max_dist(), ctx);
             far = far.max(if checked { INF } else { bound });
             far_any = far_any.max(bound);
         }
@@ -448,8 +448,8 @@ impl Matcher {
         let mut ranges: Vec<(u32, u32)> = Vec::new();
         for it in self.parser.set(self.parser.top()) {
             if let Sym::Lex(l) = g.syms[it.pos as usize] {
-                let lexeme = &g.lexemes[l as usize];
-                if let Some(t) = c.tables[l as usize].known(lexeme, it.state) {
+                let lexeme = &g.lexemes[l.ix()];
+                if let Some(t) = c.tables[l.ix()].known(lexeme, it.state) {
                     ranges.extend_from_slice(&t.uncertain);
                 }
             }
@@ -505,15 +505,15 @@ impl Matcher {
             if ctx == INF {
                 continue;
             }
-            let lexeme = &g.lexemes[l as usize];
+            let lexeme = &g.lexemes[l.ix()];
             if bytes_ok && add(lexeme.max_dist(), ctx) <= left {
-                if let Some(t) = c.tables[l as usize].known(lexeme, it.state) {
+                if let Some(t) = c.tables[l.ix()].known(lexeme, it.state) {
                     t.accept.or_into(allowed);
                     tentative |= checked;
                     continue;
                 }
             }
-            let table = self.budget_table(l, it.state);
+            let table = self.budget_table(l.0, it.state);
             // The context's tokens, counted apart (computed when a group needs them).
             let mut ctx_tokens: Option<u32> = None;
             for grp in &table.groups {

@@ -51,7 +51,7 @@ use std::collections::BinaryHeap;
 
 use crate::compile::dist::{add, INF};
 use crate::compile::shortest::{Shortest, MAX_TEXT};
-use crate::compile::{CompiledGrammar, Sym};
+use crate::compile::{CompiledGrammar, EarleyRuleId, Sym};
 use crate::earley::{Item, Parser, WaitCost, ROOT};
 use crate::error::MatchError;
 use crate::facts::{Completion, Known};
@@ -87,7 +87,7 @@ impl Parser {
         g: &CompiledGrammar,
         sh: &Shortest,
         o: u32,
-        r: u32,
+        r: EarleyRuleId,
     ) -> WaitCost {
         if o == ROOT {
             return if r == g.root { DONE } else { NO_WAIT };
@@ -142,12 +142,12 @@ impl Parser {
         g: &CompiledGrammar,
         sh: &Shortest,
         x: usize,
-        index: &[(u32, u32)],
-    ) -> FastMap<u32, WaitCost> {
-        let mut dist: FastMap<u32, WaitCost> = FastMap::default();
+        index: &[(EarleyRuleId, u32)],
+    ) -> FastMap<EarleyRuleId, WaitCost> {
+        let mut dist: FastMap<EarleyRuleId, WaitCost> = FastMap::default();
         // Items predicted in `x` itself: (their rule, the rule they wait for, item).
-        let mut inner: Vec<(u32, u32, u32)> = Vec::new();
-        let relax = |dist: &mut FastMap<u32, WaitCost>, r: u32, w: WaitCost| {
+        let mut inner: Vec<(EarleyRuleId, EarleyRuleId, u32)> = Vec::new();
+        let relax = |dist: &mut FastMap<EarleyRuleId, WaitCost>, r: EarleyRuleId, w: WaitCost| {
             let e = dist.entry(r).or_insert(NO_WAIT);
             if w.cost < e.cost {
                 *e = w;
@@ -178,7 +178,7 @@ impl Parser {
                 cost: add(sh.suffix[next], parent.cost),
                 via: j,
                 checked: sh.suffix_checked[next]
-                    || g.rule_check[pr as usize].is_some()
+                    || g.rule_check[pr.ix()].is_some()
                     || parent.checked,
             };
             relax(&mut dist, r, w);
@@ -187,11 +187,11 @@ impl Parser {
             return dist;
         }
         inner.sort_unstable();
-        let mut heap: BinaryHeap<Reverse<(u32, u32)>> =
+        let mut heap: BinaryHeap<Reverse<(u32, EarleyRuleId)>> =
             dist.iter().map(|(&r, w)| Reverse((w.cost, r))).collect();
         let mut done: crate::util::FastSet<u32> = Default::default();
         while let Some(Reverse((c, r))) = heap.pop() {
-            if c == INF || !done.insert(r) {
+            if c == INF || !done.insert(r.0) {
                 continue;
             }
             let from = dist[&r];
@@ -203,7 +203,7 @@ impl Parser {
                     cost: add(sh.suffix[next], from.cost),
                     via: j,
                     checked: sh.suffix_checked[next]
-                        || g.rule_check[r as usize].is_some()
+                        || g.rule_check[r.ix()].is_some()
                         || from.checked,
                 };
                 let cur = dist.get(&r2).map_or(INF, |e| e.cost);
@@ -228,7 +228,7 @@ impl Parser {
         let w = self.wait_cost(g, sh, it.origin, r);
         (
             add(sh.suffix[after], w.cost),
-            sh.suffix_checked[after] || g.rule_check[r as usize].is_some() || w.checked,
+            sh.suffix_checked[after] || g.rule_check[r.ix()].is_some() || w.checked,
         )
     }
 
@@ -242,7 +242,7 @@ impl Parser {
     ) -> (u32, bool) {
         let (ctx, checked) = self.ctx_cost(g, sh, it);
         let head = match g.syms[it.pos as usize] {
-            Sym::Lex(l) => g.lexemes[l as usize].dist(it.state),
+            Sym::Lex(l) => g.lexemes[l.ix()].dist(it.state),
             _ => 0,
         };
         (add(head, ctx), checked)
@@ -286,7 +286,7 @@ impl Parser {
         out: &mut Vec<u8>,
     ) {
         if let Sym::Lex(l) = g.syms[it.pos as usize] {
-            g.lexemes[l as usize].complete_into(it.state, out);
+            g.lexemes[l.ix()].complete_into(it.state, out);
         }
         self.ctx_text(g, sh, it, out);
     }

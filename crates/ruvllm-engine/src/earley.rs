@@ -18,7 +18,7 @@ use std::collections::HashSet;
 use std::hash::BuildHasherDefault;
 
 use crate::byteset::ByteSet;
-use crate::compile::{CompiledGrammar, Sym};
+use crate::compile::{CompiledGrammar, EarleyRuleId, Sym};
 use crate::error::MatchError;
 use crate::states::{StateIds, KEY_CLOSED, KEY_CORE, KEY_WAIT, WAIT_ROOT};
 
@@ -125,10 +125,10 @@ pub(crate) struct Waits {
     /// first question about the set, so that each rule's waiting items are found by a
     /// binary search instead of a scan of the whole set (a scan per rule was quadratic
     /// in the set's size).
-    pub(crate) index: Option<Vec<(u32, u32)>>,
+    pub(crate) index: Option<Vec<(EarleyRuleId, u32)>>,
     /// Rule -> the cheapest way to finish the parse once that rule completes here (see
     /// `crate::complete`), for every rule the set waits for: computed on first use.
-    pub(crate) costs: Option<Box<FastMap<u32, WaitCost>>>,
+    pub(crate) costs: Option<Box<FastMap<EarleyRuleId, WaitCost>>>,
 }
 
 impl Parser {
@@ -160,7 +160,7 @@ impl Parser {
             checked: false,
             log_mark: 0,
         });
-        for &a in &g.rule_alts[g.root as usize] {
+        for &a in &g.rule_alts[g.root.ix()] {
             let it = Item {
                 pos: a,
                 origin: ROOT,
@@ -277,7 +277,7 @@ impl Parser {
             i += 1;
             match g.syms[it.pos as usize] {
                 Sym::Lex(l) => {
-                    if g.lexemes[l as usize].accepting(it.state) {
+                    if g.lexemes[l.ix()].accepting(it.state) {
                         let p = it.pos + 1;
                         self.add(Item {
                             pos: p,
@@ -287,9 +287,9 @@ impl Parser {
                     }
                 }
                 Sym::Rule(r) => {
-                    if self.predicted[r as usize] != self.stamp {
-                        self.predicted[r as usize] = self.stamp;
-                        for &a in &g.rule_alts[r as usize] {
+                    if self.predicted[r.ix()] != self.stamp {
+                        self.predicted[r.ix()] = self.stamp;
+                        for &a in &g.rule_alts[r.ix()] {
                             let it = Item {
                                 pos: a,
                                 origin: k,
@@ -298,7 +298,7 @@ impl Parser {
                             self.push_predicted(it)?;
                         }
                     }
-                    if g.rule_nullable[r as usize] {
+                    if g.rule_nullable[r.ix()] {
                         let p = it.pos + 1;
                         self.add(Item {
                             pos: p,
@@ -308,7 +308,7 @@ impl Parser {
                     }
                 }
                 Sym::End(r) => {
-                    if let Some(c) = &g.rule_check[r as usize] {
+                    if let Some(c) = &g.rule_check[r.ix()] {
                         let o = if it.origin == ROOT {
                             0
                         } else {
@@ -375,7 +375,7 @@ impl Parser {
         let mut allowed = ByteSet::EMPTY;
         for it in &self.items[start..] {
             if let Sym::Lex(l) = g.syms[it.pos as usize] {
-                allowed.union_with(g.lexemes[l as usize].allowed(it.state));
+                allowed.union_with(g.lexemes[l.ix()].allowed(it.state));
             }
         }
         let info = &mut self.sets[k as usize];
@@ -395,7 +395,7 @@ impl Parser {
         let mut any_accepting = false;
         for it in &self.items[start..] {
             if let Sym::Lex(l) = g.syms[it.pos as usize] {
-                let d = &g.lexemes[l as usize];
+                let d = &g.lexemes[l.ix()];
                 allowed.union_with(d.allowed(it.state));
                 if d.accepting(it.state) {
                     any_accepting = true;
@@ -415,8 +415,7 @@ impl Parser {
         let k = self.top();
         self.set(k).iter().any(|it| match g.syms[it.pos as usize] {
             Sym::Lex(l) => {
-                g.lexemes[l as usize].accepting(it.state)
-                    && g.lex_follow[it.pos as usize].contains(b)
+                g.lexemes[l.ix()].accepting(it.state) && g.lex_follow[it.pos as usize].contains(b)
             }
             _ => false,
         })
@@ -453,7 +452,7 @@ impl Parser {
         for i in s..e {
             let it = self.items[i];
             if let Sym::Lex(l) = g.syms[it.pos as usize] {
-                let ns = g.lexemes[l as usize].next(it.state, b);
+                let ns = g.lexemes[l.ix()].next(it.state, b);
                 if ns != 0 {
                     if let Err(err) = self.add(Item {
                         pos: it.pos,
@@ -498,7 +497,7 @@ impl Parser {
             || self.items[start..].iter().any(|it| {
                 g.lex_check_sensitive[it.pos as usize]
                     && match g.syms[it.pos as usize] {
-                        Sym::Lex(l) => g.lexemes[l as usize].accepting(it.state),
+                        Sym::Lex(l) => g.lexemes[l.ix()].accepting(it.state),
                         _ => true,
                     }
             })
@@ -557,7 +556,7 @@ impl Parser {
         waits.clear();
         for i in s..s + info.core as usize {
             let it = self.items[i];
-            let w = self.wait_id(g, st, it.origin, g.pos_rule[it.pos as usize]);
+            let w = self.wait_id(g, st, it.origin, (g.pos_rule[it.pos as usize]).0);
             waits.push(w);
         }
         let mut key = Vec::with_capacity(1 + 3 * waits.len());
@@ -620,24 +619,24 @@ impl Parser {
                 i += 1;
                 let mark = key.len();
                 key.extend_from_slice(&[ri, 0]);
-                let from = index.partition_point(|x| x.0 < ri);
-                for &(_, j) in index[from..].iter().take_while(|x| x.0 == ri) {
+                let from = index.partition_point(|x| x.0 < EarleyRuleId(ri));
+                for &(_, j) in index[from..].iter().take_while(|x| x.0 == EarleyRuleId(ri)) {
                     let p = self.items[j as usize];
                     let pr = g.pos_rule[p.pos as usize];
                     let (tag, v) = if p.origin == ROOT {
                         (0, WAIT_ROOT)
                     } else if p.origin == o {
                         let next = rules.len() as u32;
-                        let idx = *rule_idx.entry(pr).or_insert(next);
+                        let idx = *rule_idx.entry(pr.0).or_insert(next);
                         if idx == next {
-                            rules.push(pr);
+                            rules.push(pr.0);
                         }
                         (1, idx)
                     } else {
-                        match self.cached_wait(p.origin, pr) {
+                        match self.cached_wait(p.origin, pr.0) {
                             Some(w) => (0, w),
                             None => {
-                                missing.push((p.origin, pr));
+                                missing.push((p.origin, pr.0));
                                 (0, 0)
                             }
                         }
@@ -666,7 +665,7 @@ impl Parser {
 
     /// The index of set `o`'s waiting items (see [`Waits::index`]), taken out of its
     /// place (the caller puts it back). Cost: a scan and a sort of the set the first time.
-    pub(crate) fn wait_index(&mut self, g: &CompiledGrammar, o: usize) -> Vec<(u32, u32)> {
+    pub(crate) fn wait_index(&mut self, g: &CompiledGrammar, o: usize) -> Vec<(EarleyRuleId, u32)> {
         if self.waits.len() <= o {
             self.waits.resize_with(o + 1, Waits::default);
         }
@@ -674,7 +673,7 @@ impl Parser {
             return index;
         }
         let (s, e) = self.set_range(o);
-        let mut index: Vec<(u32, u32)> = (s..e)
+        let mut index: Vec<(EarleyRuleId, u32)> = (s..e)
             .filter_map(|j| match g.syms[self.items[j].pos as usize] {
                 Sym::Rule(ri) => Some((ri, j as u32)),
                 _ => None,
@@ -707,7 +706,7 @@ impl Parser {
 #[inline]
 pub(crate) fn entry_state(g: &CompiledGrammar, pos: u32) -> u32 {
     match g.syms[pos as usize] {
-        Sym::Lex(l) => g.lexemes[l as usize].start(),
+        Sym::Lex(l) => g.lexemes[l.ix()].start(),
         _ => 0,
     }
 }

@@ -126,13 +126,13 @@ impl Matcher {
         for it in self.parser.set(k) {
             if let Sym::Lex(l) = g.syms[it.pos as usize] {
                 let sensitive = g.has_checks && g.lex_check_sensitive[it.pos as usize];
-                let repeat = seen.contains(&(l, it.state));
+                let repeat = seen.contains(&(l.0, it.state));
                 clock.tick(seen.len())?;
                 if repeat && !sensitive {
                     continue;
                 }
-                let tables = &self.c.tables[l as usize];
-                let lexeme = &g.lexemes[l as usize];
+                let tables = &self.c.tables[l.ix()];
+                let lexeme = &g.lexemes[l.ix()];
                 let t = match tables.known(lexeme, it.state) {
                     Some(t) => t,
                     None => {
@@ -147,7 +147,7 @@ impl Matcher {
                 if repeat {
                     continue;
                 }
-                seen.push((l, it.state));
+                seen.push((l.0, it.state));
                 t.accept.or_into(mask);
                 if walked.is_none() {
                     self.ranges.extend_from_slice(&t.uncertain);

@@ -1,6 +1,6 @@
 //! The bottom layer: a fast hasher for the small integer keys every other layer hashes
-//! (parser items, automaton states, token ids). It owns nothing and uses nothing of the
-//! crate.
+//! (parser items, automaton states, token ids), and the index types of a compiled
+//! grammar. It owns nothing and uses nothing of the crate.
 
 use std::collections::HashSet;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -42,3 +42,32 @@ impl Hasher for ItemHasher {
         self.write_u64(i as u64);
     }
 }
+
+/// Defines an index newtype over `u32`: a distinct type per kind of index, so that a
+/// lexeme index cannot be used as a rule index; `ix()` gives the `usize` to index with.
+macro_rules! index_type {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+        #[repr(transparent)]
+        pub(crate) struct $name(pub u32);
+
+        impl $name {
+            /// The index as a `usize`.
+            #[inline]
+            pub fn ix(self) -> usize {
+                self.0 as usize
+            }
+        }
+    };
+}
+
+index_type!(
+    /// A lexeme of a compiled grammar: an index into its lexemes (and into a
+    /// constraint's token tables).
+    LexemeId
+);
+index_type!(
+    /// An Earley rule of a compiled grammar: an index into its rules.
+    EarleyRuleId
+);

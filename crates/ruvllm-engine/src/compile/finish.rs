@@ -27,7 +27,7 @@ pub(super) fn check_sensitive(
             match syms[i] {
                 Sym::End(_) => return true,
                 Sym::Lex(_) => return false,
-                Sym::Rule(r) if !nullable[r as usize] => return false,
+                Sym::Rule(r) if !nullable[r.ix()] => return false,
                 Sym::Rule(_) => i += 1,
             }
         }
@@ -42,8 +42,8 @@ pub(super) fn check_sensitive(
                 let mut i = a as usize;
                 while let Sym::Rule(_) | Sym::Lex(_) = syms[i] {
                     if let Sym::Rule(x) = syms[i] {
-                        if !hot[x as usize] && tail_null(i) {
-                            hot[x as usize] = true;
+                        if !hot[x.ix()] && tail_null(i) {
+                            hot[x.ix()] = true;
                             changed = true;
                         }
                     }
@@ -84,8 +84,8 @@ pub(super) fn follow_bytes(
 ) -> Vec<crate::byteset::ByteSet> {
     use crate::byteset::ByteSet;
     let n = rule_alts.len();
-    let lex_first = |l: u32| *lexemes[l as usize].allowed(lexemes[l as usize].start());
-    let lex_null = |l: u32| lexemes[l as usize].accepting(lexemes[l as usize].start());
+    let lex_first = |l: LexemeId| *lexemes[l.ix()].allowed(lexemes[l.ix()].start());
+    let lex_null = |l: LexemeId| lexemes[l.ix()].accepting(lexemes[l.ix()].start());
     // FIRST of the suffix starting at `p` (up to End), and whether that suffix is nullable.
     let first_from = |p: usize, first: &[ByteSet]| -> (ByteSet, bool) {
         let mut acc = ByteSet::EMPTY;
@@ -100,8 +100,8 @@ pub(super) fn follow_bytes(
                     }
                 }
                 Sym::Rule(r) => {
-                    acc.union_with(&first[r as usize]);
-                    if !nullable[r as usize] {
+                    acc.union_with(&first[r.ix()]);
+                    if !nullable[r.ix()] {
                         return (acc, false);
                     }
                 }
@@ -146,10 +146,10 @@ pub(super) fn follow_bytes(
                         if null {
                             f.union_with(&follow[r]);
                         }
-                        let mut nf = follow[x as usize];
+                        let mut nf = follow[x.ix()];
                         nf.union_with(&f);
-                        if nf != follow[x as usize] {
-                            follow[x as usize] = nf;
+                        if nf != follow[x.ix()] {
+                            follow[x.ix()] = nf;
                             changed = true;
                         }
                     }
@@ -194,8 +194,8 @@ impl Lowerer<'_> {
             for alt in alts {
                 starts.push(syms.len() as u32);
                 syms.extend_from_slice(alt);
-                syms.push(Sym::End(r as u32));
-                pos_rule.resize(syms.len(), r as u32);
+                syms.push(Sym::End(EarleyRuleId(r as u32)));
+                pos_rule.resize(syms.len(), EarleyRuleId(r as u32));
             }
             rule_alts.push(starts);
         }
@@ -224,8 +224,8 @@ impl Lowerer<'_> {
                 }
                 let n = alts.iter().any(|alt| {
                     alt.iter().all(|s| match s {
-                        Sym::Lex(l) => lex_nullable[*l as usize],
-                        Sym::Rule(x) => nullable[*x as usize],
+                        Sym::Lex(l) => lex_nullable[l.ix()],
+                        Sym::Rule(x) => nullable[x.ix()],
                         Sym::End(_) => true,
                     })
                 });
@@ -251,7 +251,7 @@ impl Lowerer<'_> {
             rule_alts,
             rule_nullable: nullable,
             rule_name: self.rule_name,
-            root,
+            root: EarleyRuleId(root),
             lexemes: self.lexemes,
             lex_name: self.lex_name,
             n_lex_states: total,

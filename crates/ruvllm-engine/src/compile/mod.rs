@@ -49,17 +49,18 @@ use regex_syntax::hir::{self, Hir};
 pub use dfa::{Dfa, Lexeme};
 
 use crate::grammar::{Check, Expr, Grammar};
+pub(crate) use crate::util::{EarleyRuleId, LexemeId};
 use crate::{GrammarError, Limits};
 
 /// A grammar symbol at a parser position.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Sym {
-    /// A lexeme (DFA index).
-    Lex(u32),
-    /// A nonterminal (Earley rule index).
-    Rule(u32),
+    /// A lexeme.
+    Lex(LexemeId),
+    /// A nonterminal (an Earley rule).
+    Rule(EarleyRuleId),
     /// End of an alternative of the given rule.
-    End(u32),
+    End(EarleyRuleId),
 }
 
 /// A grammar ready for matching: lexeme DFAs plus a flattened Earley grammar. Immutable and
@@ -70,12 +71,12 @@ pub struct CompiledGrammar {
     pub(crate) rule_alts: Vec<Vec<u32>>,
     pub(crate) rule_nullable: Vec<bool>,
     pub(crate) rule_name: Vec<String>,
-    pub(crate) root: u32,
+    pub(crate) root: EarleyRuleId,
     pub(crate) lexemes: Vec<std::sync::Arc<Lexeme>>,
     pub(crate) lex_name: Vec<String>,
     pub(crate) n_lex_states: usize,
     /// For each position, the rule it belongs to.
-    pub(crate) pos_rule: Vec<u32>,
+    pub(crate) pos_rule: Vec<EarleyRuleId>,
     /// For each lexeme position: bytes that may follow once that lexeme completes (an
     /// over-approximation through FIRST/FOLLOW sets). The parser closes a set only when the
     /// next byte is in here for some accepting item.
@@ -179,9 +180,9 @@ impl CompiledGrammar {
 
     /// Describes what the parser expects at position `pos` (rule name and lexeme).
     pub(crate) fn describe_pos(&self, pos: u32) -> String {
-        let rule = &self.rule_name[self.pos_rule[pos as usize] as usize];
+        let rule = &self.rule_name[(self.pos_rule[pos as usize]).ix()];
         match self.syms[pos as usize] {
-            Sym::Lex(l) => format!("{rule}: {}", self.lex_name[l as usize]),
+            Sym::Lex(l) => format!("{rule}: {}", self.lex_name[l.ix()]),
             _ => rule.clone(),
         }
     }
@@ -427,7 +428,7 @@ impl<'a> Lowerer<'a> {
         let r = self.new_rule(name)?;
         self.count(alts.iter().map(|a| a.len() + 1).sum())?;
         self.rules[r as usize] = alts;
-        Ok(Sym::Rule(r))
+        Ok(Sym::Rule(EarleyRuleId(r)))
     }
 
     fn count(&mut self, n: usize) -> Result<(), GrammarError> {
@@ -553,13 +554,13 @@ impl<'a> Lowerer<'a> {
             .get(&run_key)
             .and_then(|v| v.iter().find(|(k, _)| same(k)))
         {
-            out.push(Sym::Lex(l));
+            out.push(Sym::Lex(LexemeId(l)));
             return Ok(());
         }
         if let [e] = run {
             if let Some(k) = self.key_complement(e) {
                 if let Some(l) = self.key_lexeme(&k)? {
-                    out.push(Sym::Lex(l));
+                    out.push(Sym::Lex(LexemeId(l)));
                     return Ok(());
                 }
             }
@@ -573,7 +574,7 @@ impl<'a> Lowerer<'a> {
             if let Some(l) = self.lexeme_of(Group::Seq, run)? {
                 let run = run.iter().map(|&e| e.clone()).collect();
                 self.run_memo.entry(run_key).or_default().push((run, l));
-                out.push(Sym::Lex(l));
+                out.push(Sym::Lex(LexemeId(l)));
                 return Ok(());
             }
         }
@@ -628,7 +629,7 @@ impl<'a> Lowerer<'a> {
     fn alt_chunk(&mut self, chunk: &[&Expr], out: &mut Vec<Vec<Sym>>) -> Result<(), GrammarError> {
         if chunk.len() > 1 {
             if let Some(l) = self.lexeme_of(Group::Alt, chunk)? {
-                out.push(vec![Sym::Lex(l)]);
+                out.push(vec![Sym::Lex(LexemeId(l))]);
                 return Ok(());
             }
         }
@@ -649,7 +650,7 @@ impl<'a> Lowerer<'a> {
                 for chunk in l.chunks(256) {
                     let h = Hir::literal(chunk.to_vec());
                     match self.lexeme(h)? {
-                        Some(x) => v.push(Sym::Lex(x)),
+                        Some(x) => v.push(Sym::Lex(LexemeId(x))),
                         None => {
                             return Err(limit(
                                 "literal size",
@@ -665,7 +666,7 @@ impl<'a> Lowerer<'a> {
             Expr::Chars(_) | Expr::Bytes(_) => {
                 let h = self.hir(e)?;
                 match self.lexeme(h)? {
-                    Some(x) => vec![Sym::Lex(x)],
+                    Some(x) => vec![Sym::Lex(LexemeId(x))],
                     None => {
                         return Err(limit(
                             "character class DFA states",
@@ -684,12 +685,12 @@ impl<'a> Lowerer<'a> {
                     None => None,
                 };
                 match lexeme {
-                    Some(l) => vec![Sym::Lex(l)],
-                    None => vec![Sym::Rule(self.ensure_rule(*r)?)],
+                    Some(l) => vec![Sym::Lex(LexemeId(l))],
+                    None => vec![Sym::Rule(EarleyRuleId(self.ensure_rule(*r)?))],
                 }
             }
             Expr::KeyComplement(k) => match self.key_lexeme(k)? {
-                Some(l) => vec![Sym::Lex(l)],
+                Some(l) => vec![Sym::Lex(LexemeId(l))],
                 None => self.structural(&k.expand())?,
             },
             Expr::Seq(_) => self.seq(e)?,
@@ -751,8 +752,8 @@ impl<'a> Lowerer<'a> {
                         // S ::= ε | S x
                         let s = self.new_rule(format!("{}(repeat)", self.current_rule))?;
                         self.count(4)?;
-                        self.rules[s as usize] = vec![vec![], vec![Sym::Rule(s), x]];
-                        out.push(Sym::Rule(s));
+                        self.rules[s as usize] = vec![vec![], vec![Sym::Rule(EarleyRuleId(s)), x]];
+                        out.push(Sym::Rule(EarleyRuleId(s)));
                     }
                     Some(m) if *m > *min => {
                         // O_k ::= ε | O_{k-1} x  (0..=k copies)
@@ -762,12 +763,12 @@ impl<'a> Lowerer<'a> {
                             self.count(4)?;
                             let alt = match prev {
                                 None => vec![x],
-                                Some(p) => vec![Sym::Rule(p), x],
+                                Some(p) => vec![Sym::Rule(EarleyRuleId(p)), x],
                             };
                             self.rules[o as usize] = vec![vec![], alt];
                             prev = Some(o);
                         }
-                        out.push(Sym::Rule(prev.unwrap()));
+                        out.push(Sym::Rule(EarleyRuleId(prev.unwrap())));
                     }
                     Some(_) => {}
                 }

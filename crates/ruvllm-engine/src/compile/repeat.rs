@@ -186,7 +186,7 @@ impl Lowerer<'_> {
             if let (Some(run), false) = (prefix, use_p) {
                 self.lex_run(run, out)?;
             }
-            out.push(Sym::Lex(l));
+            out.push(Sym::Lex(LexemeId(l)));
             return Ok(Some(used));
         }
         // Not countable (an item that is not prefix-free, such as a word `\S+\s+`), but
@@ -207,7 +207,7 @@ impl Lowerer<'_> {
                     .chain(tail.iter().copied())
                     .collect();
                 if let Some(l) = self.lexeme_of(Group::Seq, &parts)? {
-                    out.push(Sym::Lex(l));
+                    out.push(Sym::Lex(LexemeId(l)));
                     return Ok(Some(used));
                 }
             }

@@ -21,7 +21,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use super::dist::{add, INF};
-use super::{CompiledGrammar, Sym};
+use super::{CompiledGrammar, LexemeId, Sym};
 
 /// The longest shortest text ever built (bytes): a grammar whose completion needs more is
 /// treated as having none from that state (no generation could write it: 64 KiB take
@@ -50,7 +50,7 @@ impl Shortest {
         let nr = g.rule_alts.len();
         // Each lexeme's shortest text from its start, once.
         let starts: Vec<u32> = g.lexemes.iter().map(|d| d.start_dist()).collect();
-        let lex_cost = |l: u32| starts[l as usize];
+        let lex_cost = |l: LexemeId| starts[l.ix()];
         // Per alternative (by its start position): rules still unknown, cost so far.
         let mut pending: Vec<u32> = vec![0; g.syms.len()];
         let mut partial: Vec<u32> = vec![0; g.syms.len()];
@@ -67,7 +67,7 @@ impl Shortest {
                         Sym::Lex(l) => partial[a as usize] = add(partial[a as usize], lex_cost(l)),
                         Sym::Rule(r) => {
                             pending[a as usize] += 1;
-                            occ_start[r as usize + 1] += 1;
+                            occ_start[r.ix() + 1] += 1;
                         }
                         Sym::End(_) => break,
                     }
@@ -82,8 +82,8 @@ impl Shortest {
         let mut occ = vec![0u32; occ_start[nr] as usize];
         for (p, s) in g.syms.iter().enumerate() {
             if let Sym::Rule(r) = s {
-                occ[fill[*r as usize] as usize] = alt_of[p];
-                fill[*r as usize] += 1;
+                occ[fill[r.ix()] as usize] = alt_of[p];
+                fill[r.ix()] += 1;
             }
         }
         for alts in &g.rule_alts {
@@ -98,7 +98,7 @@ impl Shortest {
         let mut done = vec![false; nr];
         let mut rule_checked = vec![false; nr];
         while let Some(Reverse((cost, a))) = heap.pop() {
-            let r = g.pos_rule[a as usize] as usize;
+            let r = (g.pos_rule[a as usize]).ix();
             if done[r] {
                 continue;
             }
@@ -110,7 +110,7 @@ impl Shortest {
             let mut p = a as usize;
             while let Sym::Lex(_) | Sym::Rule(_) = g.syms[p] {
                 if let Sym::Rule(x) = g.syms[p] {
-                    checked |= rule_checked[x as usize];
+                    checked |= rule_checked[x.ix()];
                 }
                 p += 1;
             }
@@ -132,8 +132,8 @@ impl Shortest {
                 Sym::End(_) => (0, false),
                 Sym::Lex(l) => (add(lex_cost(l), suffix[p + 1]), suffix_checked[p + 1]),
                 Sym::Rule(r) => (
-                    add(rule[r as usize], suffix[p + 1]),
-                    rule_checked[r as usize] || suffix_checked[p + 1],
+                    add(rule[r.ix()], suffix[p + 1]),
+                    rule_checked[r.ix()] || suffix_checked[p + 1],
                 ),
             };
             suffix[p] = if c > MAX_TEXT { INF } else { c };
@@ -158,13 +158,13 @@ impl Shortest {
             match g.syms[p as usize] {
                 Sym::End(_) => {}
                 Sym::Lex(l) => {
-                    let d = &g.lexemes[l as usize];
+                    let d = &g.lexemes[l.ix()];
                     d.complete_into(d.start(), out);
                     stack.push(p + 1);
                 }
                 Sym::Rule(r) => {
                     stack.push(p + 1);
-                    stack.push(self.alt[r as usize]);
+                    stack.push(self.alt[r.ix()]);
                 }
             }
         }
@@ -200,7 +200,7 @@ mod tests {
         ] {
             let g = compiled(gbnf);
             let s = g.shortest();
-            let root = g.root as usize;
+            let root = g.root.ix();
             let mut out = Vec::new();
             s.suffix_text(&g, s.alt[root], &mut out);
             assert_eq!(String::from_utf8(out).unwrap(), want, "{gbnf}");
