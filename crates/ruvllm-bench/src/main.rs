@@ -576,7 +576,7 @@ fn main() -> Result<()> {
                 }
                 let case = ruvllm_bench::maskbench::load(&vocab, f)?;
                 // Interleaved per file: every engine on the same file and tokens, one thread.
-                // The two ruvllm engines share process-wide lexeme and token-table caches,
+                // The two ruvllm engines share one Engine (lexeme and token-table caches),
                 // so the second on a file finds them warm: they take turns going first.
                 let mut order: Vec<usize> = (0..stats.len()).collect();
                 if i % 2 == 1 {

@@ -691,7 +691,7 @@ pub fn markdown(info: &RunInfo, engines: &[ReportRow], common: Option<&CommonTtf
             "\n## Budget-aware masks far from the end of the budget\n\n`ruvllm-budget` computes \
              every mask with `compute_budget_mask` and {FAR_BUDGET} tokens left (far from every \
              instance's end), in the same process, on the same files and tokens, taking turns \
-             with `ruvllm` at going first on a file (the second finds the process-wide lexeme \
+             with `ruvllm` at going first on a file (the second finds the engine's lexeme \
              and table caches warm). Its masks must equal the exact ones (any difference is an \
              error above); its time to first mask includes the shortest completion from \
              the start, which the runtime computes before a budget-aware generation. \

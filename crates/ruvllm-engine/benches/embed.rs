@@ -68,6 +68,34 @@ fn benches(c: &mut Criterion) {
             BatchSize::PerIteration,
         )
     });
+    // Inside a string: the first mask builds the table of a string state (most of the
+    // vocabulary), the most expensive table a schema has.
+    let enc = vocab.encoder().expect("an encoder").clone();
+    let prefix = enc.encode(r#"{"name": "Ada Lo"#).unwrap();
+    let at_string = |c: &std::sync::Arc<ruvllm_engine::Constraint>| {
+        let mut m = Matcher::new(c).unwrap();
+        for &t in &prefix {
+            m.commit_token(t).unwrap();
+        }
+        m
+    };
+    c.bench_function("first mask inside a string, cold engine", |b| {
+        b.iter_batched(
+            || at_string(&Engine::new(vocab.clone()).bind(compiled.clone(), &limits)),
+            |mut m| m.compute_mask(&mut mask).unwrap(),
+            BatchSize::PerIteration,
+        )
+    });
+    at_string(&warm.bind(compiled.clone(), &limits))
+        .compute_mask(&mut mask)
+        .unwrap();
+    c.bench_function("first mask inside a string, warm engine", |b| {
+        b.iter_batched(
+            || at_string(&warm.bind(compiled.clone(), &limits)),
+            |mut m| m.compute_mask(&mut mask).unwrap(),
+            BatchSize::PerIteration,
+        )
+    });
     c.bench_function("first mask, warm engine", |b| {
         b.iter_batched(
             || Matcher::new(&warm.bind(compiled.clone(), &limits)).unwrap(),

@@ -48,6 +48,10 @@
 //! comes with the state's second visit, or at once near the end. Memory: each cache of a
 //! constraint holds at most [`MAX_ENTRIES`] entries and [`MAX_BYTES`] bytes (then it is
 //! emptied); a budget table's large token groups are bitmaps.
+//!
+//! Owns: the budget facts per parse state and the budget tables per lexeme state of a
+//! constraint (`BudgetCache`). Uses: the compiled grammar and its distances, the Earley
+//! sets, the token tables, shortest completions (`complete`), the state identities.
 
 use std::sync::{Arc, Mutex, OnceLock};
 

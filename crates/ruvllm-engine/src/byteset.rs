@@ -1,4 +1,6 @@
 //! A set of bytes as a 256-bit bitmap: the alphabet of the byte-level automata.
+//!
+//! Owns: nothing but the type. Uses: nothing of the crate (the bottom layer).
 
 /// A set of byte values. Copy, 32 bytes; all operations are O(1).
 #[derive(Clone, Copy, Default, PartialEq, Eq, Hash, Debug)]

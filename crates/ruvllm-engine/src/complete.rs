@@ -45,6 +45,10 @@
 //! is committed, the rest is still a completion (`Matcher`'s carry), so the count after
 //! that token is at most one less than before, whatever the search finds. The budget mask
 //! (`crate::budget`) relies on this.
+//!
+//! Owns: the per-set waiting costs of a matcher (kept in the Earley sets) and the
+//! completion search. Uses: the compiled grammar, its shortest derivations and lexeme
+//! distances, the Earley sets, the budget facts.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;

@@ -13,6 +13,9 @@
 //! were removed at compile time and DFA states that cannot reach a match are dead, an item
 //! can only exist if the text so far is a prefix of a sentence: a non-empty set is proof of
 //! viability, which is what makes masks exact.
+//!
+//! Owns: one generation's Earley sets and their memos. Uses: the compiled grammar,
+//! `byteset`, `error`, the state identities (`states`), `util`.
 
 use std::collections::HashSet;
 use std::hash::BuildHasherDefault;

@@ -1,5 +1,7 @@
 //! Typed errors. Every error that comes from user input says what is wrong and where
 //! (line and column for grammar text, byte offset for regexes, byte position for parsing).
+//!
+//! Owns: the error types and `LimitKind`. Uses: nothing of the crate.
 
 use thiserror::Error;
 

@@ -1,6 +1,9 @@
 //! What shortest completions and budget masks keep between calls: plain data, so that
 //! the matcher can hold it without depending on the code that computes it (`complete`,
 //! `budget`, which extend the matcher).
+//!
+//! Owns: plain data (`Completion`, per-set facts). Uses: the distance arithmetic of
+//! `compile::dist`.
 
 use std::sync::OnceLock;
 

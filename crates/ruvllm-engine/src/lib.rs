@@ -8,17 +8,22 @@
 //! complete sentence.
 //!
 //! ```text
-//! GBNF / regex / choices / built-ins ──► Grammar (IR) ──► CompiledGrammar ─┐
+//! GBNF / regex / choices / built-ins ──► Grammar (IR) ──► CompiledGrammar ─┐  (any vocabulary)
 //!                                                                          ├─► Constraint ─► Matcher
-//! tokenizer.json / GGUF / tiktoken  ──────────────────► Vocabulary ───────┘    (shared)     (per generation)
+//! tokenizer.json / GGUF / tiktoken  ──► Vocabulary ──► Engine (caches) ────┘    (shared)     (per generation)
 //! ```
 //!
 //! * [`Grammar`]: the IR every front end produces ([`Grammar::from_gbnf`],
-//!   [`Grammar::from_regex`], [`Grammar::from_choices`], [`Grammar::builtin`]).
-//! * [`CompiledGrammar`]: lexeme DFAs plus an Earley grammar (see the `compile` module).
+//!   [`Grammar::from_regex`], [`Grammar::from_choices`], [`Grammar::builtin`],
+//!   [`schema::schema_to_grammar`]).
+//! * [`Engine`]: the caller-owned caches of one vocabulary (lexeme DFAs, token tables),
+//!   bounded by [`EngineConfig`]; create one per vocabulary and share it (see the `engine`
+//!   module docs: what is shared between threads, what is per matcher).
+//! * [`CompiledGrammar`]: lexeme DFAs plus an Earley grammar; depends on no vocabulary
+//!   ([`Engine::compile`], or [`CompiledGrammar::new`] without shared caches).
 //! * [`Vocabulary`]: token bytes, specials, EOS and the token trie (see [`vocab`]).
-//! * [`Constraint`]: a compiled grammar bound to a vocabulary, holding the lazily built
-//!   per-lexeme-state token tables (see `tables`), shared by all matchers and threads.
+//! * [`Constraint`]: a compiled grammar bound to an engine's vocabulary ([`Engine::bind`]),
+//!   whose token tables are built lazily and shared by all matchers and threads.
 //! * [`Matcher`]: one generation: [`Matcher::compute_mask`], [`Matcher::commit_token`],
 //!   [`Matcher::rollback`], [`Matcher::forced_bytes`], [`Matcher::forced_tokens`], clone to
 //!   fork.
@@ -28,13 +33,16 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use ruvllm_engine::{Constraint, Grammar, Limits, Matcher, Vocabulary};
+//! use ruvllm_engine::{Engine, Grammar, Limits, Matcher, Vocabulary};
 //!
 //! // A toy vocabulary: token i is the i-th string; token 4 is EOS.
 //! let toks: Vec<Vec<u8>> = ["a", "b", "ab", "c", "</s>"].iter().map(|s| s.as_bytes().to_vec()).collect();
 //! let vocab = Vocabulary::new("toy", toks, vec![false, false, false, false, true], vec![4]).unwrap();
-//! let g = Grammar::from_gbnf("root ::= \"a\"+ \"b\"", &Limits::default()).unwrap();
-//! let c = Constraint::new(&g, Arc::new(vocab), &Limits::default()).unwrap();
+//! let engine = Engine::new(Arc::new(vocab)); // one per vocabulary, shared
+//! let limits = Limits::default();
+//! let g = Grammar::from_gbnf("root ::= \"a\"+ \"b\"", &limits).unwrap();
+//! let compiled = engine.compile(&g, &limits).unwrap(); // no vocabulary in here
+//! let c = engine.bind(compiled, &limits);
 //! let mut m = Matcher::new(&c).unwrap();
 //! let mut mask = vec![0u32; 1];
 //! m.compute_mask(&mut mask).unwrap();

@@ -1,4 +1,8 @@
 //! The per-generation matcher: masks, commits, rollback and forced text.
+//!
+//! Owns: one generation's state (`Matcher`: Earley sets, memos, scratch buffers). Uses: the
+//! constraint and everything below it (tables, boundary walks, budget masks, completions,
+//! the deadline clock).
 
 use std::sync::Arc;
 

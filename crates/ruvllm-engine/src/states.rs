@@ -52,6 +52,9 @@
 //! ranges below a step that did (their answer depends on the text, so a later mask walks
 //! them again with the real parser). A mask at a state met before then costs its table
 //! unions, one lookup, and the walk over those ranges only.
+//!
+//! Owns: a constraint's parse-state identities (`StateIds`) and walk results (`WalkCache`),
+//! both bounded. Uses: `grammar` (check outcomes) and `util`.
 
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

@@ -12,7 +12,7 @@
 //! * **Leaves.** The regex's top structure (concatenations, alternations, optional parts,
 //!   `*`/`+` loops over such structure) is taken apart down to *leaves*: literals, and any
 //!   other sub-expression (a character class, a bounded repetition, a JSON string), whose
-//!   DFA comes from the process-wide lexeme cache (built once per process, like any
+//!   DFA comes from the engine's lexeme cache (built once per engine, like any
 //!   lexeme).
 //! * **Positions.** The leaves are the positions of a Glushkov automaton: each has the
 //!   set of leaves that may follow it, and whether the whole may end after it (computed with
@@ -49,6 +49,10 @@
 //! merging (bounded by its budget) and the subset construction (bounded by the DFA limits
 //! and the compile deadline, like the NFA route's). The recursion over the regex is as
 //! deep as the regex, as in the lowering that built it.
+//!
+//! Part of the compiler (the parent module). Owns: the position automaton of one
+//! composition. Uses: the compile caches (its leaves), the lexeme automata, the subset
+//! construction's state pool.
 
 use std::hash::Hasher;
 use std::sync::Arc;
@@ -347,7 +351,7 @@ fn pos(leaf: u32, state: u32) -> u64 {
 /// `max_states` states and `max_bytes` of tables and sets, stopping with
 /// [`DfaError::Deadline`] once `deadline` has passed; `None` when the regex is small or
 /// its structure does not suit (then the NFA route builds it). Cost: the leaves' cache
-/// lookups (and builds, once per process), then O(DFA states x positions per state x byte
+/// lookups (and builds, once per engine), then O(DFA states x positions per state x byte
 /// classes).
 pub(crate) fn compose(
     caches: &Caches,

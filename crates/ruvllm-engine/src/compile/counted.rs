@@ -40,6 +40,10 @@
 //!
 //! **Cost.** A step is a division and a few table loads (the plain DFA's is one load), paid
 //! only by counted lexemes.
+//!
+//! Part of the compiler (the parent module). Owns: the counted automaton of one lexeme.
+//! Uses: the lexeme automata and their distances, the plain-text states of the vocabulary
+//! trie (`vocab::plain`).
 
 use crate::byteset::ByteSet;
 

@@ -11,9 +11,12 @@
 //! * `allowed[s]`: the bytes that keep the lexeme alive, for O(1) pruning during trie walks;
 //! * byte equivalence classes, so the table is `states × classes` words.
 //!
-//! Until this module had its own subset construction it used regex-automata's dense
-//! builder and copied the result; the tests keep that builder as the oracle
-//! (`subset_construction_equals_dense_dfa`).
+//! The tests check the subset construction against regex-automata's dense builder as
+//! the oracle (`subset_construction_equals_dense_dfa`).
+//!
+//! Owns: `Dfa` and `Lexeme` (a DFA with what is computed from it alone: distances, a name,
+//! a key complement's base). Uses: the subset construction, composition, counted lexemes
+//! and the compile caches of its siblings; nothing of vocabularies or token tables.
 
 use regex_automata::nfa::thompson;
 use regex_syntax::hir::Hir;

@@ -4,7 +4,7 @@
 //! They are the lexeme half of a *shortest completion* (see `crate::complete`): the
 //! parser half adds the rest of each rule, and the two together bound how many tokens a
 //! generation still needs. Distances are in bytes, which the vocabulary does not change,
-//! so they belong to the lexeme and are computed once per process:
+//! so they belong to the lexeme and are computed once per lexeme:
 //!
 //! * a flat DFA gets a table of distances by one breadth-first search backwards from its
 //!   accepting states (O(states x byte classes), on first use);
@@ -15,6 +15,9 @@
 //! The shortest text follows the distances down, picking at each state the first byte
 //! of [`PREFERRED`] that keeps to a shortest path (digits, then letters, then space and
 //! the rest): `0` for a number, `a` for the characters of a string with a `minLength`.
+//!
+//! Part of the compiler (the parent module). Owns: the distance table of a flat DFA. Uses:
+//! the lexeme automata.
 
 use super::dfa::Dfa;
 

@@ -34,6 +34,10 @@
 //! Encodings come from `grammar::json_string` (`json_encodings`): the raw character where a
 //! JSON string may hold it, its short escape, `\u00XX` for controls; they are prefix-free,
 //! so a byte string completes at most one character.
+//!
+//! Part of the compiler (the parent module). Owns: the key trie of one complement. Uses:
+//! the IR's key complements and JSON string encodings (`grammar::json_string`), the lexeme
+//! automata and the subset construction.
 
 use super::dfa::{Dfa, DfaError};
 use super::subset::Subset;

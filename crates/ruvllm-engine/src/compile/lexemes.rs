@@ -145,7 +145,7 @@ impl Lowerer<'_> {
 
     /// The lexeme of key complement `k` (see [`keys`]), built from its keys; `None` when
     /// the automaton exceeds the DFA limits (the caller lowers the expansion instead).
-    /// Cost: O(states x classes) unless the process-wide cache has it.
+    /// Cost: O(states x classes) unless the engine's cache has it.
     pub(super) fn key_lexeme(
         &mut self,
         k: &crate::grammar::KeyComplement,
@@ -340,7 +340,7 @@ impl Lowerer<'_> {
     }
 
     /// Adds the lexeme named `key` to the grammar (once per grammar), building it with
-    /// `build` unless the process-wide cache has it under `cache_key`; `None` when it
+    /// `build` unless the engine's cache has it under `cache_key`; `None` when it
     /// exceeds the DFA limits.
     pub(super) fn register(
         &mut self,

@@ -19,6 +19,11 @@
 //! alternation into a rule, a repetition into helper rules), so size limits never change the
 //! language, only where the work happens. Repetitions of non-regular parts use left-recursive
 //! helper rules (`S ::= ε | S x`), which Earley parses in linear time.
+//!
+//! Owns: `CompiledGrammar` (the Earley grammar over lexemes, immutable) and the `Lowerer`
+//! state of one compile. Uses: the IR (`grammar`), its children (automata, caches, the
+//! lowering by concern), `byteset`, `error`, `util`; never the vocabulary or the token
+//! tables.
 
 pub(crate) mod cache;
 mod compose;
@@ -594,7 +599,7 @@ impl<'a> Lowerer<'a> {
     /// alternatives are lowered one by one). Without grouping, a 2,461-value enum too heavy
     /// to inline was 2,461 lexemes: an Earley set of as many items where the value starts,
     /// every byte stepped all of them, and the first mask there built as many tables.
-    /// Cost: one DFA per chunk (cached per process like every lexeme).
+    /// Cost: one DFA per chunk (cached per engine like every lexeme).
     fn alts(&mut self, v: &[Expr]) -> Result<Vec<Vec<Sym>>, GrammarError> {
         if v.len() < ALT_GROUP_MIN {
             return v.iter().map(|x| self.seq(x)).collect();
@@ -1030,7 +1035,7 @@ mod key_tests {
                 None,
             );
             // A key no compile writes (theirs start with the limits), so that this test
-            // leaves nothing in the process-wide cache that a compile could read.
+            // leaves nothing in the engine's cache that a compile could read.
             let key = format!("test/literal heads/{i}").into_bytes();
             match l
                 .literal_head_lexeme(Group::Seq, &[&head, &e], &key)

@@ -217,7 +217,7 @@ impl Lowerer<'_> {
 
     /// The DFA of a part of a counted lexeme or key complement (the expressions `items` in
     /// sequence), with its structural key (see [`Lowerer::expr_key`]); `None` when it
-    /// exceeds the DFA limits. Shared with the process-wide cache, where a hit builds and
+    /// exceeds the DFA limits. Shared with the engine's cache, where a hit builds and
     /// prints no regex; a part built is named after the start of its printed regex.
     pub(super) fn part(&mut self, items: &[&Expr]) -> Result<Option<Part>, GrammarError> {
         self.check_budgets()?;

@@ -4,6 +4,9 @@
 //! states) and the composition ([`super::compose`], sets of (leaf, leaf state) positions),
 //! keep their DFA states' sets the same way: in id order in one pool, with a hash-chained
 //! index to find a set that was met before. Set 0 is the dead state's empty set.
+//!
+//! Part of the compiler (the parent module). Owns: the interned sets of one construction.
+//! Uses: `util` only.
 
 use crate::util::FastMap;
 

@@ -29,6 +29,9 @@
 //! deadline (the grammar's compile budget) bounds the time of one attempt, which the
 //! state and memory budgets bound only indirectly. Hitting any of them stops the
 //! construction at once.
+//!
+//! Part of the compiler (the parent module). Owns: one determinization's state. Uses:
+//! `regex-automata`'s NFA, the state pool, `util`.
 
 use std::hash::Hasher;
 

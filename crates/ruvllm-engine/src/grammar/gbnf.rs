@@ -11,6 +11,9 @@
 //!
 //! Errors carry 1-based line and column. The parser is recursive only in group nesting,
 //! which is limited by [`Limits::max_nesting`].
+//!
+//! Part of the grammar front ends. Owns: one parse's position and counters. Uses: the IR
+//! and `error`.
 
 use std::collections::HashMap;
 

@@ -1,5 +1,8 @@
 //! The grammar IR and its analyses (productivity, nullability) and rewrites (pruning,
 //! merging copies of a rule).
+//!
+//! Owns: `Grammar`, `Rule`, `Expr`, `KeyComplement`. Uses: the JSON string encodings
+//! (`json_string`) and `util`.
 
 use std::collections::HashMap;
 use std::sync::Arc;

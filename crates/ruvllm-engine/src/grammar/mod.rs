@@ -6,6 +6,9 @@
 //! into lexeme DFAs plus an Earley grammar. Keeping one IR means one place for the analyses
 //! that make masks exact (unproductive rules are removed, so every parser item can complete)
 //! and one place for the limits that keep hostile grammars bounded.
+//!
+//! Owns: nothing beyond its children (the IR, the front ends, the GBNF printer, the JSON
+//! string encodings). Uses: `error` and `util`; no layer above it.
 
 mod builtin;
 mod gbnf;

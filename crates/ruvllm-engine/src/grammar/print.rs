@@ -1,4 +1,6 @@
 //! Printing the IR as GBNF (for `ruvllm schema to-gbnf` and for inspecting grammars).
+//!
+//! Part of the grammar front ends. Owns: nothing. Uses: the IR.
 
 use std::fmt::Write;
 

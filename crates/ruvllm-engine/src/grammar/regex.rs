@@ -4,6 +4,9 @@
 //! constraint must be). `^`/`\A` at the start and `$`/`\z` at the end are therefore
 //! redundant and accepted; any other assertion (word boundaries, anchors in the middle) is
 //! refused with an error rather than approximated. Capture groups are ignored.
+//!
+//! Part of the grammar front ends. Owns: one translation's counters. Uses: `regex-syntax`,
+//! the IR and `error`.
 
 use regex_syntax::hir::{Class, Hir, HirKind, Look};
 

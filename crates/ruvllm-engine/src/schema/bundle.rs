@@ -41,6 +41,9 @@
 //! Limits: a document nested deeper than 256 levels is not walked further (the compiler's
 //! depth limit refuses it anyway); sub-schemas under unknown keywords are not resources (as
 //! the specification says), but a pointer into one is followed.
+//!
+//! Part of the schema front end (the parent module). Owns: `SchemaRegistry` and one
+//! bundle's documents. Uses: the parent's pointers and drafts.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;

@@ -12,6 +12,8 @@
 //! read as its shortest round-trip decimal, which is the literal whenever the literal has at
 //! most 17 significant digits (what every JSON encoder writes). An instance's number is its
 //! text, read exactly ([`Dec::parse`]).
+//!
+//! Part of the schema front end. Owns: the decimal type. Uses: the IR.
 
 use std::cmp::Ordering;
 use std::sync::Arc;

@@ -21,6 +21,9 @@
 //!
 //! Dynamic references were resolved by the bundle before this runs. Cost: one pass over
 //! the object's keys.
+//!
+//! Part of the schema front end. Owns: nothing (pure rewrites). Uses: the parent's bundle
+//! and draft detection.
 
 use serde_json::{Map, Value};
 

@@ -12,6 +12,8 @@
 //! is refused. The check is the `jsonschema` crate's format validator, which reads the RFCs
 //! as the JSON Schema Test Suite does (see docs/JSON_SCHEMA.md for the one place it does
 //! not, and what ruvllm does there).
+//!
+//! Part of the schema front end. Owns: the format grammars and checks. Uses: the IR.
 
 use std::sync::Arc;
 

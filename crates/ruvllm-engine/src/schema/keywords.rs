@@ -2,6 +2,8 @@
 //! reason, and the assertions each type's compiler reads.
 //!
 //! Data only; the parent module reads it.
+//!
+//! Part of the schema front end. Owns: the keyword tables. Uses: nothing of the crate.
 
 /// Keywords with no effect on validation.
 pub(super) const ANNOTATIONS: &[&str] = &[

@@ -39,6 +39,10 @@
 //! JSON pointer): a reference to nothing in the schema or the registry, content
 //! encodings no validator knows, required vocabularies nobody defines,
 //! and anything past the limits (nesting depth, grammar size, number of checks).
+//!
+//! Owns: `schema_to_grammar`, `SchemaOptions`, `SchemaError` and one compile's `Compiler`
+//! state. Uses: the IR (`grammar`) and its JSON string encodings, `error`, `util`; its
+//! children each add one concern to `Compiler`.
 
 mod arrays;
 mod bundle;

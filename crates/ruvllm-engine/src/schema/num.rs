@@ -1,5 +1,7 @@
 //! Decimal integer ranges as grammar expressions: the strings `0`, `1`, ..., without leading
 //! zeros, whose value lies in `[lo, hi]` (the classic digit-by-digit construction).
+//!
+//! Part of the schema front end. Owns: nothing. Uses: the IR.
 
 use crate::grammar::Expr;
 

@@ -17,6 +17,11 @@
 //! Tables are computed lazily, the first time a state is met (one pruned trie walk, a table
 //! lookup per node), and kept for the life of the [`crate::Constraint`], shared by every
 //! matcher and thread.
+//!
+//! Owns: `Tables` (one lexeme's lazily filled tables) and the token sets. Uses: the lexeme
+//! automata (`compile`), the vocabulary trie (`vocab`), the JSON string encodings,
+//! `byteset`, `util`; its children hold the store, the walk, sharing, key complements and
+//! the plain-text shortcuts.
 
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -172,9 +177,8 @@ const MAX_REACH_PAIRS: usize = 1024;
 /// to 2,700 states for a few hundred keys) is safe on string text at every depth, but a
 /// search stopped at 1,024 pairs found it safe 2-3 bytes deep only, and the table of the
 /// state after its opening quote walked 30,000-50,000 trie nodes (1.8-3.6 ms). A search
-/// over the whole trie takes 0.9-1.6 ms, after which the walk visits about 2,200 nodes.
-/// Memoizing every pair such a search reached (all safe too) was tried, and paid less:
-/// 36 and 37 masks over 2 ms on the 30 slowest files against 31 and 24 without.
+/// over the whole trie takes 0.9-1.6 ms, after which the walk visits about 2,200 nodes
+/// (docs/PERFORMANCE.md has the alternatives measured).
 const REACH_PAIRS_PER_STATE: usize = 4;
 
 /// The most pairs a search may expand whatever the DFA's size (32 times

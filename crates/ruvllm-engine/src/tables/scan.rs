@@ -237,13 +237,10 @@ pub(super) const MIN_SCAN_ALL_NODES: u32 = 16;
 /// * a state that allows a few bytes, none of which is below (every child refused).
 ///
 /// The walk paid a stack entry and a child visit per node, with branches on several
-/// fields of the child: 20-30 ns a node. On `Github_hard---o89194`'s `date-time` pattern
-/// of dots (`^....-..-..T..:..:..`), whose first four characters are anything, it
-/// visited 57,189 children for the table after the opening quote, in 5.9-6.3 ms; this
-/// pass decides that table in 3.1-3.2 ms (medians of 30 builds). The bounds of counts
-/// (see [`AsciiBound`]) are not looked for below `c`, so a counted lexeme's subtrees are
-/// scanned only where the table's own state has no bound within [`MIXED_BOUND`] bytes
-/// (`o79409`'s `maxLength: 200` class of letters, from its first count: 6.8 → 3.9 ms).
+/// fields of the child: 20-30 ns a node; this pass decides such a subtree at about half
+/// that cost (docs/PERFORMANCE.md). The bounds of counts (see [`AsciiBound`]) are not
+/// looked for below `c`, so a counted lexeme's subtrees are scanned only where the
+/// table's own state has no bound within [`MIXED_BOUND`] bytes.
 /// Cost: O(nodes read).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn scan_all(

@@ -21,10 +21,8 @@ pub(super) const MAX_GAVE_UP: usize = 32;
 ///
 /// A check that proves a share is short (about 10 µs on average on MaskBench); one that
 /// fails past the 3-byte signatures finds its difference deep down (string length bounds
-/// that differ) after hundreds of pairs. On a 566-file MaskBench sample (llama3_1), 4,753
-/// checks shared a table in 46 ms, 3,852 failed in 252 ms (65 µs each) and 88 gave up at
-/// 2,048 pairs in 38 ms. At 512 pairs, 104 more tables of 31,477 are computed instead of
-/// shared, and first-use time fell by a fifth (1,300 -> 1,050 ms; docs/PERFORMANCE.md).
+/// that differ) after hundreds of pairs, so a low cap loses few shares and bounds the
+/// failures' cost (docs/PERFORMANCE.md has the measurements that chose 512).
 pub(super) const MAX_PAIRS: usize = 512;
 
 /// Pairs past which a refuted equivalence check counts as a give-up: the lexeme then no
@@ -39,11 +37,10 @@ pub(super) const MAX_CHEAP_REFUTATION: usize = 64;
 
 /// Steps (a pair and a byte run followed from it) all of one table's sharing checks
 /// take together, at most (then the table is computed). A check that proves a share
-/// takes about 650 steps at the median, and 14,164 at most on the 40 MaskBench files
-/// with a mask over 2 ms in the run at d5993585: a share missed costs a walk of an
-/// expensive table, and a budget of 2,048 missed 16 of their 94 shares and made their
-/// slowest masks 1.11x slower. Without a budget, one table's checks took up to 0.9 ms;
-/// the budget bounds that (docs/PERFORMANCE.md, the log).
+/// takes about 650 steps at the median and about 14,000 at the most on the slowest
+/// MaskBench files; a share missed costs a walk of an expensive table, and without a
+/// budget one table's checks took up to 0.9 ms (docs/PERFORMANCE.md has the
+/// measurements that chose this budget).
 pub(super) const MAX_SHARE_WORK: usize = 16_384;
 
 /// `equivalent` (the tests' oracle), or `None` when it gave up at [`MAX_PAIRS`] pairs;

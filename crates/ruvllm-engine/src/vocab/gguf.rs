@@ -4,6 +4,8 @@
 //! key/value pairs. We read the pairs with a buffered reader and stop before the tensor
 //! table, so loading a vocabulary from a 100 MB model costs a few MB of reading. Every
 //! length read from the file is checked against a limit before anything is allocated.
+//!
+//! Part of the vocabulary layer. Owns: `GgufVocab` (metadata). Uses: `error`.
 
 use std::collections::HashMap;
 use std::io::{BufReader, Read};

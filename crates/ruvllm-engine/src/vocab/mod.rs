@@ -18,6 +18,9 @@
 //! The [`TokenTrie`] is built once per vocabulary and shared by every grammar: a pre-order
 //! array of nodes, one per distinct token prefix, so that a walk visits each shared prefix
 //! once and a whole subtree is a contiguous index range (cheap to skip or to mark).
+//!
+//! Owns: `Vocabulary` (token bytes, specials, EOS, the trie, an optional encoder). Uses:
+//! `byteset` and `error`; nothing of grammars.
 
 mod gguf;
 mod tiktoken;

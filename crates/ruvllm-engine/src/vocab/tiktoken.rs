@@ -1,4 +1,6 @@
 //! tiktoken rank files: one `base64(token bytes) rank` pair per line; the rank is the id.
+//!
+//! Part of the vocabulary layer. Owns: nothing. Uses: `error`.
 
 use base64::Engine;
 

@@ -3,6 +3,8 @@
 //! The JSON is read with `serde_json` to find how pieces map to bytes (byte-level BPE or
 //! SentencePiece with `▁` and byte fallback) and which added tokens are special; the
 //! `tokenizers` crate loads the same file as the encoder for forced tokens.
+//!
+//! Part of the vocabulary layer. Owns: nothing. Uses: `tokenizers` and `error`.
 
 use std::collections::HashMap;
 use std::path::Path;

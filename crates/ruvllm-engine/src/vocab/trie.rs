@@ -2,6 +2,9 @@
 //! summaries of what lies below (byte groups, character groups past ASCII, whether all of
 //! it is plain JSON-string text) that let a table walk take a subtree whole. Built once
 //! per vocabulary; knows nothing of grammars.
+//!
+//! Part of the vocabulary layer. Owns: `TokenTrie` and its per-node summaries. Uses:
+//! `byteset` only.
 
 /// A pre-order trie of token byte strings. Node 0 is the root (the empty prefix); node `n`'s
 /// subtree is `n..end(n)`; its children are `n+1`, then `end(child)` for each next sibling.
