@@ -436,7 +436,8 @@ async fn metrics(State(st): State<Shared>) -> impl IntoResponse {
         ));
     }
     let (cached, cache_bytes) = st.sched.model().constraint_cache_usage();
-    let lines: [(&str, &str, &str, String); 13] = [
+    let engine = st.sched.model().engine().usage();
+    let lines: [(&str, &str, &str, String); 16] = [
         (
             "ruvllm_generations_total",
             "counter",
@@ -514,6 +515,24 @@ async fn metrics(State(st): State<Shared>) -> impl IntoResponse {
             "gauge",
             "Bytes of the cached constraints' token tables (bounded by --constraint-cache-mb).",
             cache_bytes.to_string(),
+        ),
+        (
+            "ruvllm_engine_lexemes",
+            "gauge",
+            "Lexeme DFAs the engine keeps for later compiles (bounded by --lexeme-cache-mb).",
+            engine.lexemes.to_string(),
+        ),
+        (
+            "ruvllm_engine_dfa_bytes",
+            "gauge",
+            "Bytes of those lexeme DFAs.",
+            engine.dfa_bytes.to_string(),
+        ),
+        (
+            "ruvllm_engine_table_bytes",
+            "gauge",
+            "Bytes of token tables the engine keeps for later constraints (bounded by --table-cache-mb).",
+            engine.table_bytes.to_string(),
         ),
     ];
     for (name, ty, help, v) in lines {

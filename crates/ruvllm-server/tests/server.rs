@@ -513,6 +513,13 @@ fn health_and_metrics() {
         "/v1/completions",
         json!({"prompt": "Hello", "max_tokens": 2}),
     );
+    // A constrained one, so that the engine caches lexemes.
+    post(
+        a,
+        "/v1/chat/completions",
+        json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8,
+               "response_format": {"type": "json_object"}}),
+    );
     // Once the answer is back, nothing is running: `active` returns to 0 (the scheduler
     // updates it as its loop turns, so give it a moment).
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -534,9 +541,20 @@ fn health_and_metrics() {
         "ruvllm_completion_tokens_total",
         "ruvllm_mask_seconds_total",
         "ruvllm_queue_depth",
+        "ruvllm_engine_table_bytes",
     ] {
         assert!(t.contains(name), "{name} missing from\n{t}");
     }
+    // The engine cached the lexemes of the request's constraints: some, and within bounds.
+    let gauge = |name: &str| -> u64 {
+        let line = t
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap();
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    assert!(gauge("ruvllm_engine_lexemes") > 0, "{t}");
+    assert!(gauge("ruvllm_engine_dfa_bytes") <= 256 << 20, "{t}");
 }
 
 #[test]
