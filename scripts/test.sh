@@ -15,3 +15,6 @@ cargo test --workspace --locked
 # The server against real client libraries (openai, instructor, langchain-openai, ollama)
 # in a venv, using the binary the tests just built.
 bash tests/clients/run.sh target/debug/ruvllm
+# The Python package (built from this checkout with maturin) in a venv, its masks compared
+# with the binary's.
+bash crates/ruvllm-py/run-tests.sh target/debug/ruvllm

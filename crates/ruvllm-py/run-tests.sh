@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The Python package's tests: a venv with numpy, pytest and tokenizers (installed by name
+# with pip), the package itself built from this checkout (`pip install ./crates/ruvllm-py`,
+# which runs maturin), then pytest, with the `ruvllm` binary to compare masks with.
+# Usage: crates/ruvllm-py/run-tests.sh PATH/TO/ruvllm [pytest args]
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+bin="${1:?usage: run-tests.sh PATH/TO/ruvllm}"
+shift
+venv="$root/.venv-py"
+if [ ! -x "$venv/bin/python" ]; then
+    python3 -m venv "$venv"
+    "$venv/bin/python" -m pip install --quiet --upgrade pip
+fi
+"$venv/bin/python" -m pip install --quiet numpy pytest tokenizers
+"$venv/bin/python" -m pip install --quiet "$here"
+export RUVLLM_BIN="$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")"
+exec "$venv/bin/python" -m pytest -q -p no:cacheprovider "$here/tests" "$@"

@@ -1,0 +1,614 @@
+//! Python bindings of the engine: the `ruvllm._ruvllm` extension module of the `ruvllm`
+//! package (`pip install ./crates/ruvllm-py`, built by maturin as one abi3 wheel).
+//!
+//! The shape follows what inference engines already call (llguidance's `LLMatcher`,
+//! XGrammar's `GrammarMatcher`), so that an integration is a near-copy of theirs:
+//!
+//! * `Vocabulary`: a tokenizer's token bytes and EOS ids, with the model's logits width
+//!   (`n_vocab`, which may be larger than the tokenizer: padded ids are never allowed);
+//! * `Engine`: one per vocabulary, owning the caches every grammar compiled in it shares;
+//! * `Grammar`: a compiled constraint (JSON Schema, GBNF, regex, choices, built-in);
+//! * `Matcher`: one sequence: consume, validate, rollback, reset, forced tokens and bytes,
+//!   and filling one row of an int32 bitmask (`ceil(n_vocab / 32)` words per row, bit
+//!   `t % 32` of word `t / 32`). A stopped matcher, or one in error, allows EOS only.
+//!
+//! Every compile, mask and consume runs with the GIL released; `fill_next_token_bitmask_par`
+//! fills many rows on several threads. Errors are Python exceptions whose message carries
+//! the line and column, or the JSON pointer, of the problem; no input makes this module
+//! panic (and a panic would be a Python exception, not an abort).
+
+use std::sync::Arc;
+
+use pyo3::buffer::PyBuffer;
+use pyo3::create_exception;
+use pyo3::exceptions::{PyException, PyValueError};
+use pyo3::prelude::*;
+
+use ruvllm_engine as eng;
+use ruvllm_engine::schema::{schema_to_grammar, SchemaOptions, Whitespace};
+
+create_exception!(
+    _ruvllm,
+    RuvllmError,
+    PyException,
+    "Base class of the errors of ruvllm."
+);
+create_exception!(
+    _ruvllm,
+    GrammarError,
+    RuvllmError,
+    "A grammar, regex or choice list that does not compile (the message says where)."
+);
+create_exception!(_ruvllm, SchemaError, RuvllmError, "A JSON Schema that cannot be enforced exactly (the message names the keyword and its JSON pointer).");
+create_exception!(
+    _ruvllm,
+    VocabularyError,
+    RuvllmError,
+    "A tokenizer that cannot be loaded."
+);
+
+fn grammar_err(e: impl std::fmt::Display) -> PyErr {
+    GrammarError::new_err(e.to_string())
+}
+
+/// A vocabulary: every token's bytes, the EOS ids, and the logits width.
+#[pyclass(frozen, module = "ruvllm._ruvllm")]
+struct Vocabulary {
+    inner: Arc<eng::Vocabulary>,
+    n_vocab: usize,
+}
+
+impl Vocabulary {
+    fn make(
+        mut v: eng::Vocabulary,
+        n_vocab: Option<usize>,
+        eos: Option<Vec<u32>>,
+    ) -> PyResult<Self> {
+        if let Some(eos) = eos {
+            v.set_eos_tokens(eos)
+                .map_err(|e| VocabularyError::new_err(e.to_string()))?;
+        }
+        let n = n_vocab.unwrap_or(v.len());
+        if n < v.len() {
+            return Err(PyValueError::new_err(format!(
+                "n_vocab {n} is smaller than the tokenizer's {} tokens",
+                v.len()
+            )));
+        }
+        Ok(Vocabulary {
+            inner: Arc::new(v),
+            n_vocab: n,
+        })
+    }
+}
+
+#[pymethods]
+impl Vocabulary {
+    /// From the text of a Hugging Face `tokenizer.json`. `n_vocab`: the model's logits
+    /// width (default: the tokenizer's size); `eos_token_ids`: the ids that end a
+    /// generation (default: the tokenizer's end-of-text specials).
+    #[staticmethod]
+    #[pyo3(signature = (text, n_vocab=None, eos_token_ids=None))]
+    fn from_tokenizer_json(
+        py: Python<'_>,
+        text: &str,
+        n_vocab: Option<usize>,
+        eos_token_ids: Option<Vec<u32>>,
+    ) -> PyResult<Self> {
+        let v = py
+            .detach(|| eng::Vocabulary::from_tokenizer_json(text, None))
+            .map_err(|e| VocabularyError::new_err(e.to_string()))?;
+        Self::make(v, n_vocab, eos_token_ids)
+    }
+
+    /// From a file: a `tokenizer.json`, a GGUF model, or a `*.tiktoken` rank file.
+    #[staticmethod]
+    #[pyo3(signature = (path, n_vocab=None, eos_token_ids=None))]
+    fn from_file(
+        py: Python<'_>,
+        path: std::path::PathBuf,
+        n_vocab: Option<usize>,
+        eos_token_ids: Option<Vec<u32>>,
+    ) -> PyResult<Self> {
+        let v = py
+            .detach(|| eng::Vocabulary::from_file(&path))
+            .map_err(|e| VocabularyError::new_err(format!("{}: {e}", path.display())))?;
+        Self::make(v, n_vocab, eos_token_ids)
+    }
+
+    /// The logits width: the bitmask has `ceil(n_vocab / 32)` words per row.
+    #[getter]
+    fn n_vocab(&self) -> usize {
+        self.n_vocab
+    }
+
+    /// Tokens the tokenizer defines (ids from this to `n_vocab` are padding, never allowed).
+    #[getter]
+    fn tokenizer_size(&self) -> usize {
+        self.inner.len()
+    }
+
+    /// The ids that end a generation.
+    #[getter]
+    fn eos_token_ids(&self) -> Vec<u32> {
+        self.inner.eos_tokens().to_vec()
+    }
+
+    /// The bytes token `id` writes (empty for specials and padding).
+    fn token_bytes<'py>(&self, py: Python<'py>, id: u32) -> Bound<'py, pyo3::types::PyBytes> {
+        pyo3::types::PyBytes::new(py, self.inner.token_bytes(id))
+    }
+}
+
+/// The caches of one vocabulary (lexeme DFAs, token tables), shared by every grammar
+/// compiled in it. Create one per vocabulary and keep it.
+#[pyclass(frozen, module = "ruvllm._ruvllm")]
+struct Engine {
+    inner: eng::Engine,
+    n_vocab: usize,
+}
+
+fn limits() -> eng::Limits {
+    eng::Limits::default()
+}
+
+impl Engine {
+    fn bind(&self, py: Python<'_>, g: eng::Grammar) -> PyResult<Grammar> {
+        let c = py
+            .detach(|| self.inner.constraint(&g, &limits()))
+            .map_err(grammar_err)?;
+        Ok(Grammar {
+            inner: c,
+            n_vocab: self.n_vocab,
+        })
+    }
+}
+
+#[pymethods]
+impl Engine {
+    /// An engine for `vocab`. `table_cache_bytes` and `lexeme_cache_bytes` bound what it
+    /// keeps for later grammars (default 256 MiB each).
+    #[new]
+    #[pyo3(signature = (vocab, table_cache_bytes=None, lexeme_cache_bytes=None))]
+    fn new(
+        vocab: &Vocabulary,
+        table_cache_bytes: Option<usize>,
+        lexeme_cache_bytes: Option<usize>,
+    ) -> Self {
+        let d = eng::EngineConfig::default();
+        let config = eng::EngineConfig {
+            max_table_bytes: table_cache_bytes.unwrap_or(d.max_table_bytes),
+            max_cached_dfa_bytes: lexeme_cache_bytes.unwrap_or(d.max_cached_dfa_bytes),
+            ..d
+        };
+        Engine {
+            inner: eng::Engine::with_config(vocab.inner.clone(), config),
+            n_vocab: vocab.n_vocab,
+        }
+    }
+
+    /// Compiles a JSON Schema (its text). `whitespace`: "bounded" (default: compact or
+    /// pretty-printed, no runaway), "compact" (none) or "flexible" (any, up to 20 at a
+    /// time); `any_order`: properties in any order (default: the schema's); `strict`:
+    /// OpenAI's strict mode (objects closed where `additionalProperties` is unsaid).
+    #[pyo3(signature = (schema, whitespace="bounded", any_order=false, strict=false))]
+    fn compile_json_schema(
+        &self,
+        py: Python<'_>,
+        schema: &str,
+        whitespace: &str,
+        any_order: bool,
+        strict: bool,
+    ) -> PyResult<Grammar> {
+        let value: serde_json::Value = serde_json::from_str(schema).map_err(|e| {
+            SchemaError::new_err(format!(
+                "the schema is not JSON: line {}, column {}: {e}",
+                e.line(),
+                e.column()
+            ))
+        })?;
+        let whitespace = match whitespace {
+            "bounded" => Whitespace::Bounded,
+            "compact" => Whitespace::Compact,
+            "flexible" => Whitespace::Flexible(20),
+            w => {
+                return Err(PyValueError::new_err(format!(
+                    "whitespace {w:?}: expected bounded, compact or flexible"
+                )))
+            }
+        };
+        let opts = SchemaOptions {
+            whitespace,
+            any_order,
+            strict,
+            ..SchemaOptions::default()
+        };
+        let g = py
+            .detach(|| schema_to_grammar(&value, &opts))
+            .map_err(|e| SchemaError::new_err(e.to_string()))?;
+        self.bind(py, g)
+    }
+
+    /// Compiles a GBNF grammar (llama.cpp's format).
+    fn compile_gbnf(&self, py: Python<'_>, text: &str) -> PyResult<Grammar> {
+        let g = py
+            .detach(|| eng::Grammar::from_gbnf(text, &limits()))
+            .map_err(grammar_err)?;
+        self.bind(py, g)
+    }
+
+    /// Compiles a regular expression the whole output must match.
+    fn compile_regex(&self, py: Python<'_>, pattern: &str) -> PyResult<Grammar> {
+        let g = py
+            .detach(|| eng::Grammar::from_regex(pattern, &limits()))
+            .map_err(grammar_err)?;
+        self.bind(py, g)
+    }
+
+    /// Compiles a choice: the output is exactly one of `choices`.
+    fn compile_choices(&self, py: Python<'_>, choices: Vec<String>) -> PyResult<Grammar> {
+        let g = eng::Grammar::from_choices(&choices).map_err(grammar_err)?;
+        self.bind(py, g)
+    }
+
+    /// Compiles a built-in grammar: json, json_object, jsonl, csv, xml, xml:NAME,NAME.
+    fn compile_builtin(&self, py: Python<'_>, name: &str) -> PyResult<Grammar> {
+        let b = eng::Builtin::from_name(name).map_err(grammar_err)?;
+        let g = eng::Grammar::builtin(b, &limits()).map_err(grammar_err)?;
+        self.bind(py, g)
+    }
+}
+
+/// A compiled constraint bound to an engine's vocabulary; share it between matchers.
+#[pyclass(frozen, module = "ruvllm._ruvllm")]
+struct Grammar {
+    inner: Arc<eng::Constraint>,
+    n_vocab: usize,
+}
+
+/// One sequence under a grammar.
+#[pyclass(module = "ruvllm._ruvllm")]
+struct Matcher {
+    inner: MatcherState,
+}
+
+/// What a [`Matcher`] holds (apart from Python, so that it can be used without the GIL).
+struct MatcherState {
+    constraint: Arc<eng::Constraint>,
+    m: eng::Matcher,
+    n_vocab: usize,
+    /// Why the matcher stopped on an error (a refused token, a budget): it then allows
+    /// EOS only until `reset`.
+    error: Option<String>,
+    /// The engine's mask, reused.
+    scratch: Vec<u32>,
+}
+
+impl MatcherState {
+    fn new(constraint: Arc<eng::Constraint>, n_vocab: usize) -> PyResult<Self> {
+        let m = eng::Matcher::new(&constraint).map_err(|e| RuvllmError::new_err(e.to_string()))?;
+        Ok(MatcherState {
+            scratch: vec![0; constraint.vocab().mask_words()],
+            constraint,
+            m,
+            n_vocab,
+            error: None,
+        })
+    }
+
+    fn stopped(&self) -> bool {
+        self.error.is_some() || self.m.is_finished()
+    }
+
+    /// The next token's mask into `row` (`ceil(n_vocab / 32)` words): the engine's, or EOS
+    /// only when stopped or on an error (which then stops the matcher); the padding ids
+    /// past the tokenizer are always 0. `remaining`: the budget-aware mask.
+    fn fill(&mut self, row: &mut [u32], remaining: Option<usize>) {
+        row.fill(0);
+        if !self.stopped() {
+            let r = match remaining {
+                None => self.m.compute_mask(&mut self.scratch),
+                Some(n) => self.m.compute_budget_mask(&mut self.scratch, n).map(|_| ()),
+            };
+            match r {
+                Ok(()) => {
+                    let n = row.len().min(self.scratch.len());
+                    row[..n].copy_from_slice(&self.scratch[..n]);
+                    return;
+                }
+                Err(e) => self.error = Some(e.to_string()),
+            }
+        }
+        for &e in self.constraint.vocab().eos_tokens() {
+            if let Some(w) = row.get_mut(e as usize / 32) {
+                *w |= 1 << (e % 32);
+            }
+        }
+    }
+
+    fn consume(&mut self, t: u32) -> bool {
+        if self.error.is_some() {
+            return false;
+        }
+        match self.m.commit_token(t) {
+            Ok(()) => true,
+            Err(e) => {
+                self.error = Some(
+                    if (t as usize) < self.n_vocab && t as usize >= self.constraint.vocab().len() {
+                        format!(
+                            "token {t} is padding (the tokenizer has {} tokens)",
+                            self.constraint.vocab().len()
+                        )
+                    } else {
+                        e.to_string()
+                    },
+                );
+                false
+            }
+        }
+    }
+}
+
+/// Writes `rows` (each a mask of `words` u32) into `bitmask` at the given row indices.
+fn write_rows(
+    _gil: Python<'_>,
+    bitmask: &Bound<'_, PyAny>,
+    rows: &[(usize, Vec<u32>)],
+    words: usize,
+) -> PyResult<()> {
+    // A CPU torch tensor has no buffer protocol; its `.numpy()` view shares its memory.
+    let view;
+    let bitmask = match PyBuffer::<i32>::get(bitmask) {
+        Err(_) if bitmask.hasattr("numpy")? => {
+            view = bitmask.call_method0("numpy")?;
+            &view
+        }
+        _ => bitmask,
+    };
+    let buf: PyBuffer<i32> = PyBuffer::get(bitmask)?;
+    if buf.readonly() || !buf.is_c_contiguous() {
+        return Err(PyValueError::new_err(
+            "the bitmask must be a writable, C-contiguous int32 array",
+        ));
+    }
+    let shape = buf.shape();
+    let (n_rows, width) = match shape {
+        [w] => (1, *w),
+        [r, w] => (*r, *w),
+        _ => {
+            return Err(PyValueError::new_err(format!(
+                "the bitmask must have 1 or 2 dimensions, not {}",
+                shape.len()
+            )))
+        }
+    };
+    if width < words {
+        return Err(PyValueError::new_err(format!(
+            "the bitmask rows have {width} words; ceil(n_vocab / 32) = {words} are needed"
+        )));
+    }
+    let total = buf.item_count();
+    let base = buf.buf_ptr() as *mut i32;
+    for (index, row) in rows {
+        if *index >= n_rows {
+            return Err(PyValueError::new_err(format!(
+                "row {index} is outside the bitmask's {n_rows} rows"
+            )));
+        }
+        let at = index * width;
+        if at + row.len() > total {
+            return Err(PyValueError::new_err(
+                "the bitmask is smaller than its shape says",
+            ));
+        }
+        // SAFETY: `buf` holds the exporter's buffer (and keeps the memory alive) for this
+        // scope; it is writable, C-contiguous, of `total` i32 items, and the row lies
+        // within it (checked above). The GIL is held, so no Python code runs meanwhile;
+        // as with every extension that fills an array, a native thread writing the same
+        // array at the same time would race, which the caller must not do.
+        let dst = unsafe { std::slice::from_raw_parts_mut(base.add(at), row.len()) };
+        for (d, &w) in dst.iter_mut().zip(row) {
+            *d = w as i32;
+        }
+    }
+    Ok(())
+}
+
+fn words_of(n_vocab: usize) -> usize {
+    n_vocab.div_ceil(32)
+}
+
+#[pymethods]
+impl Matcher {
+    /// A matcher of `grammar` at its start.
+    #[new]
+    fn new(grammar: &Grammar) -> PyResult<Self> {
+        Ok(Matcher {
+            inner: MatcherState::new(grammar.inner.clone(), grammar.n_vocab)?,
+        })
+    }
+
+    /// Commits `token`; `False` (and the matcher stops with an error) when the grammar
+    /// refuses it.
+    fn consume_token(&mut self, py: Python<'_>, token: u32) -> bool {
+        let s = &mut self.inner;
+        py.detach(|| s.consume(token))
+    }
+
+    /// Commits `tokens` in order; `False` at the first refused one (those before it stay
+    /// committed, and the matcher stops with an error).
+    fn consume_tokens(&mut self, py: Python<'_>, tokens: Vec<u32>) -> bool {
+        let s = &mut self.inner;
+        py.detach(|| tokens.iter().all(|&t| s.consume(t)))
+    }
+
+    /// How many of `tokens`, from the first, the grammar accepts from here (a draft's
+    /// accepted prefix), without advancing. Cost: a copy of the parser state.
+    fn validate_tokens(&self, py: Python<'_>, tokens: Vec<u32>) -> usize {
+        let s = &self.inner;
+        if s.stopped() {
+            return 0;
+        }
+        py.detach(|| {
+            let mut m = s.m.clone();
+            tokens
+                .iter()
+                .take_while(|&&t| m.commit_token(t).is_ok())
+                .count()
+        })
+    }
+
+    /// Takes back the last `n` committed tokens (clears an error a refused token left).
+    fn rollback(&mut self, py: Python<'_>, n: usize) -> PyResult<()> {
+        let s = &mut self.inner;
+        py.detach(|| s.m.rollback(n))
+            .map_err(|e| RuvllmError::new_err(e.to_string()))?;
+        s.error = None;
+        Ok(())
+    }
+
+    /// Back to the start of the grammar.
+    fn reset(&mut self) -> PyResult<()> {
+        self.inner = MatcherState::new(self.inner.constraint.clone(), self.inner.n_vocab)?;
+        Ok(())
+    }
+
+    /// Whether the output so far is complete (EOS would be accepted).
+    fn is_accepting(&mut self) -> bool {
+        !self.inner.stopped() && self.inner.m.is_accepting()
+    }
+
+    /// Whether the matcher takes no more tokens: EOS was consumed, or an error stopped it.
+    fn is_stopped(&self) -> bool {
+        self.inner.stopped()
+    }
+
+    /// Why the matcher stopped on an error, or `None`.
+    fn get_error(&self) -> Option<String> {
+        self.inner.error.clone()
+    }
+
+    /// Tokens committed so far.
+    fn num_tokens(&self) -> usize {
+        self.inner.m.num_tokens()
+    }
+
+    /// The tokens the grammar forces next (jump-forward), possibly none.
+    fn compute_ff_tokens(&mut self, py: Python<'_>) -> PyResult<Vec<u32>> {
+        if self.inner.stopped() {
+            return Ok(vec![]);
+        }
+        let s = &mut self.inner;
+        py.detach(|| s.m.forced_tokens())
+            .map_err(|e| RuvllmError::new_err(e.to_string()))
+    }
+
+    /// The bytes the grammar forces next, possibly none.
+    fn compute_ff_bytes<'py>(
+        &mut self,
+        py: Python<'py>,
+    ) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
+        let b = if self.inner.stopped() {
+            vec![]
+        } else {
+            let s = &mut self.inner;
+            py.detach(|| s.m.forced_bytes())
+                .map_err(|e| RuvllmError::new_err(e.to_string()))?
+        };
+        Ok(pyo3::types::PyBytes::new(py, &b))
+    }
+
+    /// Fills row `index` of `bitmask` (an int32 array of shape `(rows, ceil(n_vocab/32))`
+    /// or `(ceil(n_vocab/32),)`, C-contiguous and writable: numpy, or a CPU torch tensor
+    /// through `.numpy()`) with the next token's mask. `tokens_left`: the budget-aware mask,
+    /// whose every token leaves a completion within that many tokens.
+    #[pyo3(signature = (bitmask, index=0, tokens_left=None))]
+    fn fill_next_token_bitmask(
+        &mut self,
+        py: Python<'_>,
+        bitmask: &Bound<'_, PyAny>,
+        index: usize,
+        tokens_left: Option<usize>,
+    ) -> PyResult<()> {
+        let words = words_of(self.inner.n_vocab);
+        let s = &mut self.inner;
+        let row = py.detach(|| {
+            let mut row = vec![0u32; words];
+            s.fill(&mut row, tokens_left);
+            row
+        });
+        write_rows(py, bitmask, &[(index, row)], words)
+    }
+}
+
+/// Fills one row per matcher (row `indices[i]` for `matchers[i]`, default `i`) on
+/// `threads` threads, with the GIL released; the same as filling them one by one.
+#[pyfunction]
+#[pyo3(signature = (matchers, bitmask, indices=None, threads=2))]
+fn fill_next_token_bitmask_par(
+    py: Python<'_>,
+    matchers: Vec<Bound<'_, Matcher>>,
+    bitmask: &Bound<'_, PyAny>,
+    indices: Option<Vec<usize>>,
+    threads: usize,
+) -> PyResult<()> {
+    let indices = indices.unwrap_or_else(|| (0..matchers.len()).collect());
+    if indices.len() != matchers.len() {
+        return Err(PyValueError::new_err("one index per matcher"));
+    }
+    let mut refs: Vec<PyRefMut<'_, Matcher>> = matchers
+        .iter()
+        .map(|m| m.try_borrow_mut())
+        .collect::<Result<_, _>>()?;
+    let Some(words) = refs.first().map(|m| words_of(m.inner.n_vocab)) else {
+        return Ok(());
+    };
+    if refs.iter().any(|m| words_of(m.inner.n_vocab) != words) {
+        return Err(PyValueError::new_err("the matchers have different n_vocab"));
+    }
+    let mut states: Vec<&mut MatcherState> = refs.iter_mut().map(|m| &mut m.inner).collect();
+    let rows: Vec<Vec<u32>> = py.detach(|| {
+        let threads = threads.clamp(1, states.len());
+        let per = states.len().div_ceil(threads);
+        std::thread::scope(|sc| {
+            let hs: Vec<_> = states
+                .chunks_mut(per)
+                .map(|chunk| {
+                    sc.spawn(move || {
+                        chunk
+                            .iter_mut()
+                            .map(|s| {
+                                let mut row = vec![0u32; words];
+                                s.fill(&mut row, None);
+                                row
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            hs.into_iter()
+                .flat_map(|h| h.join().unwrap_or_default())
+                .collect()
+        })
+    });
+    if rows.len() != indices.len() {
+        return Err(RuvllmError::new_err("a fill thread failed"));
+    }
+    let rows: Vec<(usize, Vec<u32>)> = indices.into_iter().zip(rows).collect();
+    write_rows(py, bitmask, &rows, words)
+}
+
+#[pymodule]
+fn _ruvllm(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Vocabulary>()?;
+    m.add_class::<Engine>()?;
+    m.add_class::<Grammar>()?;
+    m.add_class::<Matcher>()?;
+    m.add_function(wrap_pyfunction!(fill_next_token_bitmask_par, m)?)?;
+    let py = m.py();
+    m.add("RuvllmError", py.get_type::<RuvllmError>())?;
+    m.add("GrammarError", py.get_type::<GrammarError>())?;
+    m.add("SchemaError", py.get_type::<SchemaError>())?;
+    m.add("VocabularyError", py.get_type::<VocabularyError>())?;
+    Ok(())
+}
