@@ -288,7 +288,8 @@ impl MatcherState {
     fn new(constraint: Arc<eng::Constraint>, n_vocab: usize) -> PyResult<Self> {
         let m = eng::Matcher::new(&constraint).map_err(|e| RuvllmError::new_err(e.to_string()))?;
         Ok(MatcherState {
-            scratch: vec![0; constraint.vocab().mask_words()],
+            // One bitmask row: the engine's mask, then zeros for the padding ids.
+            scratch: vec![0; words_of(n_vocab).max(constraint.vocab().mask_words())],
             constraint,
             m,
             n_vocab,
@@ -300,29 +301,25 @@ impl MatcherState {
         self.error.is_some() || self.m.is_finished()
     }
 
-    /// The next token's mask into `row` (`ceil(n_vocab / 32)` words): the engine's, or EOS
-    /// only when stopped or on an error (which then stops the matcher); the padding ids
-    /// past the tokenizer are always 0. `remaining`: the budget-aware mask.
-    fn fill(&mut self, row: &mut [u32], remaining: Option<usize>) {
-        row.fill(0);
+    /// The next token's mask into `scratch` (one row: `ceil(n_vocab / 32)` words): the
+    /// engine's, or EOS only when stopped or on an error (which then stops the matcher); the
+    /// padding ids past the tokenizer are always 0. `remaining`: the budget-aware mask.
+    fn fill(&mut self, remaining: Option<usize>) {
+        let mw = self.constraint.vocab().mask_words();
         if !self.stopped() {
+            let mask = &mut self.scratch[..mw];
             let r = match remaining {
-                None => self.m.compute_mask(&mut self.scratch),
-                Some(n) => self.m.compute_budget_mask(&mut self.scratch, n).map(|_| ()),
+                None => self.m.compute_mask(mask),
+                Some(n) => self.m.compute_budget_mask(mask, n).map(|_| ()),
             };
             match r {
-                Ok(()) => {
-                    let n = row.len().min(self.scratch.len());
-                    row[..n].copy_from_slice(&self.scratch[..n]);
-                    return;
-                }
+                Ok(()) => return,
                 Err(e) => self.error = Some(e.to_string()),
             }
         }
+        self.scratch.fill(0);
         for &e in self.constraint.vocab().eos_tokens() {
-            if let Some(w) = row.get_mut(e as usize / 32) {
-                *w |= 1 << (e % 32);
-            }
+            self.scratch[e as usize / 32] |= 1 << (e % 32);
         }
     }
 
@@ -353,7 +350,7 @@ impl MatcherState {
 fn write_rows(
     _gil: Python<'_>,
     bitmask: &Bound<'_, PyAny>,
-    rows: &[(usize, Vec<u32>)],
+    rows: &[(usize, &[u32])],
     words: usize,
 ) -> PyResult<()> {
     // A CPU torch tensor has no buffer protocol; its `.numpy()` view shares its memory.
@@ -395,8 +392,9 @@ fn write_rows(
                 "row {index} is outside the bitmask's {n_rows} rows"
             )));
         }
+        let row = &row[..words];
         let at = index * width;
-        if at + row.len() > total {
+        if at + words > total {
             return Err(PyValueError::new_err(
                 "the bitmask is smaller than its shape says",
             ));
@@ -406,10 +404,9 @@ fn write_rows(
         // within it (checked above). The GIL is held, so no Python code runs meanwhile;
         // as with every extension that fills an array, a native thread writing the same
         // array at the same time would race, which the caller must not do.
-        let dst = unsafe { std::slice::from_raw_parts_mut(base.add(at), row.len()) };
-        for (d, &w) in dst.iter_mut().zip(row) {
-            *d = w as i32;
-        }
+        // An i32 and a u32 have one layout: the row is copied as is.
+        let dst = unsafe { std::slice::from_raw_parts_mut(base.add(at) as *mut u32, words) };
+        dst.copy_from_slice(row);
     }
     Ok(())
 }
@@ -532,12 +529,8 @@ impl Matcher {
     ) -> PyResult<()> {
         let words = words_of(self.inner.n_vocab);
         let s = &mut self.inner;
-        let row = py.detach(|| {
-            let mut row = vec![0u32; words];
-            s.fill(&mut row, tokens_left);
-            row
-        });
-        write_rows(py, bitmask, &[(index, row)], words)
+        py.detach(|| s.fill(tokens_left));
+        write_rows(py, bitmask, &[(index, &self.inner.scratch)], words)
     }
 }
 
@@ -567,34 +560,19 @@ fn fill_next_token_bitmask_par(
         return Err(PyValueError::new_err("the matchers have different n_vocab"));
     }
     let mut states: Vec<&mut MatcherState> = refs.iter_mut().map(|m| &mut m.inner).collect();
-    let rows: Vec<Vec<u32>> = py.detach(|| {
+    py.detach(|| {
         let threads = threads.clamp(1, states.len());
         let per = states.len().div_ceil(threads);
         std::thread::scope(|sc| {
-            let hs: Vec<_> = states
-                .chunks_mut(per)
-                .map(|chunk| {
-                    sc.spawn(move || {
-                        chunk
-                            .iter_mut()
-                            .map(|s| {
-                                let mut row = vec![0u32; words];
-                                s.fill(&mut row, None);
-                                row
-                            })
-                            .collect::<Vec<_>>()
-                    })
-                })
-                .collect();
-            hs.into_iter()
-                .flat_map(|h| h.join().unwrap_or_default())
-                .collect()
+            for chunk in states.chunks_mut(per) {
+                sc.spawn(move || chunk.iter_mut().for_each(|s| s.fill(None)));
+            }
         })
     });
-    if rows.len() != indices.len() {
-        return Err(RuvllmError::new_err("a fill thread failed"));
-    }
-    let rows: Vec<(usize, Vec<u32>)> = indices.into_iter().zip(rows).collect();
+    let rows: Vec<(usize, &[u32])> = indices
+        .into_iter()
+        .zip(states.iter().map(|s| &s.scratch[..]))
+        .collect();
     write_rows(py, bitmask, &rows, words)
 }
 
