@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The Python package's tests: a venv with numpy, pytest and tokenizers (installed by name
-# with pip), the package itself built from this checkout (`pip install ./crates/ruvllm-py`,
-# which runs maturin), then pytest, with the `ruvllm` binary to compare masks with.
+# The Python package's tests: a venv with numpy, pytest, tokenizers, jsonschema, and torch,
+# transformers, accelerate and gguf for the transformers adapter (installed by name with pip;
+# torch brings about 5.6 GB and 85 s of downloads), the package itself built from this
+# checkout (`pip install ./crates/ruvllm-py`, which runs maturin), then pytest, with the
+# `ruvllm` binary to compare masks with.
 # Usage: crates/ruvllm-py/run-tests.sh PATH/TO/ruvllm [pytest args]
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -13,7 +15,7 @@ if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
     "$venv/bin/python" -m pip install --quiet --upgrade pip
 fi
-"$venv/bin/python" -m pip install --quiet numpy pytest tokenizers
+"$venv/bin/python" -m pip install --quiet numpy pytest tokenizers jsonschema torch transformers accelerate gguf
 "$venv/bin/python" -m pip install --quiet "$here"
 export RUVLLM_BIN="$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")"
 exec "$venv/bin/python" -m pytest -q -p no:cacheprovider "$here/tests" "$@"
