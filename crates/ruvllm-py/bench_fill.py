@@ -53,7 +53,9 @@ def main() -> None:
         if not valid:
             continue
         try:
-            g = engine.compile_json_schema(json.dumps(d["schema"]), whitespace="flexible", any_order=True)
+            g = engine.compile_json_schema(
+                json.dumps(d["schema"]), whitespace="flexible", any_order=True, generation=False
+            )
         except ruvllm.RuvllmError:
             continue
         lg = llguidance.LLMatcher.grammar_from_json_schema(

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The Python package's tests: a venv with numpy, pytest, tokenizers, jsonschema, and torch,
 # transformers, accelerate and gguf for the transformers adapter (installed by name with pip;
-# torch brings about 5.6 GB and 85 s of downloads), the package itself built from this
+# torch brings about 5.6 GB and 85 s of downloads), llama-cpp-python (its source package,
+# built with the cmake and ninja wheels: about 5 minutes on 2 cores, once per venv), the
+# package itself built from this
 # checkout (`pip install ./crates/ruvllm-py`, which runs maturin), then pytest, with the
 # `ruvllm` binary to compare masks with.
 # Usage: crates/ruvllm-py/run-tests.sh PATH/TO/ruvllm [pytest args]
@@ -16,6 +18,11 @@ if [ ! -x "$venv/bin/python" ]; then
     "$venv/bin/python" -m pip install --quiet --upgrade pip
 fi
 "$venv/bin/python" -m pip install --quiet numpy pytest tokenizers jsonschema torch transformers accelerate gguf
+if ! "$venv/bin/python" -c "import llama_cpp" 2>/dev/null; then
+    "$venv/bin/python" -m pip install --quiet cmake ninja scikit-build-core
+    CMAKE_ARGS="-DGGML_NATIVE=ON -DLLAMA_CURL=OFF" PATH="$venv/bin:$PATH" \
+        "$venv/bin/python" -m pip install --quiet --no-build-isolation "llama-cpp-python==0.3.36"
+fi
 "$venv/bin/python" -m pip install --quiet "$here"
 export RUVLLM_BIN="$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")"
 exec "$venv/bin/python" -m pytest -q -p no:cacheprovider "$here/tests" "$@"

@@ -190,8 +190,12 @@ impl Engine {
     /// Compiles a JSON Schema (its text). `whitespace`: "bounded" (default: compact or
     /// pretty-printed, no runaway), "compact" (none) or "flexible" (any, up to 20 at a
     /// time); `any_order`: properties in any order (default: the schema's); `strict`:
-    /// OpenAI's strict mode (objects closed where `additionalProperties` is unsaid).
-    #[pyo3(signature = (schema, whitespace="bounded", any_order=false, strict=false))]
+    /// OpenAI's strict mode (objects closed where `additionalProperties` is unsaid);
+    /// `generation` (default): numbers as encoders write them (an integer in plain digits,
+    /// at most 20 significant digits) and unique keys, so that a model cannot run on
+    /// writing `8.12888…e9` until the token limit; `generation=False`: every document a
+    /// validator accepts (for checking text).
+    #[pyo3(signature = (schema, whitespace="bounded", any_order=false, strict=false, generation=true))]
     fn compile_json_schema(
         &self,
         py: Python<'_>,
@@ -199,6 +203,7 @@ impl Engine {
         whitespace: &str,
         any_order: bool,
         strict: bool,
+        generation: bool,
     ) -> PyResult<Grammar> {
         let value: serde_json::Value = serde_json::from_str(schema).map_err(|e| {
             SchemaError::new_err(format!(
@@ -217,11 +222,16 @@ impl Engine {
                 )))
             }
         };
+        let base = if generation {
+            SchemaOptions::generation()
+        } else {
+            SchemaOptions::default()
+        };
         let opts = SchemaOptions {
             whitespace,
             any_order,
             strict,
-            ..SchemaOptions::default()
+            ..base
         };
         let g = py
             .detach(|| schema_to_grammar(&value, &opts))

@@ -33,7 +33,12 @@ class Engine:
         lexeme_cache_bytes: int | None = None,
     ) -> None: ...
     def compile_json_schema(
-        self, schema: str, whitespace: str = "bounded", any_order: bool = False, strict: bool = False
+        self,
+        schema: str,
+        whitespace: str = "bounded",
+        any_order: bool = False,
+        strict: bool = False,
+        generation: bool = True,
     ) -> Grammar: ...
     def compile_gbnf(self, text: str) -> Grammar: ...
     def compile_regex(self, pattern: str) -> Grammar: ...
