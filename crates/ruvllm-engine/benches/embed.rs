@@ -18,12 +18,8 @@ const TOKENIZER: &str = concat!(
     "/../../assets/tokenizers/llama3_1/tokenizer.json"
 );
 
-const SCHEMA: &str = r#"{"type": "object", "properties": {
-    "name": {"type": "string", "maxLength": 40},
-    "age": {"type": "integer", "minimum": 0, "maximum": 150},
-    "email": {"type": "string", "format": "email"},
-    "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 8}},
-  "required": ["name", "age"], "additionalProperties": false}"#;
+/// The person schema both engine benches use.
+const SCHEMA: &str = include_str!("person.schema.json");
 
 fn grammar() -> Grammar {
     let schema: serde_json::Value = serde_json::from_str(SCHEMA).unwrap();

@@ -18,12 +18,8 @@ fn vocab() -> Arc<Vocabulary> {
     Arc::new(Vocabulary::from_file(p).expect("run scripts/fetch-assets.sh first"))
 }
 
-const SCHEMA: &str = r#"{"type": "object", "properties": {
-    "name": {"type": "string", "maxLength": 40},
-    "age": {"type": "integer", "minimum": 0, "maximum": 150},
-    "email": {"type": "string", "format": "email"},
-    "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 8}},
-  "required": ["name", "age"], "additionalProperties": false}"#;
+/// The person schema both engine benches use.
+const SCHEMA: &str = include_str!("person.schema.json");
 
 fn benches(c: &mut Criterion) {
     let vocab = vocab();

@@ -85,6 +85,21 @@ def test_gbnf(hf):
         assert re.fullmatch(r"colors: (red|green|blue|yellow)(, (red|green|blue|yellow)){0,3}", text), text
 
 
+def test_one_processor_serves_two_generate_calls(hf):
+    """A processor reused for a second `generate()` starts fresh matchers, whatever the
+    prompt lengths."""
+    tok, model, engine = hf
+    g = engine.compile_regex(r"(yes|no)")
+    proc = RuvllmLogitsProcessor(g)
+    for prompt in ["Is water wet?", "Is fire cold? Answer yes or no."]:
+        text = tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False)
+        inp = tok(text, return_tensors="pt")
+        out = model.generate(**inp, logits_processor=[proc], max_new_tokens=8, do_sample=False)
+        row = out[0, inp["input_ids"].shape[1]:].tolist()
+        assert tok.eos_token_id in row, row
+        assert tok.decode(row[: row.index(tok.eos_token_id)]) in ("yes", "no")
+
+
 def test_regex(hf):
     pattern = r"[0-9]{4}-[0-9]{2}-[0-9]{2}"
     g = hf[2].compile_regex(pattern)
