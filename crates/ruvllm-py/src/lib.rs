@@ -25,7 +25,7 @@ use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
 
 use ruvllm_engine as eng;
-use ruvllm_engine::schema::{schema_to_grammar, SchemaOptions, Whitespace};
+use ruvllm_matcher::{CompileError, JsonSchemaOptions, SeqMatcher, Source, WhitespaceMode};
 
 create_exception!(
     _ruvllm,
@@ -46,10 +46,6 @@ create_exception!(
     RuvllmError,
     "A tokenizer that cannot be loaded."
 );
-
-fn grammar_err(e: impl std::fmt::Display) -> PyErr {
-    GrammarError::new_err(e.to_string())
-}
 
 /// A vocabulary: every token's bytes, the EOS ids, and the logits width.
 #[pyclass(frozen, module = "ruvllm._ruvllm")]
@@ -148,15 +144,15 @@ struct Engine {
     n_vocab: usize,
 }
 
-fn limits() -> eng::Limits {
-    eng::Limits::default()
-}
-
 impl Engine {
-    fn bind(&self, py: Python<'_>, g: eng::Grammar) -> PyResult<Grammar> {
+    fn compile(&self, py: Python<'_>, source: Source<'_>) -> PyResult<Grammar> {
         let c = py
-            .detach(|| self.inner.constraint(&g, &limits()))
-            .map_err(grammar_err)?;
+            .detach(|| ruvllm_matcher::compile(&self.inner, &source))
+            .map_err(|e| match e {
+                CompileError::Schema(m) => SchemaError::new_err(m),
+                CompileError::Grammar(m) => GrammarError::new_err(m),
+                CompileError::Options(m) => PyValueError::new_err(m),
+            })?;
         Ok(Grammar {
             inner: c,
             n_vocab: self.n_vocab,
@@ -205,67 +201,35 @@ impl Engine {
         strict: bool,
         generation: bool,
     ) -> PyResult<Grammar> {
-        let value: serde_json::Value = serde_json::from_str(schema).map_err(|e| {
-            SchemaError::new_err(format!(
-                "the schema is not JSON: line {}, column {}: {e}",
-                e.line(),
-                e.column()
-            ))
-        })?;
-        let whitespace = match whitespace {
-            "bounded" => Whitespace::Bounded,
-            "compact" => Whitespace::Compact,
-            "flexible" => Whitespace::Flexible(20),
-            w => {
-                return Err(PyValueError::new_err(format!(
-                    "whitespace {w:?}: expected bounded, compact or flexible"
-                )))
-            }
-        };
-        let base = if generation {
-            SchemaOptions::generation()
-        } else {
-            SchemaOptions::default()
-        };
-        let opts = SchemaOptions {
+        let whitespace = WhitespaceMode::from_name(whitespace)
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let opts = JsonSchemaOptions {
             whitespace,
             any_order,
             strict,
-            ..base
+            generation,
         };
-        let g = py
-            .detach(|| schema_to_grammar(&value, &opts))
-            .map_err(|e| SchemaError::new_err(e.to_string()))?;
-        self.bind(py, g)
+        self.compile(py, Source::JsonSchema(schema, opts))
     }
 
     /// Compiles a GBNF grammar (llama.cpp's format).
     fn compile_gbnf(&self, py: Python<'_>, text: &str) -> PyResult<Grammar> {
-        let g = py
-            .detach(|| eng::Grammar::from_gbnf(text, &limits()))
-            .map_err(grammar_err)?;
-        self.bind(py, g)
+        self.compile(py, Source::Gbnf(text))
     }
 
     /// Compiles a regular expression the whole output must match.
     fn compile_regex(&self, py: Python<'_>, pattern: &str) -> PyResult<Grammar> {
-        let g = py
-            .detach(|| eng::Grammar::from_regex(pattern, &limits()))
-            .map_err(grammar_err)?;
-        self.bind(py, g)
+        self.compile(py, Source::Regex(pattern))
     }
 
     /// Compiles a choice: the output is exactly one of `choices`.
     fn compile_choices(&self, py: Python<'_>, choices: Vec<String>) -> PyResult<Grammar> {
-        let g = eng::Grammar::from_choices(&choices).map_err(grammar_err)?;
-        self.bind(py, g)
+        self.compile(py, Source::Choices(choices))
     }
 
     /// Compiles a built-in grammar: json, json_object, jsonl, csv, xml, xml:NAME,NAME.
     fn compile_builtin(&self, py: Python<'_>, name: &str) -> PyResult<Grammar> {
-        let b = eng::Builtin::from_name(name).map_err(grammar_err)?;
-        let g = eng::Grammar::builtin(b, &limits()).map_err(grammar_err)?;
-        self.bind(py, g)
+        self.compile(py, Source::Builtin(name))
     }
 }
 
@@ -279,81 +243,11 @@ struct Grammar {
 /// One sequence under a grammar.
 #[pyclass(module = "ruvllm._ruvllm")]
 struct Matcher {
-    inner: MatcherState,
+    inner: SeqMatcher,
 }
 
-/// What a [`Matcher`] holds (apart from Python, so that it can be used without the GIL).
-struct MatcherState {
-    constraint: Arc<eng::Constraint>,
-    m: eng::Matcher,
-    n_vocab: usize,
-    /// Why the matcher stopped on an error (a refused token, a budget): it then allows
-    /// EOS only until `reset`.
-    error: Option<String>,
-    /// The engine's mask, reused.
-    scratch: Vec<u32>,
-}
-
-impl MatcherState {
-    fn new(constraint: Arc<eng::Constraint>, n_vocab: usize) -> PyResult<Self> {
-        let m = eng::Matcher::new(&constraint).map_err(|e| RuvllmError::new_err(e.to_string()))?;
-        Ok(MatcherState {
-            // One bitmask row: the engine's mask, then zeros for the padding ids.
-            scratch: vec![0; words_of(n_vocab).max(constraint.vocab().mask_words())],
-            constraint,
-            m,
-            n_vocab,
-            error: None,
-        })
-    }
-
-    fn stopped(&self) -> bool {
-        self.error.is_some() || self.m.is_finished()
-    }
-
-    /// The next token's mask into `scratch` (one row: `ceil(n_vocab / 32)` words): the
-    /// engine's, or EOS only when stopped or on an error (which then stops the matcher); the
-    /// padding ids past the tokenizer are always 0. `remaining`: the budget-aware mask.
-    fn fill(&mut self, remaining: Option<usize>) {
-        let mw = self.constraint.vocab().mask_words();
-        if !self.stopped() {
-            let mask = &mut self.scratch[..mw];
-            let r = match remaining {
-                None => self.m.compute_mask(mask),
-                Some(n) => self.m.compute_budget_mask(mask, n).map(|_| ()),
-            };
-            match r {
-                Ok(()) => return,
-                Err(e) => self.error = Some(e.to_string()),
-            }
-        }
-        self.scratch.fill(0);
-        for &e in self.constraint.vocab().eos_tokens() {
-            self.scratch[e as usize / 32] |= 1 << (e % 32);
-        }
-    }
-
-    fn consume(&mut self, t: u32) -> bool {
-        if self.error.is_some() {
-            return false;
-        }
-        match self.m.commit_token(t) {
-            Ok(()) => true,
-            Err(e) => {
-                self.error = Some(
-                    if (t as usize) < self.n_vocab && t as usize >= self.constraint.vocab().len() {
-                        format!(
-                            "token {t} is padding (the tokenizer has {} tokens)",
-                            self.constraint.vocab().len()
-                        )
-                    } else {
-                        e.to_string()
-                    },
-                );
-                false
-            }
-        }
-    }
+fn match_err(e: eng::MatchError) -> PyErr {
+    RuvllmError::new_err(e.to_string())
 }
 
 /// Writes `rows` (each a mask of `words` u32) into `bitmask` at the given row indices.
@@ -421,17 +315,13 @@ fn write_rows(
     Ok(())
 }
 
-fn words_of(n_vocab: usize) -> usize {
-    n_vocab.div_ceil(32)
-}
-
 #[pymethods]
 impl Matcher {
     /// A matcher of `grammar` at its start.
     #[new]
     fn new(grammar: &Grammar) -> PyResult<Self> {
         Ok(Matcher {
-            inner: MatcherState::new(grammar.inner.clone(), grammar.n_vocab)?,
+            inner: SeqMatcher::new(grammar.inner.clone(), grammar.n_vocab).map_err(match_err)?,
         })
     }
 
@@ -453,61 +343,44 @@ impl Matcher {
     /// accepted prefix), without advancing. Cost: a copy of the parser state.
     fn validate_tokens(&self, py: Python<'_>, tokens: Vec<u32>) -> usize {
         let s = &self.inner;
-        if s.stopped() {
-            return 0;
-        }
-        py.detach(|| {
-            let mut m = s.m.clone();
-            tokens
-                .iter()
-                .take_while(|&&t| m.commit_token(t).is_ok())
-                .count()
-        })
+        py.detach(|| s.validate(&tokens))
     }
 
     /// Takes back the last `n` committed tokens (clears an error a refused token left).
     fn rollback(&mut self, py: Python<'_>, n: usize) -> PyResult<()> {
         let s = &mut self.inner;
-        py.detach(|| s.m.rollback(n))
-            .map_err(|e| RuvllmError::new_err(e.to_string()))?;
-        s.error = None;
-        Ok(())
+        py.detach(|| s.rollback(n)).map_err(match_err)
     }
 
     /// Back to the start of the grammar.
     fn reset(&mut self) -> PyResult<()> {
-        self.inner = MatcherState::new(self.inner.constraint.clone(), self.inner.n_vocab)?;
-        Ok(())
+        self.inner.reset().map_err(match_err)
     }
 
     /// Whether the output so far is complete (EOS would be accepted).
     fn is_accepting(&mut self) -> bool {
-        !self.inner.stopped() && self.inner.m.is_accepting()
+        self.inner.is_accepting()
     }
 
     /// Whether the matcher takes no more tokens: EOS was consumed, or an error stopped it.
     fn is_stopped(&self) -> bool {
-        self.inner.stopped()
+        self.inner.is_stopped()
     }
 
     /// Why the matcher stopped on an error, or `None`.
     fn get_error(&self) -> Option<String> {
-        self.inner.error.clone()
+        self.inner.error().map(str::to_owned)
     }
 
     /// Tokens committed so far.
     fn num_tokens(&self) -> usize {
-        self.inner.m.num_tokens()
+        self.inner.num_tokens()
     }
 
     /// The tokens the grammar forces next (jump-forward), possibly none.
     fn compute_ff_tokens(&mut self, py: Python<'_>) -> PyResult<Vec<u32>> {
-        if self.inner.stopped() {
-            return Ok(vec![]);
-        }
         let s = &mut self.inner;
-        py.detach(|| s.m.forced_tokens())
-            .map_err(|e| RuvllmError::new_err(e.to_string()))
+        py.detach(|| s.forced_tokens()).map_err(match_err)
     }
 
     /// The bytes the grammar forces next, possibly none.
@@ -515,13 +388,8 @@ impl Matcher {
         &mut self,
         py: Python<'py>,
     ) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
-        let b = if self.inner.stopped() {
-            vec![]
-        } else {
-            let s = &mut self.inner;
-            py.detach(|| s.m.forced_bytes())
-                .map_err(|e| RuvllmError::new_err(e.to_string()))?
-        };
+        let s = &mut self.inner;
+        let b = py.detach(|| s.forced_bytes()).map_err(match_err)?;
         Ok(pyo3::types::PyBytes::new(py, &b))
     }
 
@@ -537,10 +405,12 @@ impl Matcher {
         index: usize,
         tokens_left: Option<usize>,
     ) -> PyResult<()> {
-        let words = words_of(self.inner.n_vocab);
+        let words = self.inner.words();
         let s = &mut self.inner;
-        py.detach(|| s.fill(tokens_left));
-        write_rows(py, bitmask, &[(index, &self.inner.scratch)], words)
+        py.detach(|| {
+            s.fill(tokens_left);
+        });
+        write_rows(py, bitmask, &[(index, self.inner.row())], words)
     }
 }
 
@@ -563,25 +433,17 @@ fn fill_next_token_bitmask_par(
         .iter()
         .map(|m| m.try_borrow_mut())
         .collect::<Result<_, _>>()?;
-    let Some(words) = refs.first().map(|m| words_of(m.inner.n_vocab)) else {
+    let Some(words) = refs.first().map(|m| m.inner.words()) else {
         return Ok(());
     };
-    if refs.iter().any(|m| words_of(m.inner.n_vocab) != words) {
+    if refs.iter().any(|m| m.inner.words() != words) {
         return Err(PyValueError::new_err("the matchers have different n_vocab"));
     }
-    let mut states: Vec<&mut MatcherState> = refs.iter_mut().map(|m| &mut m.inner).collect();
-    py.detach(|| {
-        let threads = threads.clamp(1, states.len());
-        let per = states.len().div_ceil(threads);
-        std::thread::scope(|sc| {
-            for chunk in states.chunks_mut(per) {
-                sc.spawn(move || chunk.iter_mut().for_each(|s| s.fill(None)));
-            }
-        })
-    });
+    let mut states: Vec<&mut SeqMatcher> = refs.iter_mut().map(|m| &mut m.inner).collect();
+    py.detach(|| ruvllm_matcher::fill_rows_par(&mut states, threads));
     let rows: Vec<(usize, &[u32])> = indices
         .into_iter()
-        .zip(states.iter().map(|s| &s.scratch[..]))
+        .zip(states.iter().map(|s| s.row()))
         .collect();
     write_rows(py, bitmask, &rows, words)
 }

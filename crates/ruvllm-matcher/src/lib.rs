@@ -1,0 +1,433 @@
+//! The sequence matcher that every binding of the engine shares: the Python package
+//! (`crates/ruvllm-py`) and the C ABI (`crates/ruvllm-capi`) are thin layers over this crate,
+//! so a row filled from Python, from C or from a llama.cpp sampler is the same row.
+//!
+//! What it adds to the engine's [`ruvllm_engine::Matcher`] is what an inference engine's
+//! batch needs and the engine does not know about:
+//!
+//! * **The logits width.** A model's logits often have more entries than its tokenizer has
+//!   tokens (padding up to a multiple of 64 or 128). A row here has `ceil(n_vocab / 32)`
+//!   words, bit `t % 32` of word `t / 32` for token `t`, and the padding ids are never set.
+//! * **An error state instead of an exception mid-batch.** A refused token, a padding id or
+//!   a failed mask stops the matcher with a message ([`SeqMatcher::error`]); from then on its
+//!   row allows EOS only, so a batch keeps going and the sequence ends. Never an empty row:
+//!   an all-zero row would make the sampler's choice undefined.
+//! * **Compiling by kind** ([`Source`], [`compile`]): the five kinds of constraint the
+//!   bindings offer, with the JSON Schema options spelled once.
+//! * **Filling many rows on several threads** ([`fill_rows_par`]).
+//!
+//! Costs are the engine's: a fill is one mask computation plus a copy of the row; consume
+//! is one parser step per byte; rollback is O(1); a clone copies the parser history.
+
+use std::sync::Arc;
+
+use ruvllm_engine as eng;
+use ruvllm_engine::schema::{schema_to_grammar, SchemaOptions, Whitespace};
+
+/// Words in one bitmask row for a logits width of `n_vocab`: `ceil(n_vocab / 32)`.
+pub fn words_of(n_vocab: usize) -> usize {
+    n_vocab.div_ceil(32)
+}
+
+/// Why a constraint did not compile. Each message says where: a line and column, or the
+/// schema keyword and its JSON pointer.
+#[derive(Debug, thiserror::Error)]
+pub enum CompileError {
+    /// A JSON Schema that is not JSON, or that cannot be enforced exactly.
+    #[error("{0}")]
+    Schema(String),
+    /// A GBNF grammar, regex, choice list or built-in name that does not compile.
+    #[error("{0}")]
+    Grammar(String),
+    /// An option the caller passed is not one this crate knows.
+    #[error("{0}")]
+    Options(String),
+}
+
+/// How a JSON Schema is compiled (see the engine's `SchemaOptions`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JsonSchemaOptions {
+    /// Whitespace between tokens: bounded (compact or pretty-printed), compact or flexible.
+    pub whitespace: WhitespaceMode,
+    /// Properties in any order instead of the schema's.
+    pub any_order: bool,
+    /// OpenAI's strict mode: objects are closed where `additionalProperties` is unsaid.
+    pub strict: bool,
+    /// Numbers as encoders write them (plain integers, at most 20 significant digits) and
+    /// unique keys, so that a model cannot run on inside a number until its token limit.
+    /// `false`: every document a validator accepts (for checking text).
+    pub generation: bool,
+}
+
+impl Default for JsonSchemaOptions {
+    fn default() -> Self {
+        JsonSchemaOptions {
+            whitespace: WhitespaceMode::Bounded,
+            any_order: false,
+            strict: false,
+            generation: true,
+        }
+    }
+}
+
+/// Whitespace policy of a JSON Schema constraint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WhitespaceMode {
+    /// Compact or pretty-printed, no runaway whitespace (the default).
+    Bounded,
+    /// No whitespace at all.
+    Compact,
+    /// Any whitespace, up to 20 characters at a time.
+    Flexible,
+}
+
+impl WhitespaceMode {
+    /// From its name: `bounded`, `compact` or `flexible`.
+    pub fn from_name(name: &str) -> Result<Self, CompileError> {
+        match name {
+            "bounded" => Ok(WhitespaceMode::Bounded),
+            "compact" => Ok(WhitespaceMode::Compact),
+            "flexible" => Ok(WhitespaceMode::Flexible),
+            w => Err(CompileError::Options(format!(
+                "whitespace {w:?}: expected bounded, compact or flexible"
+            ))),
+        }
+    }
+}
+
+/// A constraint's source, by kind.
+#[derive(Debug, Clone)]
+pub enum Source<'a> {
+    /// A JSON Schema's text.
+    JsonSchema(&'a str, JsonSchemaOptions),
+    /// A GBNF grammar (llama.cpp's format).
+    Gbnf(&'a str),
+    /// A regular expression the whole output must match.
+    Regex(&'a str),
+    /// The output is exactly one of these strings.
+    Choices(Vec<String>),
+    /// A built-in grammar by name: json, json_object, jsonl, csv, xml, xml:NAME,NAME.
+    Builtin(&'a str),
+}
+
+/// Compiles `source` and binds it to `engine`'s vocabulary. Cost: the engine's compile
+/// (cached lexemes and token tables are reused across calls on one engine).
+pub fn compile(
+    engine: &eng::Engine,
+    source: &Source<'_>,
+) -> Result<Arc<eng::Constraint>, CompileError> {
+    let limits = eng::Limits::default();
+    let g = |e: eng::GrammarError| CompileError::Grammar(e.to_string());
+    let grammar = match source {
+        Source::JsonSchema(text, o) => {
+            let value: serde_json::Value = serde_json::from_str(text).map_err(|e| {
+                CompileError::Schema(format!(
+                    "the schema is not JSON: line {}, column {}: {e}",
+                    e.line(),
+                    e.column()
+                ))
+            })?;
+            let base = if o.generation {
+                SchemaOptions::generation()
+            } else {
+                SchemaOptions::default()
+            };
+            let opts = SchemaOptions {
+                whitespace: match o.whitespace {
+                    WhitespaceMode::Bounded => Whitespace::Bounded,
+                    WhitespaceMode::Compact => Whitespace::Compact,
+                    WhitespaceMode::Flexible => Whitespace::Flexible(20),
+                },
+                any_order: o.any_order,
+                strict: o.strict,
+                ..base
+            };
+            schema_to_grammar(&value, &opts).map_err(|e| CompileError::Schema(e.to_string()))?
+        }
+        Source::Gbnf(text) => eng::Grammar::from_gbnf(text, &limits).map_err(g)?,
+        Source::Regex(p) => eng::Grammar::from_regex(p, &limits).map_err(g)?,
+        Source::Choices(c) => eng::Grammar::from_choices(c).map_err(g)?,
+        Source::Builtin(name) => {
+            let b = eng::Builtin::from_name(name).map_err(g)?;
+            eng::Grammar::builtin(b, &limits).map_err(g)?
+        }
+    };
+    engine.constraint(&grammar, &limits).map_err(g)
+}
+
+/// One sequence under a constraint, with the model's logits width and an error state.
+#[derive(Clone)]
+pub struct SeqMatcher {
+    constraint: Arc<eng::Constraint>,
+    m: eng::Matcher,
+    n_vocab: usize,
+    /// Why the matcher stopped on an error: it then allows EOS only until `rollback` or
+    /// `reset`.
+    error: Option<String>,
+    /// The last row filled: the engine's mask, then zeros for the padding ids.
+    row: Vec<u32>,
+}
+
+impl SeqMatcher {
+    /// A matcher at the start of `constraint`, for logits of width `n_vocab` (at least the
+    /// vocabulary's size). Cost: one parser start.
+    pub fn new(constraint: Arc<eng::Constraint>, n_vocab: usize) -> Result<Self, eng::MatchError> {
+        let vocab_len = constraint.vocab().len();
+        let n_vocab = n_vocab.max(vocab_len);
+        let m = eng::Matcher::new(&constraint)?;
+        Ok(SeqMatcher {
+            row: vec![0; words_of(n_vocab).max(constraint.vocab().mask_words())],
+            constraint,
+            m,
+            n_vocab,
+            error: None,
+        })
+    }
+
+    /// The constraint this matcher follows.
+    pub fn constraint(&self) -> &Arc<eng::Constraint> {
+        &self.constraint
+    }
+
+    /// The logits width.
+    pub fn n_vocab(&self) -> usize {
+        self.n_vocab
+    }
+
+    /// Words in a row: `ceil(n_vocab / 32)`.
+    pub fn words(&self) -> usize {
+        words_of(self.n_vocab)
+    }
+
+    /// Whether the matcher takes no more tokens: EOS was consumed, or an error stopped it.
+    pub fn is_stopped(&self) -> bool {
+        self.error.is_some() || self.m.is_finished()
+    }
+
+    /// Whether the output so far is complete (EOS would be accepted now).
+    pub fn is_accepting(&mut self) -> bool {
+        !self.is_stopped() && self.m.is_accepting()
+    }
+
+    /// Why the matcher stopped on an error, if it did.
+    pub fn error(&self) -> Option<&str> {
+        self.error.as_deref()
+    }
+
+    /// Tokens committed so far.
+    pub fn num_tokens(&self) -> usize {
+        self.m.num_tokens()
+    }
+
+    /// Computes the next token's row and returns it (`words()` words): the engine's mask,
+    /// or EOS only when stopped or when the mask fails (which then stops the matcher).
+    /// Padding ids are always 0. `tokens_left`: the budget-aware mask, whose every token
+    /// leaves a completion within that many tokens.
+    pub fn fill(&mut self, tokens_left: Option<usize>) -> &[u32] {
+        let mw = self.constraint.vocab().mask_words();
+        let words = self.words();
+        if !self.is_stopped() {
+            let mask = &mut self.row[..mw];
+            let r = match tokens_left {
+                None => self.m.compute_mask(mask),
+                Some(n) => self.m.compute_budget_mask(mask, n).map(|_| ()),
+            };
+            match r {
+                Ok(()) => return &self.row[..words],
+                Err(e) => self.error = Some(e.to_string()),
+            }
+        }
+        self.row.fill(0);
+        for &e in self.constraint.vocab().eos_tokens() {
+            self.row[e as usize / 32] |= 1 << (e % 32);
+        }
+        &self.row[..words]
+    }
+
+    /// The row the last [`SeqMatcher::fill`] computed.
+    pub fn row(&self) -> &[u32] {
+        &self.row[..self.words()]
+    }
+
+    /// Commits `token`; `false`, and the matcher stops with an error, when the constraint
+    /// refuses it (or it is padding, or the matcher is already in error).
+    pub fn consume(&mut self, token: u32) -> bool {
+        if self.error.is_some() {
+            return false;
+        }
+        match self.m.commit_token(token) {
+            Ok(()) => true,
+            Err(e) => {
+                let len = self.constraint.vocab().len();
+                let t = token as usize;
+                self.error = Some(if t < self.n_vocab && t >= len {
+                    format!("token {token} is padding (the tokenizer has {len} tokens)")
+                } else {
+                    e.to_string()
+                });
+                false
+            }
+        }
+    }
+
+    /// How many of `tokens`, from the first, the constraint accepts from here, without
+    /// advancing (a speculative draft's accepted prefix). Cost: a copy of the parser state.
+    pub fn validate(&self, tokens: &[u32]) -> usize {
+        if self.is_stopped() {
+            return 0;
+        }
+        let mut m = self.m.clone();
+        tokens
+            .iter()
+            .take_while(|&&t| m.commit_token(t).is_ok())
+            .count()
+    }
+
+    /// Takes back the last `n` committed tokens, and clears an error a refused token left.
+    pub fn rollback(&mut self, n: usize) -> Result<(), eng::MatchError> {
+        self.m.rollback(n)?;
+        self.error = None;
+        Ok(())
+    }
+
+    /// Back to the start of the constraint, with no error.
+    pub fn reset(&mut self) -> Result<(), eng::MatchError> {
+        self.m = eng::Matcher::new(&self.constraint)?;
+        self.error = None;
+        Ok(())
+    }
+
+    /// The tokens the constraint forces next (jump-forward), possibly none; none when
+    /// stopped.
+    pub fn forced_tokens(&mut self) -> Result<Vec<u32>, eng::MatchError> {
+        if self.is_stopped() {
+            return Ok(vec![]);
+        }
+        self.m.forced_tokens()
+    }
+
+    /// The bytes the constraint forces next, possibly none; none when stopped.
+    pub fn forced_bytes(&mut self) -> Result<Vec<u8>, eng::MatchError> {
+        if self.is_stopped() {
+            return Ok(vec![]);
+        }
+        self.m.forced_bytes()
+    }
+}
+
+/// Fills every matcher's row ([`SeqMatcher::fill`] without a budget) on up to `threads`
+/// threads; the rows are then read with [`SeqMatcher::row`]. The same rows as filling them
+/// one by one: each matcher is touched by one thread only.
+pub fn fill_rows_par(matchers: &mut [&mut SeqMatcher], threads: usize) {
+    if matchers.is_empty() {
+        return;
+    }
+    let threads = threads.clamp(1, matchers.len());
+    if threads == 1 {
+        matchers.iter_mut().for_each(|m| {
+            m.fill(None);
+        });
+        return;
+    }
+    let per = matchers.len().div_ceil(threads);
+    std::thread::scope(|sc| {
+        for chunk in matchers.chunks_mut(per) {
+            sc.spawn(move || {
+                chunk.iter_mut().for_each(|m| {
+                    m.fill(None);
+                })
+            });
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn engine() -> eng::Engine {
+        let tokens: Vec<Vec<u8>> = ["a", "b", "ab", "\"", "{", "}", ":", "1", ""]
+            .iter()
+            .map(|s| s.as_bytes().to_vec())
+            .collect();
+        let mut special = vec![false; tokens.len()];
+        special[8] = true;
+        let v = eng::Vocabulary::new("t", tokens, special, vec![8]).unwrap();
+        eng::Engine::new(Arc::new(v))
+    }
+
+    fn allowed(row: &[u32]) -> Vec<u32> {
+        (0..row.len() as u32 * 32)
+            .filter(|t| row[*t as usize / 32] >> (t % 32) & 1 == 1)
+            .collect()
+    }
+
+    #[test]
+    fn padding_is_never_allowed_and_errors_leave_eos_only() {
+        let e = engine();
+        let c = compile(&e, &Source::Regex("(ab)+")).unwrap();
+        let mut m = SeqMatcher::new(c, 70).unwrap();
+        assert_eq!(m.words(), 3);
+        assert_eq!(allowed(m.fill(None)), vec![0, 2]);
+        assert!(m.consume(2));
+        assert_eq!(allowed(m.fill(None)), vec![0, 2, 8]);
+        assert!(!m.consume(40), "a padding id is refused");
+        assert!(m.error().unwrap().contains("padding"), "{:?}", m.error());
+        assert!(m.is_stopped());
+        assert_eq!(allowed(m.fill(None)), vec![8]);
+        m.rollback(0).unwrap();
+        assert!(!m.is_stopped());
+        assert_eq!(m.validate(&[0, 1, 3]), 2);
+        assert_eq!(m.num_tokens(), 1);
+        m.reset().unwrap();
+        assert_eq!(m.num_tokens(), 0);
+    }
+
+    #[test]
+    fn compile_errors_say_where() {
+        let e = engine();
+        let err = compile(&e, &Source::Gbnf("root ::= \"a")).err().unwrap();
+        assert!(matches!(err, CompileError::Grammar(_)));
+        let err = compile(
+            &e,
+            &Source::JsonSchema("{\"type\": 1", JsonSchemaOptions::default()),
+        )
+        .err()
+        .unwrap();
+        assert!(err.to_string().contains("line 1"), "{err}");
+        let err = compile(
+            &e,
+            &Source::JsonSchema(
+                r#"{"properties":{"a":{"type":"strin"}}}"#,
+                JsonSchemaOptions::default(),
+            ),
+        )
+        .err()
+        .unwrap();
+        assert!(err.to_string().contains("/properties/a"), "{err}");
+        assert!(WhitespaceMode::from_name("wide").is_err());
+    }
+
+    #[test]
+    fn parallel_rows_equal_sequential_rows() {
+        let e = engine();
+        let c = compile(&e, &Source::Regex("(ab|a)+b?")).unwrap();
+        let mut ms: Vec<SeqMatcher> = (0..9)
+            .map(|_| SeqMatcher::new(c.clone(), 64).unwrap())
+            .collect();
+        for (i, m) in ms.iter_mut().enumerate() {
+            for _ in 0..i % 3 {
+                m.consume(2);
+            }
+        }
+        let seq: Vec<Vec<u32>> = ms
+            .clone()
+            .iter_mut()
+            .map(|m| m.fill(None).to_vec())
+            .collect();
+        let mut refs: Vec<&mut SeqMatcher> = ms.iter_mut().collect();
+        fill_rows_par(&mut refs, 2);
+        let par: Vec<Vec<u32>> = ms.iter().map(|m| m.row().to_vec()).collect();
+        assert_eq!(seq, par);
+    }
+}
