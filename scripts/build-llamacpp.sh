@@ -36,7 +36,9 @@ cmake -S "$src/vendor/llama.cpp" -B "$out/build" -G Ninja \
   -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
   -DLLAMA_BUILD_TOOLS=ON >/dev/null
-cmake --build "$out/build" --target llama-bench -j "$(nproc)"
+# llama-bench for the speed comparisons; libllama (built with it) for the C example
+# (scripts/build-c-example.sh).
+cmake --build "$out/build" --target llama-bench llama -j "$(nproc)"
 mkdir -p "$out/bin"
 # A link: llama-bench finds its shared ggml libraries beside the real file.
 ln -sf "$out/build/bin/llama-bench" "$bin"

@@ -24,5 +24,11 @@ if ! "$venv/bin/python" -c "import llama_cpp" 2>/dev/null; then
         "$venv/bin/python" -m pip install --quiet --no-build-isolation "llama-cpp-python==0.3.36"
 fi
 "$venv/bin/python" -m pip install --quiet "$here"
-export RUVLLM_BIN="$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")"
+# The C ABI's shared library, beside the binary (same target directory and profile): the
+# C tests link it.
+bindir="$(cd "$(dirname "$bin")" && pwd)"
+profile=()
+[ "$(basename "$bindir")" = release ] && profile=(--release)
+(cd "$root" && cargo build --locked --quiet -p ruvllm-capi "${profile[@]}" --target-dir "$(dirname "$bindir")")
+export RUVLLM_BIN="$bindir/$(basename "$bin")"
 exec "$venv/bin/python" -m pytest -q -p no:cacheprovider "$here/tests" "$@"
