@@ -26,6 +26,10 @@
 // Grammar kind: a built-in grammar's name (json, json_object, jsonl, csv, xml).
 #define RUVLLM_KIND_BUILTIN 4
 
+// Grammar kind: a structural tag's JSON text (`{"structures": [{"begin", "schema",
+// "end"}], "triggers": [...]}`): free text, and tags holding JSON of their schema.
+#define RUVLLM_KIND_STRUCTURAL_TAG 5
+
 // Whitespace in JSON: compact or pretty-printed, no runaway (the default).
 #define RUVLLM_WHITESPACE_BOUNDED 0
 
@@ -138,7 +142,7 @@ struct RuvllmEngine *ruvllm_engine_new(const struct RuvllmVocabulary *vocab);
 void ruvllm_engine_free(struct RuvllmEngine *e);
 
 // Compiles a constraint of `kind` (a `RUVLLM_KIND_*` value) from `text` in `engine`.
-// `options` applies to JSON Schemas (NULL: the defaults). NULL on failure, with the
+// `options` applies to JSON Schemas and structural tags' schemas (NULL: the defaults). NULL on failure, with the
 // reason in `err`: a line and column, or the schema keyword and its JSON pointer. Cost:
 // the engine's compile (milliseconds for a typical schema; cached parts are reused).
 //

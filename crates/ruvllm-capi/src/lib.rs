@@ -41,6 +41,10 @@ pub const RUVLLM_KIND_CHOICES: u32 = 3;
 /// Grammar kind: a built-in grammar's name (json, json_object, jsonl, csv, xml).
 pub const RUVLLM_KIND_BUILTIN: u32 = 4;
 
+/// Grammar kind: a structural tag's JSON text (`{"structures": [{"begin", "schema",
+/// "end"}], "triggers": [...]}`): free text, and tags holding JSON of their schema.
+pub const RUVLLM_KIND_STRUCTURAL_TAG: u32 = 5;
+
 /// Whitespace in JSON: compact or pretty-printed, no runaway (the default).
 pub const RUVLLM_WHITESPACE_BOUNDED: u32 = 0;
 /// Whitespace in JSON: none.
@@ -382,7 +386,7 @@ pub unsafe extern "C" fn ruvllm_engine_free(e: *mut RuvllmEngine) {
 }
 
 /// Compiles a constraint of `kind` (a `RUVLLM_KIND_*` value) from `text` in `engine`.
-/// `options` applies to JSON Schemas (NULL: the defaults). NULL on failure, with the
+/// `options` applies to JSON Schemas and structural tags' schemas (NULL: the defaults). NULL on failure, with the
 /// reason in `err`: a line and column, or the schema keyword and its JSON pointer. Cost:
 /// the engine's compile (milliseconds for a typical schema; cached parts are reused).
 ///
@@ -425,7 +429,8 @@ pub unsafe extern "C" fn ruvllm_grammar_compile(
                     .map_err(|e| format!("choices: expected a JSON array of strings: {e}"))?,
             ),
             RUVLLM_KIND_BUILTIN => Source::Builtin(src),
-            k => return Err(format!("kind {k}: expected a RUVLLM_KIND_* value (0 to 4)")),
+            RUVLLM_KIND_STRUCTURAL_TAG => Source::StructuralTag(src, opts),
+            k => return Err(format!("kind {k}: expected a RUVLLM_KIND_* value (0 to 5)")),
         };
         let c = compile(&e.inner, &source).map_err(|e| e.to_string())?;
         Ok(RuvllmGrammar {

@@ -108,6 +108,117 @@ pub enum Source<'a> {
     Choices(Vec<String>),
     /// A built-in grammar by name: json, json_object, jsonl, csv, xml, xml:NAME,NAME.
     Builtin(&'a str),
+    /// A structural tag (SGLang's and vLLM's `structures`/`triggers` form, see
+    /// [`structural_tag`]), its schemas compiled with these options.
+    StructuralTag(&'a str, JsonSchemaOptions),
+}
+
+fn schema_options(o: &JsonSchemaOptions) -> SchemaOptions {
+    let base = if o.generation {
+        SchemaOptions::generation()
+    } else {
+        SchemaOptions::default()
+    };
+    SchemaOptions {
+        whitespace: match o.whitespace {
+            WhitespaceMode::Bounded => Whitespace::Bounded,
+            WhitespaceMode::Compact => Whitespace::Compact,
+            WhitespaceMode::Flexible => Whitespace::Flexible(20),
+        },
+        any_order: o.any_order,
+        strict: o.strict,
+        ..base
+    }
+}
+
+/// The grammar of a structural tag, the JSON text
+///
+/// ```json
+/// {"structures": [{"begin": "<function=get_weather>", "schema": {...}, "end": "</function>"}],
+///  "triggers": ["<function="]}
+/// ```
+///
+/// that SGLang and vLLM pass for tool calls in free text: text that contains no trigger,
+/// then any number of tags, each a structure's `begin`, a JSON value of its `schema`, its
+/// `end`, and again text without a trigger. A trigger in the text therefore always starts
+/// a tag, and every `begin` must start with one of the triggers. The free text is the
+/// engine's exact "text without these words" expression, which needs all triggers to
+/// begin with the same character (true of tool-call markup: `<`, `{`, `[`).
+///
+/// Errors name the field: `structures[1].schema: ...`, `triggers: ...`. The newer
+/// `{"format": ...}` form is refused with an error that says so.
+pub fn structural_tag(
+    text: &str,
+    options: &JsonSchemaOptions,
+) -> Result<eng::Grammar, CompileError> {
+    use eng::grammar::text::text_without;
+    use eng::Expr;
+    let bad = |m: String| CompileError::Schema(format!("structural tag: {m}"));
+    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| {
+        bad(format!(
+            "not JSON: line {}, column {}: {e}",
+            e.line(),
+            e.column()
+        ))
+    })?;
+    if v.get("format").is_some() && v.get("structures").is_none() {
+        return Err(bad(
+            "the {\"format\": ...} form is not supported; use {\"structures\": [...], \"triggers\": [...]}".into(),
+        ));
+    }
+    let triggers: Vec<String> = match v.get("triggers") {
+        Some(serde_json::Value::Array(a)) if !a.is_empty() => a
+            .iter()
+            .map(|t| t.as_str().filter(|s| !s.is_empty()).map(str::to_owned))
+            .collect::<Option<_>>()
+            .ok_or_else(|| bad("triggers: expected non-empty strings".into()))?,
+        _ => return Err(bad("triggers: expected a non-empty array of strings".into())),
+    };
+    let first = triggers[0].chars().next();
+    if triggers.iter().any(|t| t.chars().next() != first) {
+        return Err(bad(format!(
+            "triggers: all must begin with the same character ({triggers:?})"
+        )));
+    }
+    let structures = match v.get("structures") {
+        Some(serde_json::Value::Array(a)) if !a.is_empty() => a,
+        _ => return Err(bad("structures: expected a non-empty array".into())),
+    };
+    let opts = schema_options(options);
+    let mut g = eng::Grammar::single("root", Expr::Seq(vec![]));
+    let words: Vec<&str> = triggers.iter().map(String::as_str).collect();
+    let free = g.add_rule("text", text_without(&words));
+    let mut tags = Vec::new();
+    for (i, s) in structures.iter().enumerate() {
+        let field = |k: &str| {
+            s.get(k)
+                .and_then(|x| x.as_str())
+                .ok_or_else(|| bad(format!("structures[{i}].{k}: expected a string")))
+        };
+        let (begin, end) = (field("begin")?, field("end")?);
+        if !triggers.iter().any(|t| begin.starts_with(t.as_str())) {
+            return Err(bad(format!(
+                "structures[{i}].begin {begin:?} starts with none of the triggers"
+            )));
+        }
+        let schema = s
+            .get("schema")
+            .ok_or_else(|| bad(format!("structures[{i}].schema is missing")))?;
+        let sg = schema_to_grammar(schema, &opts)
+            .map_err(|e| bad(format!("structures[{i}].schema: {e}")))?;
+        let r = g.embed(sg, &format!("tag{i}-"));
+        tags.push(Expr::Seq(vec![
+            Expr::Literal(begin.as_bytes().to_vec()),
+            Expr::Ref(r),
+            Expr::Literal(end.as_bytes().to_vec()),
+        ]));
+    }
+    let tag = g.add_rule("tag", Expr::Alt(tags));
+    g.rules[0].body = Expr::Seq(vec![
+        Expr::Ref(free),
+        Expr::repeat(Expr::Seq(vec![Expr::Ref(tag), Expr::Ref(free)]), 0, None),
+    ]);
+    Ok(g)
 }
 
 /// Compiles `source` and binds it to `engine`'s vocabulary. Cost: the engine's compile
@@ -127,22 +238,8 @@ pub fn compile(
                     e.column()
                 ))
             })?;
-            let base = if o.generation {
-                SchemaOptions::generation()
-            } else {
-                SchemaOptions::default()
-            };
-            let opts = SchemaOptions {
-                whitespace: match o.whitespace {
-                    WhitespaceMode::Bounded => Whitespace::Bounded,
-                    WhitespaceMode::Compact => Whitespace::Compact,
-                    WhitespaceMode::Flexible => Whitespace::Flexible(20),
-                },
-                any_order: o.any_order,
-                strict: o.strict,
-                ..base
-            };
-            schema_to_grammar(&value, &opts).map_err(|e| CompileError::Schema(e.to_string()))?
+            schema_to_grammar(&value, &schema_options(o))
+                .map_err(|e| CompileError::Schema(e.to_string()))?
         }
         Source::Gbnf(text) => eng::Grammar::from_gbnf(text, &limits).map_err(g)?,
         Source::Regex(p) => eng::Grammar::from_regex(p, &limits).map_err(g)?,
@@ -151,6 +248,7 @@ pub fn compile(
             let b = eng::Builtin::from_name(name).map_err(g)?;
             eng::Grammar::builtin(b, &limits).map_err(g)?
         }
+        Source::StructuralTag(text, o) => structural_tag(text, o)?,
     };
     engine.constraint(&grammar, &limits).map_err(g)
 }
@@ -406,6 +504,59 @@ mod tests {
         .unwrap();
         assert!(err.to_string().contains("/properties/a"), "{err}");
         assert!(WhitespaceMode::from_name("wide").is_err());
+    }
+
+    #[test]
+    fn structural_tags_are_text_then_tagged_json() {
+        let tokens: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).chain([Vec::new()]).collect();
+        let mut special = vec![false; 257];
+        special[256] = true;
+        let v = eng::Vocabulary::new("bytes", tokens, special, vec![256]).unwrap();
+        let e = eng::Engine::new(Arc::new(v));
+        let tag = r#"{"triggers": ["<f="], "structures": [
+            {"begin": "<f=a>", "schema": {"type": "object", "properties": {"x": {"type": "integer"}},
+             "required": ["x"], "additionalProperties": false}, "end": "</f>"},
+            {"begin": "<f=b>", "schema": {"type": "boolean"}, "end": "</f>"}]}"#;
+        let c = compile(
+            &e,
+            &Source::StructuralTag(tag, JsonSchemaOptions::default()),
+        )
+        .unwrap();
+        let accepts = |text: &str| {
+            let mut m = eng::Matcher::new(&c).unwrap();
+            matches!(
+                m.check_bytes(text.as_bytes()).unwrap(),
+                eng::CheckResult::Accepted
+            )
+        };
+        assert!(accepts(""));
+        assert!(accepts("plain text <b> and <f no"));
+        assert!(accepts("call <f=a>{\"x\":1}</f> then <f=b>true</f>"));
+        assert!(!accepts("call <f=a>{\"x\":\"no\"}</f>"), "the schema holds");
+        assert!(!accepts("call <f=c>1</f>"), "a trigger always starts a tag");
+        assert!(!accepts("call <f=a>{\"x\":1}"), "a tag must end");
+        for (bad, want) in [
+            (r#"{"format": {"type": "x"}}"#, "format"),
+            (r#"{"triggers": [], "structures": []}"#, "triggers"),
+            (
+                r#"{"triggers": ["<a", "{b"], "structures": [{"begin": "<a", "schema": {}, "end": ""}]}"#,
+                "same character",
+            ),
+            (
+                r#"{"triggers": ["<a"], "structures": [{"begin": "<b", "schema": {}, "end": ""}]}"#,
+                "structures[0].begin",
+            ),
+            (
+                r#"{"triggers": ["<a"], "structures": [{"begin": "<a", "schema": {"type": "nope"}, "end": ""}]}"#,
+                "structures[0].schema",
+            ),
+        ] {
+            let err = structural_tag(bad, &JsonSchemaOptions::default())
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(err.contains(want), "{bad}: {err}");
+        }
     }
 
     #[test]

@@ -212,6 +212,31 @@ impl Engine {
         self.compile(py, Source::JsonSchema(schema, opts))
     }
 
+    /// Compiles a structural tag (SGLang's and vLLM's form, as JSON text:
+    /// `{"structures": [{"begin", "schema", "end"}], "triggers": [...]}`): free text without
+    /// a trigger, and tags, each a structure's `begin`, a JSON value of its `schema` and
+    /// its `end`. The schema options are those of `compile_json_schema`.
+    #[pyo3(signature = (tag, whitespace="bounded", any_order=false, strict=false, generation=true))]
+    fn compile_structural_tag(
+        &self,
+        py: Python<'_>,
+        tag: &str,
+        whitespace: &str,
+        any_order: bool,
+        strict: bool,
+        generation: bool,
+    ) -> PyResult<Grammar> {
+        let whitespace = WhitespaceMode::from_name(whitespace)
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let opts = JsonSchemaOptions {
+            whitespace,
+            any_order,
+            strict,
+            generation,
+        };
+        self.compile(py, Source::StructuralTag(tag, opts))
+    }
+
     /// Compiles a GBNF grammar (llama.cpp's format).
     fn compile_gbnf(&self, py: Python<'_>, text: &str) -> PyResult<Grammar> {
         self.compile(py, Source::Gbnf(text))

@@ -18,13 +18,12 @@ from types import SimpleNamespace
 import jsonschema
 import pytest
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig
 
 import ruvllm
+from conftest import GGUF, MODELS, chat_ids, next_logits
 from ruvllm.vllm import RuvllmGrammar, RuvllmLogitsProcessor, install_backend
 
-MODELS = Path(__file__).resolve().parents[3] / "assets/models"
-GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MAX_NEW = 96
 
 SCHEMA = {
@@ -39,17 +38,15 @@ SCHEMA = {
 
 
 @pytest.fixture(scope="module")
-def hf_dir(tmp_path_factory):
+def hf_dir(tmp_path_factory, smollm2):
     """A Hugging Face model folder (config and tokenizer, no weights) made from the GGUF,
     which vLLM's ModelConfig reads; and the model itself for the logits."""
-    assert (MODELS / GGUF).exists(), "the default model is missing: run scripts/fetch-assets.sh"
+    tok, model = smollm2
     d = tmp_path_factory.mktemp("smollm2")
-    tok = AutoTokenizer.from_pretrained(MODELS, gguf_file=GGUF)
     cfg = AutoConfig.from_pretrained(MODELS, gguf_file=GGUF)
     cfg.architectures = ["LlamaForCausalLM"]
     tok.save_pretrained(d)
     cfg.save_pretrained(d)
-    model = AutoModelForCausalLM.from_pretrained(MODELS, gguf_file=GGUF)
     return d, tok, model
 
 
@@ -66,17 +63,6 @@ def vllm_config(d: Path, spec_tokens: int = 0):
         device_config=DeviceConfig(device="cpu"),
         speculative_config=spec,
     )
-
-
-def prompt_ids(tok, text: str) -> list[int]:
-    chat = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False)
-    return tok(chat)["input_ids"]
-
-
-def next_logits(model, seqs: list[list[int]]) -> torch.Tensor:
-    """The next-token logits of each sequence (one forward pass each, float32)."""
-    with torch.no_grad():
-        return torch.cat([model(torch.tensor([s])).logits[:, -1, :].float() for s in seqs])
 
 
 def make_request(rid: str, ids: list[int], eos: int, **so):
@@ -112,10 +98,10 @@ def test_backend_through_vllms_structured_output_manager(hf_dir, monkeypatch):
     manager = StructuredOutputManager(vllm_config(d))
     install_backend(manager)
     reqs = {
-        "json": make_request("json", prompt_ids(tok, "The largest city of France and its population, in JSON."), tok.eos_token_id, json=SCHEMA),
-        "regex": make_request("regex", prompt_ids(tok, "Name a city and a year."), tok.eos_token_id, regex=r"[A-Z][a-z]+ [0-9]{1,4}"),
-        "gbnf": make_request("gbnf", prompt_ids(tok, "Is the sky green?"), tok.eos_token_id, grammar='root ::= "answer: " ("yes" | "no") "."'),
-        "choice": make_request("choice", prompt_ids(tok, "Pick a color."), tok.eos_token_id, choice=["red", "green", "blue"]),
+        "json": make_request("json", chat_ids(tok, "The largest city of France and its population, in JSON."), tok.eos_token_id, json=SCHEMA),
+        "regex": make_request("regex", chat_ids(tok, "Name a city and a year."), tok.eos_token_id, regex=r"[A-Z][a-z]+ [0-9]{1,4}"),
+        "gbnf": make_request("gbnf", chat_ids(tok, "Is the sky green?"), tok.eos_token_id, grammar='root ::= "answer: " ("yes" | "no") "."'),
+        "choice": make_request("choice", chat_ids(tok, "Pick a color."), tok.eos_token_id, choice=["red", "green", "blue"]),
     }
     for r in reqs.values():
         manager.grammar_init(r)
@@ -156,7 +142,7 @@ def test_speculative_drafts_through_the_manager(hf_dir):
     d, tok, _ = hf_dir
     manager = StructuredOutputManager(vllm_config(d, spec_tokens=3))
     install_backend(manager)
-    r = make_request("r", prompt_ids(tok, "x"), tok.eos_token_id, regex=r"(ab|cd)+!")
+    r = make_request("r", chat_ids(tok, "x"), tok.eos_token_id, regex=r"(ab|cd)+!")
     manager.grammar_init(r)
     wait_ready(r)
     g = r.structured_output_request.grammar
@@ -207,8 +193,8 @@ def test_logits_processor_plugin_by_entry_point(hf_dir, monkeypatch):
         RuvllmLogitsProcessor.validate_params(SamplingParams(extra_args={"ruvllm": {"yaml": "x"}}))
 
     prompts = [
-        prompt_ids(tok, "The largest city of France and its population, in JSON."),
-        prompt_ids(tok, "Say hello."),
+        chat_ids(tok, "The largest city of France and its population, in JSON."),
+        chat_ids(tok, "Say hello."),
     ]
     params = [
         SamplingParams(max_tokens=MAX_NEW, extra_args={"ruvllm": {"json_schema": SCHEMA}}),

@@ -26,8 +26,8 @@ use crate::error::{Result, RuntimeError};
 use crate::json::{JsonSchema, JsonValidator, ValidatedJson};
 use crate::reasoning::{Thinking, SEPARATOR};
 use crate::sampler::SamplerConfig;
-use crate::text::text_without;
 use crate::tools::ToolCalling;
+use ruvllm_engine::grammar::text::text_without;
 
 /// JSON mode, as the design record defines it.
 #[derive(Debug, Clone)]

@@ -36,7 +36,6 @@ pub mod local;
 pub mod model;
 pub mod reasoning;
 pub mod sampler;
-pub mod text;
 pub mod tools;
 
 pub use api::{

@@ -7,7 +7,7 @@
 //!
 //! ```text
 //! root ::= reasoning "</think>" "\n\n" answer
-//! reasoning ::= text that never contains "</think>"   (crate::text::text_without)
+//! reasoning ::= text that never contains "</think>"   (ruvllm_engine::grammar::text::text_without)
 //! ```
 //!
 //! where `answer` is the request's constraint (a schema, GBNF, regex, choice list or the

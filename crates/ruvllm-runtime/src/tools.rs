@@ -46,7 +46,7 @@ use crate::call_format::{CallFormat, Pieces};
 use crate::chat::Message;
 use crate::error::{Result, RuntimeError};
 use crate::reasoning::{Part, ReasoningMarkers, ReasoningSplitter};
-use crate::text::text_without;
+use ruvllm_engine::grammar::text::text_without;
 
 /// The text that opens a call.
 pub const CALL_OPEN: &str = "<tool_call>";

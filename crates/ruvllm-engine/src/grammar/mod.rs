@@ -8,7 +8,8 @@
 //! and one place for the limits that keep hostile grammars bounded.
 //!
 //! Owns: nothing beyond its children (the IR, the front ends, the GBNF printer, the JSON
-//! string encodings). Uses: `error` and `util`; no layer above it.
+//! string encodings, free text that avoids some words). Uses: `error` and `util`; no layer
+//! above it.
 
 mod builtin;
 mod gbnf;
@@ -16,6 +17,7 @@ mod ir;
 pub(crate) mod json_string;
 mod print;
 mod regex;
+pub mod text;
 
 pub use builtin::Builtin;
 pub(crate) use ir::visit_refs as visit_refs_pub;

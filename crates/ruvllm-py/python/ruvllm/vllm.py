@@ -16,7 +16,8 @@ Two ways in, both tested against the real `vllm` package (tests/test_vllm.py):
    `vllm.logits_processors` entry point, and it does nothing until a request asks for it:
 
        SamplingParams(extra_args={"ruvllm": {"json_schema": {...}}})
-       # or {"regex": "..."}, {"gbnf": "..."}, {"choice": [...]}, {"json_object": True}
+       # or {"regex": "..."}, {"gbnf": "..."}, {"choice": [...]}, {"json_object": True},
+       # {"structural_tag": {"structures": [...], "triggers": [...]}}
 
    The OpenAI server passes `vllm_xargs`/`extra_args` through. It keeps one matcher per
    batch row (following vLLM's batch updates: added, removed, moved), commits each step's
@@ -24,7 +25,8 @@ Two ways in, both tested against the real `vllm` package (tests/test_vllm.py):
    under speculative decoding; the backend (1) is the route that supports drafts.
 
 The EOS tokens and the request's stop-token ids are allowed exactly when the output is
-complete. Limits: `STRUCTURAL_TAG` requests are refused with an error naming them.
+complete. Structural tags are supported in their `structures`/`triggers` form (free text,
+and tags holding JSON of their schema); the newer `format` form is refused with an error.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ def _strict(vllm_config: Any) -> bool:
 
 def _compile(engine: ruvllm.Engine, kind: str, spec: Any, whitespace: str, strict: bool) -> ruvllm.Grammar:
     """Compiles one request's constraint; `kind` is json, json_object, regex, grammar,
-    choice (vLLM's names) or gbnf."""
+    choice, structural_tag (vLLM's names) or gbnf."""
     if kind == "json":
         text = spec if isinstance(spec, str) else json.dumps(spec)
         return engine.compile_json_schema(text, whitespace=whitespace, strict=strict)
@@ -66,6 +68,9 @@ def _compile(engine: ruvllm.Engine, kind: str, spec: Any, whitespace: str, stric
         return engine.compile_regex(spec)
     if kind in ("grammar", "gbnf"):
         return engine.compile_gbnf(spec)
+    if kind == "structural_tag":
+        text = spec if isinstance(spec, str) else json.dumps(spec)
+        return engine.compile_structural_tag(text, whitespace=whitespace, strict=strict)
     if kind == "choice":
         choices = json.loads(spec) if isinstance(spec, str) else spec
         return engine.compile_choices([str(c) for c in choices])
@@ -78,6 +83,7 @@ _KINDS = {
     StructuredOutputOptions.REGEX: "regex",
     StructuredOutputOptions.GRAMMAR: "grammar",
     StructuredOutputOptions.CHOICE: "choice",
+    StructuredOutputOptions.STRUCTURAL_TAG: "structural_tag",
 }
 
 
@@ -205,7 +211,7 @@ def _request_spec(params: Any) -> tuple[str, Any] | None:
         )
     ((kind, value),) = spec.items()
     kind = {"json_schema": "json"}.get(kind, kind)
-    if kind not in ("json", "json_object", "regex", "gbnf", "choice"):
+    if kind not in ("json", "json_object", "regex", "gbnf", "choice", "structural_tag"):
         raise ValueError(f"extra_args['ruvllm']: unknown kind {kind!r}")
     return kind, value
 

@@ -8,7 +8,7 @@
 //! with the same character (true of every marker we use: `<` for tags, `{` for a JSON
 //! call, `[` for Mistral's); that first character is what "starts over" a match.
 
-use ruvllm_engine::grammar::Expr;
+use super::Expr;
 
 fn lit(s: &str) -> Expr {
     Expr::Literal(s.as_bytes().to_vec())
@@ -92,8 +92,8 @@ pub fn text_without(words: &[&str]) -> Expr {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ruvllm_engine::grammar::Grammar;
-    use ruvllm_engine::{CheckResult, Constraint, Limits, Matcher, Vocabulary};
+    use crate::grammar::Grammar;
+    use crate::{CheckResult, Constraint, Limits, Matcher, Vocabulary};
     use std::sync::Arc;
 
     fn constraint(words: &[&str]) -> Arc<Constraint> {
