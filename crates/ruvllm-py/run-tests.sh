@@ -17,7 +17,7 @@ if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
     "$venv/bin/python" -m pip install --quiet --upgrade pip
 fi
-"$venv/bin/python" -m pip install --quiet numpy pytest tokenizers jsonschema torch torchvision transformers accelerate gguf
+"$venv/bin/python" -m pip install --quiet numpy pytest tokenizers jsonschema llguidance torch torchvision transformers accelerate gguf
 # vLLM and SGLang, whose adapters the tests drive through the real packages as far as they
 # run on a CPU: the packages themselves without their dependencies (their wheels pin GPU
 # builds of torch and kernels a CPU cannot load), then the modules the tested code paths

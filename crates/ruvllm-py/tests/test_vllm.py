@@ -191,13 +191,17 @@ def test_logits_processor_plugin_by_entry_point(hf_dir, monkeypatch):
     assert len(mine) == 1, "the plugin is loaded from the vllm.logits_processors entry point"
     with pytest.raises(ValueError):
         RuvllmLogitsProcessor.validate_params(SamplingParams(extra_args={"ruvllm": {"yaml": "x"}}))
+    with pytest.raises(ValueError):
+        RuvllmLogitsProcessor.validate_params(SamplingParams(extra_args={"ruvllm": "{not json"}))
+    # The OpenAI server's vllm_xargs carry the spec as a JSON string.
+    RuvllmLogitsProcessor.validate_params(SamplingParams(extra_args={"ruvllm": json.dumps({"regex": "a+"})}))
 
     prompts = [
         chat_ids(tok, "The largest city of France and its population, in JSON."),
         chat_ids(tok, "Say hello."),
     ]
     params = [
-        SamplingParams(max_tokens=MAX_NEW, extra_args={"ruvllm": {"json_schema": SCHEMA}}),
+        SamplingParams(max_tokens=MAX_NEW, extra_args={"ruvllm": json.dumps({"json_schema": SCHEMA})}),
         SamplingParams(max_tokens=MAX_NEW),
     ]
     outs: list[list[int]] = [[], []]

@@ -19,9 +19,13 @@ Two ways in, both tested against the real `vllm` package (tests/test_vllm.py):
        # or {"regex": "..."}, {"gbnf": "..."}, {"choice": [...]}, {"json_object": True},
        # {"structural_tag": {"structures": [...], "triggers": [...]}}
 
-   The OpenAI server passes `vllm_xargs`/`extra_args` through. It keeps one matcher per
-   batch row (following vLLM's batch updates: added, removed, moved), commits each step's
-   new tokens, and masks the logits row in place. vLLM disables custom logits processors
+   Through the OpenAI server, send it as a JSON string (its `vllm_xargs` carry strings,
+   numbers and lists only):
+
+       extra_body={"vllm_xargs": {"ruvllm": json.dumps({"json_schema": schema})}}
+
+   It keeps one matcher per batch row (following vLLM's batch updates: added, removed,
+   moved), commits each step's new tokens, and masks the logits row in place. vLLM disables custom logits processors
    under speculative decoding; the backend (1) is the route that supports drafts.
 
 The EOS tokens and the request's stop-token ids are allowed exactly when the output is
@@ -204,6 +208,12 @@ def _request_spec(params: Any) -> tuple[str, Any] | None:
     spec = extra.get("ruvllm")
     if spec is None:
         return None
+    if isinstance(spec, str):
+        # The OpenAI server's `vllm_xargs` carry strings, numbers and lists only.
+        try:
+            spec = json.loads(spec)
+        except ValueError as e:
+            raise ValueError(f"extra_args['ruvllm'] is not JSON: {e}") from e
     if not isinstance(spec, dict) or len(spec) != 1:
         raise ValueError(
             "extra_args['ruvllm'] must be one of {'json_schema': ...}, {'regex': ...}, "
