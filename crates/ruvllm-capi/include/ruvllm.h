@@ -142,9 +142,10 @@ struct RuvllmEngine *ruvllm_engine_new(const struct RuvllmVocabulary *vocab);
 void ruvllm_engine_free(struct RuvllmEngine *e);
 
 // Compiles a constraint of `kind` (a `RUVLLM_KIND_*` value) from `text` in `engine`.
-// `options` applies to JSON Schemas and structural tags' schemas (NULL: the defaults). NULL on failure, with the
-// reason in `err`: a line and column, or the schema keyword and its JSON pointer. Cost:
-// the engine's compile (milliseconds for a typical schema; cached parts are reused).
+// `options` applies to JSON Schemas and to structural tags' schemas (NULL: the
+// defaults). NULL on failure, with the reason in `err`: a line and column, or the schema
+// keyword and its JSON pointer. Cost: the engine's compile (milliseconds for a typical
+// schema; cached parts are reused).
 //
 // # Safety
 // `engine` is NULL or a live engine; `text` is NULL or a NUL-terminated string; `options`

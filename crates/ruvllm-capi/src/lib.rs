@@ -201,6 +201,18 @@ unsafe fn slice<'a, T>(p: *const T, len: usize, what: &str) -> Result<&'a [T], S
     Ok(unsafe { std::slice::from_raw_parts(p, len) })
 }
 
+/// Drops a handle made by `Box::into_raw` (NULL is ignored; a panic in a destructor is
+/// caught).
+///
+/// # Safety
+/// `p` is NULL or came from `Box::into_raw` and is not freed before.
+unsafe fn free_box<T>(p: *mut T) {
+    if !p.is_null() {
+        // SAFETY: the caller's contract.
+        guard((), || drop(unsafe { Box::from_raw(p) }));
+    }
+}
+
 fn finish_vocab(
     mut v: eng::Vocabulary,
     n_vocab: usize,
@@ -347,10 +359,8 @@ pub unsafe extern "C" fn ruvllm_vocabulary_n_vocab(v: *const RuvllmVocabulary) -
 /// `v` is NULL or a vocabulary not freed before.
 #[no_mangle]
 pub unsafe extern "C" fn ruvllm_vocabulary_free(v: *mut RuvllmVocabulary) {
-    if !v.is_null() {
-        // SAFETY: made by Box::into_raw in a constructor, freed once (the contract).
-        guard((), || drop(unsafe { Box::from_raw(v) }));
-    }
+    // SAFETY: forwarded.
+    unsafe { free_box(v) }
 }
 
 /// An engine for `vocab`: the caches (lexeme automata, token tables) every grammar
@@ -379,16 +389,15 @@ pub unsafe extern "C" fn ruvllm_engine_new(vocab: *const RuvllmVocabulary) -> *m
 /// `e` is NULL or an engine not freed before.
 #[no_mangle]
 pub unsafe extern "C" fn ruvllm_engine_free(e: *mut RuvllmEngine) {
-    if !e.is_null() {
-        // SAFETY: made by Box::into_raw, freed once (the contract).
-        guard((), || drop(unsafe { Box::from_raw(e) }));
-    }
+    // SAFETY: forwarded.
+    unsafe { free_box(e) }
 }
 
 /// Compiles a constraint of `kind` (a `RUVLLM_KIND_*` value) from `text` in `engine`.
-/// `options` applies to JSON Schemas and structural tags' schemas (NULL: the defaults). NULL on failure, with the
-/// reason in `err`: a line and column, or the schema keyword and its JSON pointer. Cost:
-/// the engine's compile (milliseconds for a typical schema; cached parts are reused).
+/// `options` applies to JSON Schemas and to structural tags' schemas (NULL: the
+/// defaults). NULL on failure, with the reason in `err`: a line and column, or the schema
+/// keyword and its JSON pointer. Cost: the engine's compile (milliseconds for a typical
+/// schema; cached parts are reused).
 ///
 /// # Safety
 /// `engine` is NULL or a live engine; `text` is NULL or a NUL-terminated string; `options`
@@ -465,10 +474,8 @@ pub unsafe extern "C" fn ruvllm_grammar_clone(g: *const RuvllmGrammar) -> *mut R
 /// `g` is NULL or a grammar not freed before.
 #[no_mangle]
 pub unsafe extern "C" fn ruvllm_grammar_free(g: *mut RuvllmGrammar) {
-    if !g.is_null() {
-        // SAFETY: made by Box::into_raw, freed once (the contract).
-        guard((), || drop(unsafe { Box::from_raw(g) }));
-    }
+    // SAFETY: forwarded.
+    unsafe { free_box(g) }
 }
 
 /// A matcher at the start of `grammar`. Never NULL (short of memory): when `grammar` is
@@ -532,10 +539,8 @@ pub unsafe extern "C" fn ruvllm_matcher_clone(m: *const RuvllmMatcher) -> *mut R
 /// `m` is NULL or a matcher not freed before.
 #[no_mangle]
 pub unsafe extern "C" fn ruvllm_matcher_free(m: *mut RuvllmMatcher) {
-    if !m.is_null() {
-        // SAFETY: made by Box::into_raw, freed once (the contract).
-        guard((), || drop(unsafe { Box::from_raw(m) }));
-    }
+    // SAFETY: forwarded.
+    unsafe { free_box(m) }
 }
 
 /// Why the matcher stopped on an error (NUL-terminated, valid until the next call on
@@ -727,6 +732,20 @@ pub unsafe extern "C" fn ruvllm_matcher_fill_next_token_bitmask(
     }
 }
 
+/// Copies the first `cap` items of `v` into `out` (nothing when `out` is NULL) and returns
+/// `v.len()`.
+///
+/// # Safety
+/// `out` is NULL or points to `cap` writable items.
+unsafe fn copy_out<T: Copy>(v: &[T], out: *mut T, cap: usize) -> usize {
+    if !out.is_null() {
+        let n = v.len().min(cap);
+        // SAFETY: `n <= cap` items, which the caller says are writable.
+        unsafe { std::slice::from_raw_parts_mut(out, n) }.copy_from_slice(&v[..n]);
+    }
+    v.len()
+}
+
 /// Copies into `out[0..cap]` the tokens the grammar forces next (jump-forward) and returns
 /// how many there are (may exceed `cap`: call again with a larger buffer). 0 when stopped.
 ///
@@ -738,19 +757,11 @@ pub unsafe extern "C" fn ruvllm_matcher_compute_ff_tokens(
     out: *mut u32,
     cap: usize,
 ) -> usize {
-    // SAFETY: forwarded; at most `cap` items are written.
+    // SAFETY: forwarded.
     unsafe {
         with_matcher(m, 0, |m| {
-            let t = m
-                .seq
-                .as_mut()
-                .and_then(|s| s.forced_tokens().ok())
-                .unwrap_or_default();
-            if !out.is_null() {
-                let n = t.len().min(cap);
-                std::slice::from_raw_parts_mut(out, n).copy_from_slice(&t[..n]);
-            }
-            t.len()
+            let t = m.seq.as_mut().and_then(|s| s.forced_tokens().ok());
+            copy_out(&t.unwrap_or_default(), out, cap)
         })
     }
 }
@@ -766,19 +777,11 @@ pub unsafe extern "C" fn ruvllm_matcher_compute_ff_bytes(
     out: *mut u8,
     cap: usize,
 ) -> usize {
-    // SAFETY: forwarded; at most `cap` bytes are written.
+    // SAFETY: forwarded.
     unsafe {
         with_matcher(m, 0, |m| {
-            let b = m
-                .seq
-                .as_mut()
-                .and_then(|s| s.forced_bytes().ok())
-                .unwrap_or_default();
-            if !out.is_null() {
-                let n = b.len().min(cap);
-                std::slice::from_raw_parts_mut(out, n).copy_from_slice(&b[..n]);
-            }
-            b.len()
+            let b = m.seq.as_mut().and_then(|s| s.forced_bytes().ok());
+            copy_out(&b.unwrap_or_default(), out, cap)
         })
     }
 }

@@ -201,14 +201,7 @@ impl Engine {
         strict: bool,
         generation: bool,
     ) -> PyResult<Grammar> {
-        let whitespace = WhitespaceMode::from_name(whitespace)
-            .map_err(|e| PyValueError::new_err(e.to_string()))?;
-        let opts = JsonSchemaOptions {
-            whitespace,
-            any_order,
-            strict,
-            generation,
-        };
+        let opts = schema_options(whitespace, any_order, strict, generation)?;
         self.compile(py, Source::JsonSchema(schema, opts))
     }
 
@@ -226,14 +219,7 @@ impl Engine {
         strict: bool,
         generation: bool,
     ) -> PyResult<Grammar> {
-        let whitespace = WhitespaceMode::from_name(whitespace)
-            .map_err(|e| PyValueError::new_err(e.to_string()))?;
-        let opts = JsonSchemaOptions {
-            whitespace,
-            any_order,
-            strict,
-            generation,
-        };
+        let opts = schema_options(whitespace, any_order, strict, generation)?;
         self.compile(py, Source::StructuralTag(tag, opts))
     }
 
@@ -269,6 +255,22 @@ struct Grammar {
 #[pyclass(module = "ruvllm._ruvllm")]
 struct Matcher {
     inner: SeqMatcher,
+}
+
+/// The JSON Schema options of `compile_json_schema` and `compile_structural_tag`.
+fn schema_options(
+    whitespace: &str,
+    any_order: bool,
+    strict: bool,
+    generation: bool,
+) -> PyResult<JsonSchemaOptions> {
+    Ok(JsonSchemaOptions {
+        whitespace: WhitespaceMode::from_name(whitespace)
+            .map_err(|e| PyValueError::new_err(e.to_string()))?,
+        any_order,
+        strict,
+        generation,
+    })
 }
 
 fn match_err(e: eng::MatchError) -> PyErr {

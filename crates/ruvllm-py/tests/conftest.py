@@ -10,6 +10,17 @@ import pytest
 MODELS = Path(__file__).resolve().parents[3] / "assets/models"
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
+# The schema the generation tests ask the default model to fill (a city and its population).
+CITY_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "maxLength": 40},
+        "population": {"type": "integer", "minimum": 0},
+    },
+    "required": ["city", "population"],
+    "additionalProperties": False,
+}
+
 
 @pytest.fixture(scope="session")
 def smollm2():

@@ -16,6 +16,7 @@ from pathlib import Path
 import jsonschema
 import llama_cpp
 import pytest
+from conftest import CITY_SCHEMA
 
 ROOT = Path(__file__).resolve().parents[3]
 GGUF = ROOT / "assets/models/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -72,15 +73,7 @@ def test_sampler_contract(tmp_path):
 
 
 def test_schema(generate, tmp_path):
-    schema = {
-        "type": "object",
-        "properties": {
-            "city": {"type": "string", "maxLength": 40},
-            "population": {"type": "integer", "minimum": 0},
-        },
-        "required": ["city", "population"],
-        "additionalProperties": False,
-    }
+    schema = CITY_SCHEMA
     out, n = run(generate, "schema", json.dumps(schema),
                  "What is the largest city of France, and its population? Answer in JSON.", tmp_path)
     jsonschema.validate(json.loads(out), schema)

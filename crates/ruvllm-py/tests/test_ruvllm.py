@@ -160,10 +160,11 @@ def test_batch_fill_on_two_threads_equals_sequential(engine, vocab, tok):
     assert np.array_equal(seq, par)
 
 
-def cli_mask(gbnf: Path, prefix: str) -> tuple[int, list[int], bool]:
-    """The `ruvllm grammar mask` binary's count, first 50 allowed ids, and EOS."""
+def cli_mask(gbnf: Path, prefix: str, kind: str = "--gbnf") -> tuple[int, list[int], bool]:
+    """The `ruvllm grammar mask` binary's count, first 50 allowed ids, and EOS, for a
+    grammar file of `kind` (`--gbnf` or `--schema`)."""
     out = subprocess.run(
-        [os.environ["RUVLLM_BIN"], "grammar", "mask", "--gbnf", str(gbnf), "--tokenizer",
+        [os.environ["RUVLLM_BIN"], "grammar", "mask", kind, str(gbnf), "--tokenizer",
          str(TOKENIZER), "--prefix", prefix, "--sample", "50"],
         capture_output=True, text=True, check=True,
     ).stdout
@@ -217,3 +218,43 @@ def byte_token(vocab: Vocabulary, b: int) -> int | None:
             if len(bs) == 1:
                 _BYTE_TOKENS.setdefault(bs[0], t)
     return _BYTE_TOKENS.get(b)
+
+
+MASKBENCH = ROOT.parent / "shared/data/maskbench/data"
+
+
+def test_masks_equal_the_rust_binary_on_a_maskbench_sample(engine, vocab, tmp_path):
+    """Python's masks equal the `ruvllm` binary's on every 250th MaskBench schema, at three
+    points of its first valid instance (the CLI compiles with validator semantics and
+    bounded whitespace: the same options are passed here)."""
+    if "RUVLLM_BIN" not in os.environ:
+        pytest.fail("RUVLLM_BIN (the ruvllm binary) is not set: run crates/ruvllm-py/run-tests.sh")
+    assert MASKBENCH.is_dir(), f"{MASKBENCH} is missing (../shared/data)"
+    checked = 0
+    for f in sorted(MASKBENCH.glob("*.json"))[::250]:
+        d = json.loads(f.read_text())
+        valid = [t for t in d["tests"] if t.get("valid")]
+        if not valid:
+            continue
+        try:
+            g = engine.compile_json_schema(json.dumps(d["schema"]), generation=False)
+        except ruvllm.RuvllmError:
+            continue
+        schema = tmp_path / f.name
+        schema.write_text(json.dumps(d["schema"]))
+        text = json.dumps(valid[0]["data"], indent=2)
+        for cut in (len(text) // 4, len(text) // 2, len(text)):
+            prefix = text[:cut]
+            m = Matcher(g)
+            ids = [byte_token(vocab, b) for b in prefix.encode()]
+            if None in ids or not m.consume_tokens(ids):
+                break
+            bm = allocate_token_bitmask(1, vocab.n_vocab)
+            m.fill_next_token_bitmask(bm, 0)
+            ok = allowed(bm[0], vocab.n_vocab)
+            count, first, eos = cli_mask(schema, prefix, "--schema")
+            assert len(ok) == count, (f.name, cut)
+            assert ok[: len(first)] == first, (f.name, cut)
+            assert eos == bool(set(vocab.eos_token_ids) & set(ok)), (f.name, cut)
+            checked += 1
+    assert checked >= 30, f"only {checked} positions compared"

@@ -18,19 +18,11 @@ import jsonschema
 import torch
 
 import ruvllm
-from conftest import chat_ids, next_logits
+from conftest import CITY_SCHEMA, chat_ids, next_logits
 from ruvllm.sglang import RuvllmGrammarBackend, RuvllmGrammarObject
 
 MAX_NEW = 96
-SCHEMA = {
-    "type": "object",
-    "properties": {
-        "city": {"type": "string", "maxLength": 40},
-        "population": {"type": "integer", "minimum": 0},
-    },
-    "required": ["city", "population"],
-    "additionalProperties": False,
-}
+SCHEMA = CITY_SCHEMA
 WEATHER = {
     "type": "object",
     "properties": {"city": {"type": "string", "maxLength": 30}},

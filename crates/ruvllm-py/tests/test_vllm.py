@@ -21,20 +21,12 @@ import torch
 from transformers import AutoConfig
 
 import ruvllm
-from conftest import GGUF, MODELS, chat_ids, next_logits
+from conftest import CITY_SCHEMA, GGUF, MODELS, chat_ids, next_logits
 from ruvllm.vllm import RuvllmGrammar, RuvllmLogitsProcessor, install_backend
 
 MAX_NEW = 96
 
-SCHEMA = {
-    "type": "object",
-    "properties": {
-        "city": {"type": "string", "maxLength": 40},
-        "population": {"type": "integer", "minimum": 0},
-    },
-    "required": ["city", "population"],
-    "additionalProperties": False,
-}
+SCHEMA = CITY_SCHEMA
 
 
 @pytest.fixture(scope="module")
