@@ -253,8 +253,9 @@ CLASSES = [
     # (name, test on the token text and the allowing side, who is right and why)
     ("\\u escape of a non-control character",
      lambda txt, who: "\\u" in txt,
-     "llguidance: JSON allows `\\uXXXX` for any character; ruvllm writes keys, enum values and "
-     "patterns only with the escapes of controls, `\\\"`, `\\\\`, `\\/` (a known gap, left open)"),
+     "llguidance: JSON allows `\\uXXXX` for any character; ruvllm takes it in keys, constants "
+     "and enum values for what encoders escape (controls, non-ASCII, HTML-sensitive punctuation), "
+     "not for ASCII letters and digits, and in a `pattern` for controls only (a known gap)"),
     ("escaped slash or raw DEL",
      lambda txt, who: "\\/" in txt or "\x7f" in txt,
      "ruvllm: `\\/` is a JSON escape and U+007F needs no escape; llguidance forbids both"),

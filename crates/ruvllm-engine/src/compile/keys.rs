@@ -32,8 +32,9 @@
 //! the lexeme keeps that string's lexeme for it (`base_expr`).
 //!
 //! Encodings come from `grammar::json_string` (`json_encodings`): the raw character where a
-//! JSON string may hold it, its short escape, `\u00XX` for controls; they are prefix-free,
-//! so a byte string completes at most one character.
+//! JSON string may hold it, its short escape, and its `\uXXXX` spellings (a surrogate pair
+//! past U+FFFF) for the characters encoders escape (controls, non-ASCII, HTML-sensitive
+//! punctuation); they are prefix-free, so a byte string completes at most one character.
 //!
 //! Part of the compiler (the parent module). Owns: the key trie of one complement. Uses:
 //! the IR's key complements and JSON string encodings (`grammar::json_string`), the lexeme

@@ -154,8 +154,9 @@ impl Expr {
 /// automaton). The compiler weighs the node as its expansion without building it, so it is
 /// lowered exactly as the expansion would be.
 ///
-/// Keys are read as JSON string characters in any encoding JSON allows (raw, short escape,
-/// `\u00XX` for controls), the way the schema front end writes string characters.
+/// Keys are read as JSON string characters in the encodings the schema front end writes
+/// (raw, short escape, and `\uXXXX` for the characters encoders escape: controls,
+/// non-ASCII, HTML-sensitive punctuation; see `json_string::u_escaped`).
 #[derive(Debug, Clone)]
 pub struct KeyComplement {
     /// The keys as characters, sorted and without duplicates.

@@ -155,14 +155,9 @@ fn close_parts<S: KeySink>(p: Parts<S::E>, s: &mut S) -> Vec<S::E> {
     }
     if let Some(d) = p.d_esc {
         // What may follow a differing `\`: every escape `json_chars` writes.
-        let tail = s.expr(Expr::Alt(vec![
-            short_escapes(),
-            Expr::Seq(vec![
-                Expr::Literal(b"u00".to_vec()),
-                Expr::Chars(vec![('0', '1')]),
-                Expr::Chars(vec![('0', '9'), ('A', 'F'), ('a', 'f')]),
-            ]),
-        ]));
+        let mut escapes = vec![short_escapes()];
+        escapes.extend(u_spellings(&U_ESCAPED));
+        let tail = s.expr(Expr::Alt(escapes));
         let (any, q) = (s.any(), s.lit(b"\""));
         v.push(s.seq(vec![d, tail, any, q]));
     }
@@ -170,8 +165,9 @@ fn close_parts<S: KeySink>(p: Parts<S::E>, s: &mut S) -> Vec<S::E> {
 }
 
 /// The byte strings `json_chars(&[(c, c)])` matches: `c` raw where a JSON string may hold
-/// it unescaped, its two-character escape if it has one, and `\u00XX` (hex digits in
-/// either case) for a control character. Cost: O(1).
+/// it unescaped, its two-character escape if it has one, and its `\uXXXX` spellings (hex
+/// letters in either case; a surrogate pair past U+FFFF) when [`u_escaped`] holds it.
+/// Cost: O(number of spellings): at most 16, or 256 for a character past U+FFFF.
 pub(crate) fn json_encodings(c: char) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     let u = c as u32;
@@ -192,19 +188,41 @@ pub(crate) fn json_encodings(c: char) -> Vec<Vec<u8>> {
     if let Some(e) = short {
         out.push(vec![b'\\', e]);
     }
-    if u < 0x20 {
-        let hi = b'0' + (u >> 4) as u8;
-        let lo = (u & 15) as u8;
-        let mut los = vec![];
-        if lo < 10 {
-            los.push(b'0' + lo);
+    if u_escaped(c) {
+        // `\uXXXX` (a surrogate pair past U+FFFF), every hex letter in either case.
+        let units: Vec<u32> = if u > 0xFFFF {
+            vec![
+                0xD800 + ((u - 0x10000) >> 10),
+                0xDC00 + ((u - 0x10000) & 0x3FF),
+            ]
         } else {
-            los.push(b'a' + lo - 10);
-            los.push(b'A' + lo - 10);
+            vec![u]
+        };
+        let mut spellings: Vec<Vec<u8>> = vec![Vec::new()];
+        for unit in units {
+            spellings
+                .iter_mut()
+                .for_each(|v| v.extend_from_slice(b"\\u"));
+            for shift in [12, 8, 4, 0] {
+                let d = (unit >> shift) & 15;
+                let upper = digit(d) as u8;
+                let lower = upper.to_ascii_lowercase();
+                let mut next = Vec::new();
+                for v in &spellings {
+                    for b in if upper == lower {
+                        vec![upper]
+                    } else {
+                        vec![upper, lower]
+                    } {
+                        let mut w = v.clone();
+                        w.push(b);
+                        next.push(w);
+                    }
+                }
+                spellings = next;
+            }
         }
-        for l in los {
-            out.push(vec![b'\\', b'u', b'0', b'0', hi, l]);
-        }
+        out.extend(spellings);
     }
     out
 }
@@ -301,8 +319,7 @@ fn key_trie_node<S: KeySink>(
     }
     let next: Vec<char> = children.iter().map(|&(c, _, _)| c).collect();
     let others = complement_chars(&next);
-    let escapable = |c: char| matches!(c, '"' | '\\' | '/') || (c as u32) < 0x20;
-    if next.iter().any(|&c| escapable(c)) {
+    if next.iter().any(|&c| !spelled_raw_only(c)) {
         // An escape may continue a key here: the differing ones, spelled out.
         if !others.is_empty() {
             d = Some(s.expr(json_chars(&others)));
@@ -361,22 +378,189 @@ fn json_raw_chars(ranges: &[(char, char)]) -> Vec<(char, char)> {
     raw
 }
 
-/// Whether [`json_chars`] spells `c` as itself alone: held raw by a JSON string, and not
-/// one a serializer may escape (`"`, `\`, `/` or a control). Cost: O(1).
-pub(crate) fn spelled_raw_only(c: char) -> bool {
-    c >= ' ' && !matches!(c, '"' | '\\' | '/')
+/// Whether JSON encoders write `c` as a `\uXXXX` escape, so that [`json_chars`] spells it
+/// that way too: controls, every non-ASCII character (an `ensure_ascii` encoder: Python's
+/// `json.dumps` by default, Java's and .NET's defaults), and the ASCII punctuation that
+/// HTML-safe encoders escape (Go's `<`, `>`, `&`; .NET's `"`, `'`, `+`, `` ` `` too; `/`
+/// and `\`). ASCII letters, digits, the space and the other punctuation are never
+/// escaped by an encoder, and written raw only: string constants and keys made of them
+/// stay one literal each. Cost: O(1).
+pub(crate) fn u_escaped(c: char) -> bool {
+    let u = c as u32;
+    !(0x20..0x7F).contains(&u) || matches!(c, '"' | '&' | '\'' | '+' | '/' | '<' | '>' | '\\' | '`')
 }
 
-/// Characters of `ranges` in their JSON string encodings: raw where allowed, and the
-/// escapes a serializer writes (`\"`, `\\`, `\/`, short escapes and `\u00XX` for controls).
+/// The code points [`u_escaped`] holds, as ranges (the surrogates excluded).
+const U_ESCAPED: [(u32, u32); 11] = [
+    (0x00, 0x1F),
+    (0x22, 0x22),
+    (0x26, 0x27),
+    (0x2B, 0x2B),
+    (0x2F, 0x2F),
+    (0x3C, 0x3C),
+    (0x3E, 0x3E),
+    (0x5C, 0x5C),
+    (0x60, 0x60),
+    (0x7F, 0xD7FF),
+    (0xE000, 0x10FFFF),
+];
+
+/// Whether [`json_chars`] spells `c` as itself alone: held raw by a JSON string, with no
+/// short or `\u` escape. Cost: O(1).
+pub(crate) fn spelled_raw_only(c: char) -> bool {
+    c >= ' ' && !u_escaped(c)
+}
+
+/// Hex digits `a..=b` (values 0 to 15), letters in either case.
+fn hex_digits(a: u32, b: u32) -> Expr {
+    let mut r: Vec<(char, char)> = Vec::new();
+    if a <= 9 {
+        r.push((digit(a), digit(b.min(9))));
+    }
+    if b >= 10 {
+        let (x, y) = (a.max(10), b);
+        r.push((digit(x), digit(y)));
+        r.push((digit(x).to_ascii_lowercase(), digit(y).to_ascii_lowercase()));
+    }
+    if r.len() == 1 && r[0].0 == r[0].1 {
+        return Expr::Literal(r[0].0.to_string().into_bytes());
+    }
+    Expr::Chars(r)
+}
+
+fn digit(v: u32) -> char {
+    char::from_digit(v, 16).map_or('0', |c| c.to_ascii_uppercase())
+}
+
+/// The `digits`-digit hex spellings of the values `lo..=hi`: one alternative per run of
+/// shared leading digits (at most `2 * digits - 1`), as in a decimal range automaton.
+fn hex_range(lo: u32, hi: u32, digits: u32) -> Vec<Expr> {
+    if digits == 0 {
+        return vec![];
+    }
+    let w = 16u32.pow(digits - 1);
+    let (dl, dh, rl, rh) = (lo / w, hi / w, lo % w, hi % w);
+    // The digits after the first: values `lo..=hi` of `digits - 1` digits.
+    let rest = |lo: u32, hi: u32| -> Vec<Expr> {
+        if digits == 1 {
+            vec![]
+        } else if lo == 0 && hi == w - 1 {
+            (1..digits).map(|_| hex_digits(0, 15)).collect()
+        } else {
+            vec![hex_alt(lo, hi, digits - 1)]
+        }
+    };
+    let with = |first: Expr, tail: Vec<Expr>| {
+        if tail.is_empty() {
+            return first;
+        }
+        let mut v = vec![first];
+        v.extend(tail);
+        Expr::Seq(v)
+    };
+    if dl == dh {
+        return vec![with(hex_digits(dl, dl), rest(rl, rh))];
+    }
+    let mut alts = Vec::new();
+    let (mut a, mut b) = (dl, dh);
+    if rl != 0 {
+        alts.push(with(hex_digits(dl, dl), rest(rl, w - 1)));
+        a += 1;
+    }
+    if rh != w - 1 {
+        alts.push(with(hex_digits(dh, dh), rest(0, rh)));
+        b -= 1;
+    }
+    if a <= b {
+        alts.push(with(hex_digits(a, b), rest(0, w - 1)));
+    }
+    alts
+}
+
+/// [`hex_range`] as one expression.
+fn hex_alt(lo: u32, hi: u32, digits: u32) -> Expr {
+    let mut v = hex_range(lo, hi, digits);
+    if v.len() == 1 {
+        v.pop().unwrap_or(Expr::Seq(vec![]))
+    } else {
+        Expr::Alt(v)
+    }
+}
+
+/// The escapes after a `\` that spell the code points of `ranges` (`lo..=hi`, none a
+/// surrogate) as `u` and four hex digits, or a surrogate pair for those past U+FFFF.
+fn u_spellings(ranges: &[(u32, u32)]) -> Vec<Expr> {
+    let mut out = Vec::new();
+    let u = || Expr::Literal(b"u".to_vec());
+    for &(lo, hi) in ranges {
+        if lo <= 0xFFFF {
+            out.push(Expr::Seq(vec![u(), hex_alt(lo, hi.min(0xFFFF), 4)]));
+        }
+        if hi >= 0x10000 {
+            let split = |c: u32| {
+                (
+                    0xD800 + ((c - 0x10000) >> 10),
+                    0xDC00 + ((c - 0x10000) & 0x3FF),
+                )
+            };
+            let ((h1, l1), (h2, l2)) = (split(lo.max(0x10000)), split(hi));
+            let pair = |h: (u32, u32), l: (u32, u32)| {
+                Expr::Seq(vec![
+                    u(),
+                    hex_alt(h.0, h.1, 4),
+                    Expr::Literal(b"\\u".to_vec()),
+                    hex_alt(l.0, l.1, 4),
+                ])
+            };
+            if h1 == h2 {
+                out.push(pair((h1, h1), (l1, l2)));
+            } else {
+                out.push(pair((h1, h1), (l1, 0xDFFF)));
+                if h1 + 1 < h2 {
+                    out.push(pair((h1 + 1, h2 - 1), (0xDC00, 0xDFFF)));
+                }
+                out.push(pair((h2, h2), (0xDC00, l2)));
+            }
+        }
+    }
+    out
+}
+
+/// The code points of `ranges` in `u_set`, as ranges.
+fn u_escaped_in(ranges: &[(char, char)], u_set: &[(u32, u32)]) -> Vec<(u32, u32)> {
+    let mut out = Vec::new();
+    for &(a, b) in ranges {
+        for &(x, y) in u_set {
+            let (lo, hi) = ((a as u32).max(x), (b as u32).min(y));
+            if lo <= hi {
+                out.push((lo, hi));
+            }
+        }
+    }
+    out
+}
+
+/// Characters of `ranges` in their JSON string encodings: raw where allowed, their short
+/// escapes (`\"`, `\\`, `\/`, `\n`...), and `\uXXXX` (a surrogate pair past U+FFFF,
+/// hex digits in either case) for the characters encoders escape ([`u_escaped`]).
 pub(crate) fn json_chars(ranges: &[(char, char)]) -> Expr {
+    json_chars_with(ranges, &U_ESCAPED)
+}
+
+/// The code points a `pattern`'s characters may be written as `\uXXXX`: the controls
+/// only. A class like `\S` spans most of Unicode, and its every `\uXXXX` spelling would
+/// multiply the states of a repeated class (a word-count pattern's DFA went from one
+/// lexeme to six, 1.5 MB); a pattern's string spells other characters raw or with their
+/// short escapes (a known gap: `"\u00e9"` does not match `^é$` here).
+pub(crate) const PATTERN_U_ESCAPED: [(u32, u32); 1] = [(0x00, 0x1F)];
+
+/// [`json_chars`] with `\uXXXX` spellings for the code points of `u_set` only.
+pub(crate) fn json_chars_with(ranges: &[(char, char)], u_set: &[(u32, u32)]) -> Expr {
     let raw = json_raw_chars(ranges);
-    // Bytes after `\` of the two-byte escapes, and the `\u00XX` control escapes as
-    // (high nibble, low nibble range): one character class each rather than one
+    // Bytes after `\` of the two-byte escapes: one character class rather than one
     // alternative per character, which keeps the NFA of a key-trie complement (every
     // node has the complement of a few characters) small.
     let mut short: Vec<(char, char)> = Vec::new();
-    let mut controls: Vec<(u8, u8, u8)> = Vec::new();
     for &(a, b) in ranges {
         let (a32, b32) = (a as u32, b as u32);
         let has = |c: u32| a32 <= c && c <= b32;
@@ -396,40 +580,26 @@ pub(crate) fn json_chars(ranges: &[(char, char)]) -> Expr {
                 short.push((e, e));
             }
         }
-        if a32 <= 0x1F {
-            let hi_b = b32.min(0x1F);
-            for hi in (a32 >> 4)..=(hi_b >> 4) {
-                let lo_a = if hi == a32 >> 4 { a32 & 15 } else { 0 };
-                let lo_b = if hi == hi_b >> 4 { hi_b & 15 } else { 15 };
-                controls.push((hi as u8, lo_a as u8, lo_b as u8));
-            }
-        }
     }
+    let mut after_backslash = Vec::new();
+    if !short.is_empty() {
+        after_backslash.push(Expr::Chars(short));
+    }
+    after_backslash.extend(u_spellings(&u_escaped_in(ranges, u_set)));
     let mut alts = Vec::new();
     if !raw.is_empty() {
         alts.push(Expr::Chars(raw));
     }
-    if !short.is_empty() {
-        alts.push(Expr::Seq(vec![
+    match after_backslash.len() {
+        0 => {}
+        1 => alts.push(Expr::Seq(vec![
             Expr::Literal(b"\\".to_vec()),
-            Expr::Chars(short),
-        ]));
-    }
-    for (hi, lo_a, lo_b) in controls {
-        // Hex digits lo_a..=lo_b, letters in either case.
-        let mut digits: Vec<(char, char)> = Vec::new();
-        if lo_a <= 9 {
-            digits.push(((b'0' + lo_a) as char, (b'0' + lo_b.min(9)) as char));
-        }
-        if lo_b >= 10 {
-            let (x, y) = (lo_a.max(10) - 10, lo_b - 10);
-            digits.push(((b'A' + x) as char, (b'A' + y) as char));
-            digits.push(((b'a' + x) as char, (b'a' + y) as char));
-        }
-        alts.push(Expr::Seq(vec![
-            Expr::Literal(format!("\\u00{hi}").into_bytes()),
-            Expr::Chars(digits),
-        ]));
+            after_backslash.pop().unwrap_or(Expr::Seq(vec![])),
+        ])),
+        _ => alts.push(Expr::Seq(vec![
+            Expr::Literal(b"\\".to_vec()),
+            Expr::Alt(after_backslash),
+        ])),
     }
     if let [Expr::Chars(r)] = &alts[..] {
         if r.len() == 1 && r[0].0 == r[0].1 {

@@ -16,7 +16,12 @@
 //! * `$ref` targets become rules, so recursive schemas need no unrolling.
 //! * Strings are matched in their JSON encoding: a `pattern` or `format` is a regex over the
 //!   decoded characters, translated so that each character may appear raw or in the escaped
-//!   forms a serializer produces (`\"`, `\\`, `\/`, `\n`, `\u001f`...). Lengths count code
+//!   forms a serializer produces (`\"`, `\\`, `\/`, `\n`, `\u001f`...). String constants,
+//!   enum values and keys also take the `\uXXXX` spellings encoders write for non-ASCII
+//!   characters and HTML-sensitive punctuation (`ensure_ascii`, HTML-safe encoders; see
+//!   `grammar::json_string::u_escaped`); ASCII letters and digits are matched raw only, and
+//!   a `pattern`'s characters take `\uXXXX` for controls only (a known gap, measured in
+//!   docs/LLGUIDANCE_MASKS.md). Free strings take every spelling. Lengths count code
 //!   points (a `\uD83D\uDE00` pair is one).
 //! * Numbers: integer ranges are exact decimal-digit automata; `integer` also accepts
 //!   `1.0` and `1e3` (integral values); bounded `number`s accept plain decimal notation.
@@ -77,7 +82,9 @@ use thiserror::Error;
 
 pub use bundle::{bundle, needs_bundle, RegistryError, SchemaRegistry, DOCS_KEY};
 
-use crate::grammar::json_string::{json_chars, short_escapes, spelled_raw_only};
+use crate::grammar::json_string::{
+    json_chars, json_chars_with, short_escapes, spelled_raw_only, PATTERN_U_ESCAPED,
+};
 use crate::grammar::{Check, Expr, Grammar, KeyComplement, Rule, RuleId};
 use crate::{GrammarError, Limits};
 

@@ -226,13 +226,18 @@ impl Compiler<'_> {
             HirKind::Literal(l) => {
                 let s = std::str::from_utf8(&l.0)
                     .map_err(|_| unsupported("pattern", ptr, "byte-level pattern"))?;
-                Expr::Seq(s.chars().map(|c| json_chars(&[(c, c)])).collect())
+                Expr::Seq(
+                    s.chars()
+                        .map(|c| json_chars_with(&[(c, c)], &PATTERN_U_ESCAPED))
+                        .collect(),
+                )
             }
-            HirKind::Class(Class::Unicode(c)) => json_chars(
+            HirKind::Class(Class::Unicode(c)) => json_chars_with(
                 &c.ranges()
                     .iter()
                     .map(|r| (r.start(), r.end()))
                     .collect::<Vec<_>>(),
+                &PATTERN_U_ESCAPED,
             ),
             HirKind::Class(Class::Bytes(_)) => {
                 return Err(unsupported("pattern", ptr, "byte-level class"))

@@ -1911,7 +1911,15 @@ mod tests {
                     let at_boundary = input
                         .iter()
                         .all(|b| b.is_ascii_alphanumeric() || *b == b'"' || *b == b' ');
-                    if at_boundary && input.len() <= 3 {
+                    // A string without `\uXXXX` escapes cannot spell a key character
+                    // the way the complement reads it (`json_encodings`), so the
+                    // derivation gives up (the table is then computed as any other).
+                    let spelled_alike = *ch == *uch
+                        || keys
+                            .iter()
+                            .flatten()
+                            .all(|&c| !crate::grammar::json_string::u_escaped(c));
+                    if at_boundary && input.len() <= 3 && spelled_alike {
                         assert!(d.is_some(), "{input:?}: not derived");
                     }
                     if let Some(d) = d {
