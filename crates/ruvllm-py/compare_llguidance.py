@@ -317,6 +317,7 @@ def render(report: dict, cmd: str, seconds: float) -> str:
         right = why.get(cls, "the allowing engine where judged `valid`; not judged where `open`; "
                         "see the schemas below")
         example = f"{ex[0]}: after `{ex[1]}`, {json.dumps(ex[2])} completes to `{ex[3]}` ({ex[4]})" if ex else ""
+        example = example.replace("\r", " ").replace("\n", " ")  # one table row
         lines.append(f"| {cls} | {who} | {n} ({len(toks)} distinct) | {vs} | {right} | {example.replace('|', '/')} |")
     lines += ["", "## Every disagreement, by schema", "",
               "Per schema: the side that allows tokens the other forbids, at how many positions, and",
@@ -332,7 +333,7 @@ def render(report: dict, cmd: str, seconds: float) -> str:
     for fname in sorted(by_file):
         for who, (npos, toks) in sorted(by_file[fname].items()):
             shown = ", ".join(f"{json.dumps(t)} {v}" for (t, v), _ in toks.most_common())
-            lines.append(f"- {fname}: only {who} allows, at {npos} positions: {shown}")
+            lines.append(f"- {fname}: only {who} allows, at {npos} positions: {shown}".replace("\n", " "))
     return "\n".join(lines) + "\n"
 
 
