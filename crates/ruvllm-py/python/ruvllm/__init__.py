@@ -64,13 +64,8 @@ def allocate_token_bitmask(batch: int, n_vocab: int) -> Any:
 def apply_token_bitmask_inplace(logits: Any, bitmask: Any) -> None:
     """Sets the logits of disallowed tokens to -inf, row by row (numpy or torch; logits of
     shape (batch, n) or (n,), bitmask of shape (batch, words) or (words,))."""
-    try:
-        import torch  # noqa: F401
-
-        is_torch = type(logits).__module__.startswith("torch")
-    except ImportError:
-        is_torch = False
-    if is_torch:
+    # A torch tensor's type lives in the torch package; torch is imported only then.
+    if type(logits).__module__.startswith("torch"):
         import torch
 
         bits = torch.as_tensor(bitmask, device=logits.device)
