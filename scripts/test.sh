@@ -7,6 +7,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/fetch-assets.sh
 # A clean build gains nothing from incremental state, and it costs gigabytes of disk.
 export CARGO_INCREMENTAL=0
+# pip's wheel cache would keep a second copy of every download (torch and its CUDA
+# libraries alone are about 4 GB of wheels) on a disk that CI sizes tightly.
+export PIP_NO_CACHE_DIR=1
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # The API docs build without broken or private links.
@@ -14,7 +17,9 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
 cargo test --workspace --locked
 # The server against real client libraries (openai, instructor, langchain-openai, ollama)
 # in a venv, using the binary the tests just built.
+df -h . | tail -n 1 | awk '{print "test: disk before the client venv: " $4 " free of " $2}'
 bash tests/clients/run.sh target/debug/ruvllm
 # The Python package (built from this checkout with maturin) in a venv, its masks compared
 # with the binary's.
+df -h . | tail -n 1 | awk '{print "test: disk before the Python package venv: " $4 " free of " $2}'
 bash crates/ruvllm-py/run-tests.sh target/debug/ruvllm

@@ -13,6 +13,8 @@ root="$(cd "$here/../.." && pwd)"
 bin="${1:?usage: run-tests.sh PATH/TO/ruvllm}"
 shift
 venv="$root/.venv-py"
+# No second copy of the downloads in pip's cache (torch's wheels alone are about 4 GB).
+export PIP_NO_CACHE_DIR="${PIP_NO_CACHE_DIR:-1}"
 if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
     "$venv/bin/python" -m pip install --quiet --upgrade pip
