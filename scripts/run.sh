@@ -5,6 +5,7 @@
 # engine computes over the model's vocabulary.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+bash scripts/setup-system.sh
 bash scripts/fetch-assets.sh
 cargo build --release --locked -p ruvllm-cli -p ruvllm-bench
 model=assets/models/SmolLM2-135M-Instruct.Q4_1.gguf

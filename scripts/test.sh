@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 [ -d ../shared/data ] || { echo "test: ../shared/data is missing (it must sit beside the repository)" >&2; exit 1; }
+bash scripts/setup-system.sh
 bash scripts/fetch-assets.sh
 # A clean build gains nothing from incremental state, and it costs gigabytes of disk.
 export CARGO_INCREMENTAL=0

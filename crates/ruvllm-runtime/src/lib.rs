@@ -28,10 +28,13 @@ pub mod backend;
 pub mod batch;
 pub mod call_format;
 pub mod chat;
+mod decode;
 pub mod error;
+mod front;
 pub mod http;
 pub mod json;
 pub mod kernels;
+pub mod llama;
 pub mod local;
 pub mod model;
 pub mod reasoning;
@@ -51,6 +54,7 @@ pub use json::{
     repair_json, JsonError, JsonSchema, JsonSchemaError, JsonValidator, Repair, RepairError,
     SchemaViolation, ValidatedJson, ValidationStatus, Violation,
 };
+pub use llama::{LlamaBackend, LlamaOptions, LlamaSequence};
 pub use local::{BackendOptions, CandleBackend, Sequence};
 pub use model::{BatchWeights, KvCache, LoadOptions, Model, ModelConfig};
 pub use sampler::{Sampler, SamplerConfig};

@@ -56,6 +56,9 @@ pub enum Arch {
     Qwen2,
     /// Phi-3 (fused projections).
     Phi3,
+    /// An architecture only the llama.cpp backend runs ([`ModelConfig::family`] names
+    /// it); the candle model never loads one.
+    Other,
 }
 
 impl Arch {
@@ -78,6 +81,9 @@ impl Arch {
 pub struct ModelConfig {
     /// Architecture.
     pub arch: Arch,
+    /// The GGUF's `general.architecture` (`llama`, `gemma3`, `qwen3`...): the model family
+    /// the APIs report.
+    pub family: String,
     /// Transformer blocks.
     pub n_layer: usize,
     /// Hidden size.
@@ -641,6 +647,7 @@ impl Model {
         Ok(Model {
             cfg: ModelConfig {
                 arch,
+                family: arch_name.clone(),
                 n_layer,
                 n_embd,
                 n_head,
@@ -871,7 +878,8 @@ impl Model {
                         candle_nn::rotary_emb::rope_i(&q, cos, sin)?,
                         candle_nn::rotary_emb::rope_i(&k, cos, sin)?,
                     ),
-                    Arch::Qwen2 | Arch::Phi3 => (
+                    // `Other` never reaches this model: `Arch::from_name` refuses it.
+                    Arch::Qwen2 | Arch::Phi3 | Arch::Other => (
                         candle_nn::rotary_emb::rope(&q, cos, sin)?,
                         candle_nn::rotary_emb::rope(&k, cos, sin)?,
                     ),

@@ -390,8 +390,8 @@ pub async fn tags(State(st): State<Shared>) -> Json<Value> {
         "digest": "",
         "details": {
             "format": "gguf",
-            "family": format!("{:?}", cfg.arch).to_lowercase(),
-            "families": [format!("{:?}", cfg.arch).to_lowercase()],
+            "family": cfg.family.clone(),
+            "families": [cfg.family.clone()],
             "parameter_size": "",
             "quantization_level": "",
         },

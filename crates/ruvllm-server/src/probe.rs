@@ -28,7 +28,7 @@ pub async fn model(State(st): State<Shared>, Path(id): Path<String>) -> Response
 
 fn details(st: &Shared) -> Value {
     let cfg = st.sched.model().model_config();
-    let family = format!("{:?}", cfg.arch).to_lowercase();
+    let family = cfg.family.clone();
     json!({
         "format": "gguf",
         "family": family,
@@ -58,7 +58,7 @@ async fn show_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResul
     st.check_model(Some(name), Dialect::Ollama)?;
     let b = st.sched.model();
     let cfg = b.model_config();
-    let family = format!("{:?}", cfg.arch).to_lowercase();
+    let family = cfg.family.clone();
     Ok(Json(json!({
         "modelfile": format!("FROM {}\n", st.model_id),
         "parameters": "",
