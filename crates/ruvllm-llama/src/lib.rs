@@ -230,6 +230,47 @@ impl Model {
         unsafe { sys::llama_vocab_is_eog(self.vocab.as_ptr(), token as i32) }
     }
 
+    /// Token ids of `text` by llama.cpp's own tokenizer (whatever the model's kind:
+    /// BPE, SentencePiece, WordPiece, Unigram): with BOS/EOS where the model adds them
+    /// when `add_special`, and control-token texts read as those tokens when
+    /// `parse_special`. Thread-safe. Cost: one tokenizer pass (two when the first guess of
+    /// the length is short).
+    pub fn tokenize(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<u32>> {
+        let len = i32::try_from(text.len()).map_err(|_| {
+            Error::Invalid(format!(
+                "a text of {} bytes is too long to tokenize",
+                text.len()
+            ))
+        })?;
+        let mut out: Vec<i32> = vec![0; text.len() + 8];
+        for _ in 0..2 {
+            // SAFETY: `text` is valid for `len` bytes (no NUL needed); `out` holds
+            // `out.len()` ids and llama.cpp writes at most that many.
+            let n = unsafe {
+                sys::llama_tokenize(
+                    self.vocab.as_ptr(),
+                    text.as_ptr().cast(),
+                    len,
+                    out.as_mut_ptr(),
+                    out.len().min(i32::MAX as usize) as i32,
+                    add_special,
+                    parse_special,
+                )
+            };
+            if n >= 0 {
+                out.truncate(n as usize);
+                return Ok(out.into_iter().map(|t| t.max(0) as u32).collect());
+            }
+            if n == i32::MIN {
+                break;
+            }
+            out.resize(n.unsigned_abs() as usize, 0);
+        }
+        Err(Error::Invalid(
+            "llama.cpp could not tokenize the text".into(),
+        ))
+    }
+
     /// The bytes llama.cpp renders for `token` (special tokens as their text when
     /// `special`). Cost: one call, no allocation beyond the result.
     pub fn piece(&self, token: u32, special: bool) -> Result<Vec<u8>> {

@@ -16,6 +16,21 @@ use crate::error::RuntimeError;
 /// ChatML, used when the model file has no template.
 pub const CHATML: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
+/// Gemma's turn format (`<start_of_turn>user` ... `<end_of_turn>`, the assistant as
+/// `model`, a system message folded into the first user turn), for Gemma GGUF files that
+/// carry no template of their own.
+pub const GEMMA: &str = "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{% set first = messages[0]['content'] + '\n\n' %}{% set rest = messages[1:] %}{% else %}{% set first = '' %}{% set rest = messages %}{% endif %}{% for message in rest %}{% if message['role'] == 'assistant' %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}{% endif %}{{ '<start_of_turn>' + role + '\n' + (first if loop.first else '') + message['content'] | trim + '<end_of_turn>\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}";
+
+/// The template for a model file without one: Gemma's turns for the Gemma families,
+/// ChatML otherwise.
+pub fn default_template(family: &str) -> &'static str {
+    if family.starts_with("gemma") {
+        GEMMA
+    } else {
+        CHATML
+    }
+}
+
 /// One chat message. `content` may be empty for assistant messages that only call tools.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Message {

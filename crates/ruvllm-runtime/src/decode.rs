@@ -680,12 +680,7 @@ impl Decoder {
                 } else {
                     format!("{}{}", m.end, crate::reasoning::SEPARATOR)
                 };
-                let close = inner
-                    .tokenizer
-                    .encode(close_text.as_str(), false)
-                    .map_err(|e| RuntimeError::Tokenizer(e.to_string()))?
-                    .get_ids()
-                    .to_vec();
+                let close = inner.tokenizer.encode(close_text.as_str())?;
                 Some(Reason {
                     markers: m,
                     open: true,

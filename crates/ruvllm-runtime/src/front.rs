@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use crate::api::{GenerateParams, OutputConstraint, Prompt};
 use crate::call_format::CallFormat;
-use crate::chat::{ChatTemplate, Message, CHATML};
+use crate::chat::{ChatTemplate, Message};
 use crate::error::{Result, RuntimeError};
 use crate::local::BackendOptions;
 use crate::model::ModelConfig;
@@ -69,6 +69,55 @@ impl ConstraintCache {
     }
 }
 
+/// How a front turns prompt text into token ids.
+pub(crate) enum PromptTokenizer {
+    /// Hugging Face `tokenizers`: a `tokenizer.json`, or the GGUF's byte-level BPE
+    /// rebuilt.
+    Hf(tokenizers::Tokenizer),
+    /// llama.cpp's own tokenizer, for the kinds `tokenizers` cannot be rebuilt from GGUF
+    /// metadata.
+    Llama(Arc<ruvllm_llama::Model>),
+}
+
+impl PromptTokenizer {
+    /// Ids of `text`, texts of special tokens read as those tokens, nothing added.
+    pub(crate) fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        match self {
+            PromptTokenizer::Hf(t) => t
+                .encode(text, false)
+                .map(|e| e.get_ids().to_vec())
+                .map_err(|e| RuntimeError::Tokenizer(e.to_string())),
+            PromptTokenizer::Llama(m) => m
+                .tokenize(text, false, true)
+                .map_err(|e| RuntimeError::Tokenizer(e.to_string())),
+        }
+    }
+
+    /// The text of token `id` as the chat template writes it.
+    fn token_text(&self, id: u32) -> Option<String> {
+        match self {
+            PromptTokenizer::Hf(t) => t.id_to_token(id),
+            PromptTokenizer::Llama(m) => m
+                .piece(id, true)
+                .ok()
+                .map(|b| String::from_utf8_lossy(&b).into_owned()),
+        }
+    }
+}
+
+/// llama.cpp's tokenizer as the engine's encoder of forced text (a continuation: no
+/// special tokens, none added). The engine keeps an encoding only when its tokens spell
+/// the text exactly.
+struct LlamaEncoder(Arc<ruvllm_llama::Model>);
+
+impl ruvllm_engine::vocab::TokenEncoder for LlamaEncoder {
+    fn encode(&self, text: &str) -> std::result::Result<Vec<u32>, String> {
+        self.0
+            .tokenize(text, false, false)
+            .map_err(|e| e.to_string())
+    }
+}
+
 /// Most compiled constraints cached per backend.
 const MAX_CACHED_CONSTRAINTS: usize = 64;
 
@@ -78,7 +127,7 @@ pub const DEFAULT_CONSTRAINT_CACHE_BYTES: usize = 256 << 20;
 
 /// What a local backend knows of its model besides the weights (see the module docs).
 pub(crate) struct Front {
-    pub(crate) tokenizer: tokenizers::Tokenizer,
+    pub(crate) tokenizer: PromptTokenizer,
     /// The engine of the model's vocabulary: every constraint is compiled and bound in
     /// it, so they share lexemes and token tables.
     pub(crate) engine: Engine,
@@ -105,11 +154,16 @@ impl Front {
     /// with `config` its shape (its `context_length` the context the backend runs).
     /// Cost: rebuilding the tokenizer and vocabulary from the metadata (about half a
     /// second for a 128k vocabulary).
+    ///
+    /// `llama`, the model loaded in llama.cpp when there is one, tokenizes where the GGUF's
+    /// tokenizer cannot be rebuilt as a `tokenizers` one (SentencePiece, WordPiece,
+    /// Unigram): prompts, and the forced text of jump-forward.
     pub(crate) fn new(
         path: &Path,
         gv: &GgufVocab,
         config: ModelConfig,
         opts: &BackendOptions,
+        llama: Option<&Arc<ruvllm_llama::Model>>,
     ) -> Result<Front> {
         let (tokenizer, mut vocab) = match &opts.tokenizer {
             Some(tp) => {
@@ -120,18 +174,37 @@ impl Front {
                 let t: tokenizers::Tokenizer = text
                     .parse()
                     .map_err(|e| RuntimeError::Tokenizer(format!("{}: {e}", tp.display())))?;
-                (t, Vocabulary::from_tokenizer_json(&text, None)?)
+                (
+                    PromptTokenizer::Hf(t),
+                    Vocabulary::from_tokenizer_json(&text, None)?,
+                )
             }
-            None => (gv.to_tokenizer()?, gv.to_vocabulary()?),
+            None => match (gv.to_tokenizer(), llama) {
+                (Ok(t), _) => (PromptTokenizer::Hf(t), gv.to_vocabulary()?),
+                (Err(_), Some(m)) => (
+                    PromptTokenizer::Llama(m.clone()),
+                    gv.to_vocabulary()?
+                        .with_encoder(Arc::new(LlamaEncoder(m.clone()))),
+                ),
+                (Err(e), None) => return Err(e.into()),
+            },
         };
-        let eos = gv.eos_ids(vocab.len());
+        let mut eos = gv.eos_ids(vocab.len());
+        if let Some(m) = llama {
+            // Every token llama.cpp counts as an end of generation (end of turn, end of
+            // message...), not only the metadata's EOS id.
+            let n = vocab.len().min(m.n_vocab()) as u32;
+            let eog: Vec<u32> = (0..n)
+                .filter(|&t| m.is_eog(t) && !eos.contains(&t))
+                .collect();
+            eos.extend(eog);
+        }
         if !eos.is_empty() {
             vocab.set_eos_tokens(eos.clone())?;
         }
         let eos = vocab.eos_tokens().to_vec();
         let token_text = |id: Option<u32>| -> String {
-            id.and_then(|i| tokenizer.id_to_token(i))
-                .unwrap_or_default()
+            id.and_then(|i| tokenizer.token_text(i)).unwrap_or_default()
         };
         let int = |k: &str| gv.get(k).and_then(|v| v.as_int());
         let bos = int("tokenizer.ggml.bos_token_id").map(|x| x as u32);
@@ -141,7 +214,10 @@ impl Front {
         );
         let template_src = match &opts.chat_template {
             Some(t) => t.clone(),
-            None => gv.chat_template().unwrap_or(CHATML).to_string(),
+            None => gv
+                .chat_template()
+                .unwrap_or(crate::chat::default_template(&config.family))
+                .to_string(),
         };
         let reasoning = ReasoningMarkers::detect(&template_src);
         let call_format = CallFormat::detect(&template_src);
@@ -235,11 +311,7 @@ impl Front {
     /// Encodes prompt text to ids (special-token markers in the text become their ids; BOS
     /// is prepended when the model wants it).
     pub(crate) fn encode(&self, text: &str) -> Result<Vec<u32>> {
-        let enc = self
-            .tokenizer
-            .encode(text, false)
-            .map_err(|e| RuntimeError::Tokenizer(e.to_string()))?;
-        let mut ids = enc.get_ids().to_vec();
+        let mut ids = self.tokenizer.encode(text)?;
         if let (true, Some(b)) = (self.add_bos, self.bos) {
             if ids.first() != Some(&b) {
                 ids.insert(0, b);

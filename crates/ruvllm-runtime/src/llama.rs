@@ -200,7 +200,7 @@ impl LlamaBackend {
         drop(content);
         let model = Arc::new(ruvllm_llama::Model::load(path).map_err(llama_err)?);
         let config = model_config(&gv, &model, llama.context);
-        let front = Front::new(path, &gv, config, opts)?;
+        let front = Front::new(path, &gv, config, opts, Some(&model))?;
         let vocab = front.engine.vocab().clone();
         if vocab.len() > model.n_vocab() {
             return Err(RuntimeError::Model(format!(

@@ -157,7 +157,7 @@ impl CandleBackend {
         let gv = crate::model::gguf_metadata(&content);
         let model = Model::from_content(&content, &mut file, &opts.load)?;
         drop(content);
-        let front = Front::new(path, &gv, model.config().clone(), opts)?;
+        let front = Front::new(path, &gv, model.config().clone(), opts, None)?;
         Ok(CandleBackend {
             inner: Arc::new(Inner {
                 front: Arc::new(front),
