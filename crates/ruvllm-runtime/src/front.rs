@@ -73,7 +73,7 @@ impl ConstraintCache {
 pub(crate) enum PromptTokenizer {
     /// Hugging Face `tokenizers`: a `tokenizer.json`, or the GGUF's byte-level BPE
     /// rebuilt.
-    Hf(tokenizers::Tokenizer),
+    Hf(Box<tokenizers::Tokenizer>),
     /// llama.cpp's own tokenizer, for the kinds `tokenizers` cannot be rebuilt from GGUF
     /// metadata.
     Llama(Arc<ruvllm_llama::Model>),
@@ -175,12 +175,12 @@ impl Front {
                     .parse()
                     .map_err(|e| RuntimeError::Tokenizer(format!("{}: {e}", tp.display())))?;
                 (
-                    PromptTokenizer::Hf(t),
+                    PromptTokenizer::Hf(Box::new(t)),
                     Vocabulary::from_tokenizer_json(&text, None)?,
                 )
             }
             None => match (gv.to_tokenizer(), llama) {
-                (Ok(t), _) => (PromptTokenizer::Hf(t), gv.to_vocabulary()?),
+                (Ok(t), _) => (PromptTokenizer::Hf(Box::new(t)), gv.to_vocabulary()?),
                 (Err(_), Some(m)) => (
                     PromptTokenizer::Llama(m.clone()),
                     gv.to_vocabulary()?
