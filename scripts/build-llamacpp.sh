@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
-# Build llama.cpp's `llama-bench` from the llama-cpp-python source package, for side-by-side
-# decode-speed comparisons (`ruvllm-bench e2e --llama-bench assets/llamacpp/bin/llama-bench`).
+# Build llama.cpp's `llama-bench` and `llama-server` from the llama-cpp-python source
+# package, for side-by-side comparisons (`ruvllm-bench e2e --llama-bench
+# assets/llamacpp/bin/llama-bench`, `ruvllm-bench load --llama-server
+# assets/llamacpp/bin/llama-server`). The llama-cpp-sys-2 crate that ruvllm's llama.cpp
+# backend links carries llama.cpp's library sources but not its tools, and no registry
+# package ships the tools of exactly that tree: llama-cpp-python 0.3.36 vendors
+# llama.cpp@0c1e57098 (ggml 0.25.3), the crate a slightly newer tree (ggml 0.26.0).
 #
 # Idempotent: an existing build is kept. Everything comes from the Python package registry
 # with pip: cmake and ninja as wheels, llama-cpp-python as its source distribution (which
@@ -11,7 +16,7 @@ version="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="$root/assets/llamacpp"
 bin="$out/bin/llama-bench"
-if [ -x "$bin" ]; then
+if [ -x "$bin" ] && [ -x "$out/bin/llama-server" ]; then
   echo "ok      $bin"
   exit 0
 fi
@@ -34,12 +39,13 @@ fi
 export PATH="$venv/bin:$PATH"
 cmake -S "$src/vendor/llama.cpp" -B "$out/build" -G Ninja \
   -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
-  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
+  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON \
   -DLLAMA_BUILD_TOOLS=ON >/dev/null
-# llama-bench for the speed comparisons; libllama (built with it) for the C example
-# (scripts/build-c-example.sh).
-cmake --build "$out/build" --target llama-bench llama -j "$(nproc)"
+# llama-bench and llama-server for the comparisons; libllama (built with them) for the C
+# example (scripts/build-c-example.sh).
+cmake --build "$out/build" --target llama-bench llama-server llama -j "$(nproc)"
 mkdir -p "$out/bin"
-# A link: llama-bench finds its shared ggml libraries beside the real file.
+# Links: the tools find their shared ggml libraries beside the real files.
 ln -sf "$out/build/bin/llama-bench" "$bin"
-echo "built   $bin"
+ln -sf "$out/build/bin/llama-server" "$out/bin/llama-server"
+echo "built   $bin and llama-server"

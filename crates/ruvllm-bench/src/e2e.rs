@@ -25,8 +25,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use ruvllm_engine::{Grammar, Limits, Matcher};
 use ruvllm_runtime::{
-    CandleBackend, FinishReason, GenerateParams, Generation, JsonModeConfig, JsonSchema,
-    LlmBackend, OutputConstraint, Prompt,
+    FinishReason, GenerateParams, Generation, JsonModeConfig, JsonSchema, LlmBackend, ModelBackend,
+    OutputConstraint, Prompt,
 };
 use serde_json::{json, Value};
 
@@ -181,7 +181,7 @@ fn short(s: &str) -> String {
 }
 
 /// Whether `text` is complete under `grammar` (GBNF) on the backend's vocabulary.
-fn grammar_complete(b: &CandleBackend, grammar: &str, text: &str) -> Result<(bool, bool)> {
+fn grammar_complete<B: ModelBackend>(b: &B, grammar: &str, text: &str) -> Result<(bool, bool)> {
     let limits = Limits::default();
     let g = Grammar::from_gbnf(grammar, &limits)?;
     let c = b.engine().constraint(&g, &limits)?;
@@ -194,7 +194,7 @@ fn grammar_complete(b: &CandleBackend, grammar: &str, text: &str) -> Result<(boo
 }
 
 /// The shortest completion of `c` from the start, in tokens, on the backend's vocabulary.
-fn shortest(b: &CandleBackend, c: &OutputConstraint) -> Result<Option<usize>> {
+fn shortest<B: ModelBackend>(b: &B, c: &OutputConstraint) -> Result<Option<usize>> {
     let Some(cons) = b.constraint(c)? else {
         return Ok(Some(0));
     };
@@ -205,8 +205,8 @@ fn shortest(b: &CandleBackend, c: &OutputConstraint) -> Result<Option<usize>> {
 /// Runs the validity part over `schemas` (MaskBench file, feature) and `grammars`
 /// (llama.cpp grammar file, prompt), at each budget of `budgets`.
 #[allow(clippy::too_many_arguments)]
-pub fn validity(
-    b: &CandleBackend,
+pub fn validity<B: LlmBackend + ModelBackend>(
+    b: &B,
     maskbench: &Path,
     gbnf: &Path,
     schemas: &[(&str, &str)],
@@ -373,7 +373,11 @@ pub struct SpeedRow {
 }
 
 /// Runs the speed part: each schema in each mode, `reps` seeds.
-pub fn speed(b: &CandleBackend, reps: u64, max_tokens: usize) -> Result<Vec<SpeedRow>> {
+pub fn speed<B: LlmBackend + ModelBackend>(
+    b: &B,
+    reps: u64,
+    max_tokens: usize,
+) -> Result<Vec<SpeedRow>> {
     let mut rows = Vec::new();
     for s in SPEED_SCHEMAS {
         let schema = JsonSchema::from_str(s)?;
@@ -421,8 +425,9 @@ pub struct RawRow {
     pub decode_tok_s: f64,
 }
 
-/// Ours: a 16-token raw prompt, then `n` greedy tokens with EOS ignored.
-pub fn raw_ours(b: &CandleBackend, n: usize) -> Result<RawRow> {
+/// Ours: a 16-token raw prompt, then `n` greedy tokens with EOS ignored; `engine` names
+/// the row.
+pub fn raw_ours<B: LlmBackend + ModelBackend>(b: &B, n: usize, engine: &str) -> Result<RawRow> {
     // 16 tokens of ordinary text.
     let mut text = String::from("The history of the city begins with a small village on a river");
     while b.encode(&text)?.len() < 16 {
@@ -440,7 +445,7 @@ pub fn raw_ours(b: &CandleBackend, n: usize) -> Result<RawRow> {
     let g = b.complete(&Prompt::Raw(text), &p, &mut |_| true)?;
     let u = &g.usage;
     Ok(RawRow {
-        engine: "ruvllm".into(),
+        engine: engine.into(),
         prefill_tok_s: u.prompt_tokens as f64 / u.prompt_secs,
         decode_tok_s: u.passes_per_sec(),
     })
@@ -464,7 +469,7 @@ pub fn raw_llamacpp(bin: &Path, model: &Path, n: usize, threads: usize) -> Resul
     }
     let v: Value = serde_json::from_slice(&out.stdout).context("llama-bench JSON output")?;
     let mut row = RawRow {
-        engine: "llama.cpp".into(),
+        engine: LLAMA_CPP.into(),
         prefill_tok_s: 0.0,
         decode_tok_s: 0.0,
     };
@@ -506,16 +511,72 @@ pub fn median(v: &[f64]) -> f64 {
 /// Everything `ruvllm-bench e2e` measured.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Report {
+    /// The model file's name.
+    pub model: String,
+    /// One run per backend.
+    pub runs: Vec<BackendRun>,
+    /// Raw decode rows of every engine, alternating.
+    pub raw: Vec<RawRow>,
+}
+
+/// The validity and speed rows of one backend.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BackendRun {
+    /// `llama.cpp` or `candle`.
+    pub backend: String,
     /// Validity rows.
     pub validity: Vec<ValidityRow>,
     /// Speed rows.
     pub speed: Vec<SpeedRow>,
-    /// Raw decode rows.
-    pub raw: Vec<RawRow>,
 }
 
 impl Report {
-    /// A summary as JSON (what the note quotes).
+    /// A summary as JSON (what the note quotes): each backend's, and raw decode beside
+    /// llama.cpp.
+    pub fn summary(&self) -> Value {
+        let raw = |e: &str| {
+            let rows: Vec<&RawRow> = self.raw.iter().filter(|r| r.engine == e).collect();
+            json!({
+                "decode_tok_s": median(&rows.iter().map(|r| r.decode_tok_s).collect::<Vec<_>>()),
+                "prefill_tok_s": median(&rows.iter().map(|r| r.prefill_tok_s).collect::<Vec<_>>()),
+                "runs": rows.len(),
+            })
+        };
+        let lc = raw(LLAMA_CPP);
+        let mut engines = serde_json::Map::new();
+        for run in &self.runs {
+            let name = raw_engine(&run.backend);
+            let ours = raw(&name);
+            let ratio = |k: &str| {
+                let d = lc[k].as_f64().unwrap_or(0.0);
+                (d > 0.0).then(|| ours[k].as_f64().unwrap_or(0.0) / d)
+            };
+            engines.insert(
+                name.clone(),
+                json!({"decode_tok_s": ours["decode_tok_s"], "prefill_tok_s": ours["prefill_tok_s"],
+                       "runs": ours["runs"], "ratio_decode": ratio("decode_tok_s"),
+                       "ratio_prefill": ratio("prefill_tok_s")}),
+            );
+        }
+        engines.insert(LLAMA_CPP.into(), lc);
+        json!({
+            "model": self.model,
+            "backends": self.runs.iter().map(|r| json!({"backend": r.backend, "summary": r.summary()})).collect::<Vec<_>>(),
+            "raw_decode": engines,
+        })
+    }
+}
+
+/// The raw-decode row name of a backend's runs.
+pub fn raw_engine(backend: &str) -> String {
+    format!("ruvllm ({backend})")
+}
+
+/// The raw-decode row name of llama.cpp's `llama-bench`.
+pub const LLAMA_CPP: &str = "llama.cpp (llama-bench)";
+
+impl BackendRun {
+    /// This backend's validity and speed summary as JSON.
     pub fn summary(&self) -> Value {
         let mut budgets: Vec<usize> = self.validity.iter().map(|r| r.budget).collect();
         budgets.sort_unstable_by(|a, b| b.cmp(a));
@@ -584,16 +645,6 @@ impl Report {
                 Value::Null
             }
         };
-        let raw = |e: &str| {
-            let rows: Vec<&RawRow> = self.raw.iter().filter(|r| r.engine == e).collect();
-            json!({
-                "decode_tok_s": median(&rows.iter().map(|r| r.decode_tok_s).collect::<Vec<_>>()),
-                "prefill_tok_s": median(&rows.iter().map(|r| r.prefill_tok_s).collect::<Vec<_>>()),
-                "runs": rows.len(),
-            })
-        };
-        let ours = raw("ruvllm");
-        let lc = raw("llama.cpp");
         json!({
             "validity": {"generations": n, "ok": ok, "finish_stop": stop,
                          "finish_length": n - stop, "budgets": per_budget,
@@ -603,9 +654,6 @@ impl Report {
                       "jf_over_unconstrained_tok_s": ratio(&j, &u, "median_decode_tok_s"),
                       "jf_forward_pass_cut_per_100_bytes":
                           ratio(&j, &c, "forward_passes_per_100_bytes").as_f64().map(|r| 1.0 - r)},
-            "raw_decode": {"ruvllm": ours, "llama.cpp": lc,
-                           "ratio_decode": ratio(&ours, &lc, "decode_tok_s"),
-                           "ratio_prefill": ratio(&ours, &lc, "prefill_tok_s")},
         })
     }
 }
@@ -619,17 +667,61 @@ pub fn default_model() -> PathBuf {
 /// the command line that produced it.
 pub fn markdown(report: &Report, command: &str, commit: &str) -> String {
     let s = report.summary();
-    let f = |v: &Value| match v.as_f64() {
-        Some(x) if x.abs() >= 100.0 => format!("{x:.0}"),
-        Some(x) => format!("{x:.2}"),
-        None => "n/a".into(),
-    };
+    let f = fmt_num;
     let mut m = String::new();
     m.push_str("# End-to-end benchmark (generated)\n\n");
     m.push_str(&format!(
-        "Generated by `{command}` at commit `{commit}` on the default model \
-         (SmolLM2-135M-Instruct Q4_1, CPU). Do not edit by hand: rerun the command.\n\n"
+        "Generated by `{command}` at commit `{commit}` on `{}` (CPU). Do not edit by hand: \
+         rerun the command. Backends in this run: {}.\n\n",
+        report.model,
+        report
+            .runs
+            .iter()
+            .map(|r| format!("`{}`", r.backend))
+            .collect::<Vec<_>>()
+            .join(", ")
     ));
+    if !report.raw.is_empty() {
+        m.push_str("## Raw speed beside llama.cpp (same GGUF file)\n\n");
+        m.push_str(
+            "16-token prompt, then 128 greedy tokens; llama.cpp's `llama-bench -p 16 -n 128` \
+             (built by `scripts/build-llamacpp.sh`), every engine in turn, repeated, medians.\n\n",
+        );
+        m.push_str("| engine | decode tokens/s | prefill tokens/s | decode / llama.cpp | prefill / llama.cpp | runs |\n|---|---|---|---|---|---|\n");
+        for (name, r) in s["raw_decode"].as_object().into_iter().flatten() {
+            m.push_str(&format!(
+                "| {name} | {} | {} | {} | {} | {} |\n",
+                f(&r["decode_tok_s"]),
+                f(&r["prefill_tok_s"]),
+                f(&r["ratio_decode"]),
+                f(&r["ratio_prefill"]),
+                r["runs"]
+            ));
+        }
+        m.push('\n');
+    }
+    for (run, rs) in report
+        .runs
+        .iter()
+        .zip(s["backends"].as_array().into_iter().flatten())
+    {
+        m.push_str(&format!("# Backend `{}`\n\n", run.backend));
+        backend_markdown(&mut m, run, &rs["summary"]);
+    }
+    m
+}
+
+fn fmt_num(v: &Value) -> String {
+    match v.as_f64() {
+        Some(x) if x.abs() >= 100.0 => format!("{x:.0}"),
+        Some(x) => format!("{x:.2}"),
+        None => "n/a".into(),
+    }
+}
+
+/// One backend's validity and speed sections.
+fn backend_markdown(m: &mut String, report: &BackendRun, s: &Value) {
+    let f = fmt_num;
     let v = &s["validity"];
     if v["generations"].as_u64().unwrap_or(0) > 0 {
         m.push_str("## Validity of constrained generations\n\n");
@@ -760,28 +852,4 @@ pub fn markdown(report: &Report, command: &str, commit: &str) -> String {
                 .unwrap_or_else(|| "n/a".into())
         ));
     }
-    let raw = &s["raw_decode"];
-    if raw["ruvllm"]["runs"].as_u64().unwrap_or(0) > 0 {
-        m.push_str("## Raw speed beside llama.cpp (same GGUF file)\n\n");
-        m.push_str(
-            "16-token prompt, then 128 greedy tokens; llama.cpp's `llama-bench -p 16 -n 128` \
-                    (built by `scripts/build-llamacpp.sh`), runs alternating, medians.\n\n",
-        );
-        m.push_str("| engine | decode tokens/s | prefill tokens/s | runs |\n|---|---|---|---|\n");
-        for e in ["ruvllm", "llama.cpp"] {
-            let r = &raw[e];
-            m.push_str(&format!(
-                "| {e} | {} | {} | {} |\n",
-                f(&r["decode_tok_s"]),
-                f(&r["prefill_tok_s"]),
-                r["runs"]
-            ));
-        }
-        m.push_str(&format!(
-            "\nruvllm / llama.cpp: decode **{}x**, prefill **{}x**.\n",
-            f(&raw["ratio_decode"]),
-            f(&raw["ratio_prefill"])
-        ));
-    }
-    m
 }

@@ -35,6 +35,9 @@ enum Cmd {
         /// GGUF model (default: the SmolLM2 asset).
         #[arg(long)]
         model: Option<PathBuf>,
+        /// Backends to run, each in turn (comma-separated: `llama`, `candle`).
+        #[arg(long, value_delimiter = ',', default_value = "llama,candle")]
+        backends: Vec<String>,
         /// Compute threads.
         #[arg(long, default_value_t = 2)]
         threads: usize,
@@ -300,6 +303,7 @@ fn main() -> Result<()> {
         }
         Cmd::E2e {
             model,
+            backends,
             threads,
             seeds,
             temperature,
@@ -321,45 +325,69 @@ fn main() -> Result<()> {
                 "{} is missing: run scripts/fetch-assets.sh",
                 model.display()
             );
-            let b = ruvllm_runtime::CandleBackend::load(&model, &Default::default())?;
-            let validity = if no_validity {
-                Vec::new()
-            } else {
-                e2e::validity(
-                    &b,
-                    &maskbench,
-                    &gbnf,
-                    e2e::SCHEMAS,
-                    e2e::GRAMMARS,
-                    seeds,
-                    temperature,
-                    &max_tokens,
-                    |r| {
-                        eprintln!(
-                            "{:5} {:30} max {:4} seed {} finish={:6} tokens={:4} shortest={:?} {}",
-                            if r.ok { "ok" } else { "FAIL" },
-                            r.case,
-                            r.budget,
-                            r.seed,
-                            r.finish,
-                            r.tokens,
-                            r.shortest,
-                            r.problem.as_deref().unwrap_or("")
-                        )
-                    },
-                )?
+            let mut candle = None;
+            let mut llama = None;
+            for name in &backends {
+                match name.as_str() {
+                    "candle" => {
+                        candle = Some(ruvllm_runtime::CandleBackend::load(
+                            &model,
+                            &Default::default(),
+                        )?)
+                    }
+                    "llama" => {
+                        llama = Some(ruvllm_runtime::LlamaBackend::load(
+                            &model,
+                            &Default::default(),
+                            &ruvllm_runtime::LlamaOptions {
+                                sequences: 1,
+                                prefix_slots: 0,
+                                context: 4096,
+                                threads,
+                                ..Default::default()
+                            },
+                        )?)
+                    }
+                    other => anyhow::bail!("unknown backend {other:?} (llama, candle)"),
+                }
+            }
+            let e2e_run = E2eRun {
+                maskbench: &maskbench,
+                gbnf: &gbnf,
+                seeds,
+                temperature,
+                max_tokens: &max_tokens,
+                validity: !no_validity,
+                speed_reps,
             };
-            let speed = e2e::speed(&b, speed_reps, 128)?;
+            let mut runs = Vec::new();
+            for name in &backends {
+                runs.push(match name.as_str() {
+                    "candle" => e2e_run.run(candle.as_ref().context("candle")?, name)?,
+                    _ => e2e_run.run(llama.as_ref().context("llama")?, name)?,
+                });
+            }
             let mut raw = Vec::new();
             for _ in 0..raw_reps {
-                raw.push(e2e::raw_ours(&b, 128)?);
+                for name in &backends {
+                    let engine = e2e::raw_engine(name);
+                    raw.push(match name.as_str() {
+                        "candle" => {
+                            e2e::raw_ours(candle.as_ref().context("candle")?, 128, &engine)?
+                        }
+                        _ => e2e::raw_ours(llama.as_ref().context("llama")?, 128, &engine)?,
+                    });
+                }
                 if let Some(lb) = &llama_bench {
                     raw.push(e2e::raw_llamacpp(lb, &model, 128, threads)?);
                 }
             }
             let report = e2e::Report {
-                validity,
-                speed,
+                model: model
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                runs,
                 raw,
             };
             let summary = report.summary();
@@ -381,7 +409,12 @@ fn main() -> Result<()> {
                 std::fs::write(&p, e2e::markdown(&report, &cmd, &commit))
                     .with_context(|| format!("writing {}", p.display()))?;
             }
-            let bad = report.validity.iter().filter(|r| !r.ok).count();
+            let bad = report
+                .runs
+                .iter()
+                .flat_map(|r| &r.validity)
+                .filter(|r| !r.ok)
+                .count();
             anyhow::ensure!(
                 bad == 0,
                 "{bad} validity rows are not as budget-aware decoding promises"
@@ -792,5 +825,60 @@ fn main() -> Result<()> {
             }
             Ok(())
         }
+    }
+}
+
+/// The e2e settings every backend runs under.
+struct E2eRun<'a> {
+    maskbench: &'a std::path::Path,
+    gbnf: &'a std::path::Path,
+    seeds: u64,
+    temperature: f32,
+    max_tokens: &'a [usize],
+    validity: bool,
+    speed_reps: u64,
+}
+
+impl E2eRun<'_> {
+    /// The validity and speed parts on one backend.
+    fn run<B: ruvllm_runtime::LlmBackend + ruvllm_runtime::ModelBackend>(
+        &self,
+        b: &B,
+        name: &str,
+    ) -> Result<ruvllm_bench::e2e::BackendRun> {
+        use ruvllm_bench::e2e;
+        let validity = if self.validity {
+            e2e::validity(
+                b,
+                self.maskbench,
+                self.gbnf,
+                e2e::SCHEMAS,
+                e2e::GRAMMARS,
+                self.seeds,
+                self.temperature,
+                self.max_tokens,
+                |r| {
+                    eprintln!(
+                        "{name:6} {:5} {:30} max {:4} seed {} finish={:6} tokens={:4} shortest={:?} {}",
+                        if r.ok { "ok" } else { "FAIL" },
+                        r.case,
+                        r.budget,
+                        r.seed,
+                        r.finish,
+                        r.tokens,
+                        r.shortest,
+                        r.problem.as_deref().unwrap_or("")
+                    )
+                },
+            )?
+        } else {
+            Vec::new()
+        };
+        let speed = e2e::speed(b, self.speed_reps, 128)?;
+        Ok(e2e::BackendRun {
+            backend: name.to_string(),
+            validity,
+            speed,
+        })
     }
 }

@@ -6,12 +6,25 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use ruvllm_runtime::{
-    BackendOptions, CandleBackend, GenerateParams, JsonModeConfig, JsonSchema, LlmBackend,
-    LoadOptions, Message, OutputConstraint, Prompt,
+    BackendOptions, CandleBackend, GenerateParams, JsonModeConfig, JsonSchema, LlamaBackend,
+    LlamaOptions, LlmBackend, LoadOptions, Message, ModelBackend, OutputConstraint, Prompt,
 };
 
 /// The default model, relative to the repository root.
 pub const DEFAULT_MODEL: &str = "assets/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// Which engine runs the model's forward passes (the decoding on top is the same).
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    /// llama.cpp, linked in process: every GGUF architecture llama.cpp runs, its CPU
+    /// kernels.
+    Llama,
+    /// ruvllm's own transformer over candle, pure Rust (llama, qwen2 and phi3 layouts).
+    Candle,
+}
+
+/// The backend `--backend` picks when it is not given.
+pub const DEFAULT_BACKEND: BackendKind = BackendKind::Candle;
 
 /// Options shared by every command that loads a model.
 #[derive(Args, Debug, Clone)]
@@ -19,6 +32,14 @@ pub struct ModelArgs {
     /// GGUF model file (default: $RUVLLM_MODEL, else the default SmolLM2 asset).
     #[arg(long)]
     pub model: Option<PathBuf>,
+    /// The engine that runs the model (see docs/RUNTIME.md).
+    #[arg(long, value_enum, default_value_t = DEFAULT_BACKEND)]
+    pub backend: BackendKind,
+    /// Positions of KV memory per sequence with the llama.cpp backend (the longest
+    /// prompt plus output; reserved up front for each sequence; capped by the model's
+    /// context).
+    #[arg(long, default_value_t = 4096)]
+    pub context: usize,
     /// A tokenizer.json to use instead of the tokenizer in the GGUF file.
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
@@ -71,12 +92,13 @@ impl ModelArgs {
         )
     }
 
-    /// Loads the model (progress bar on stderr).
+    /// Loads the model on candle (progress bar on stderr).
     pub fn load(&self) -> Result<CandleBackend> {
         self.load_with(None)
     }
 
-    /// Loads the model with a prefix-cache budget in bytes (`None`: the default).
+    /// Loads the model on candle with a prefix-cache budget in bytes (`None`: the
+    /// default).
     pub fn load_with(&self, prefix_cache_bytes: Option<usize>) -> Result<CandleBackend> {
         if let Some(n) = self.threads {
             if n == 0 {
@@ -86,7 +108,37 @@ impl ModelArgs {
             std::env::set_var("RAYON_NUM_THREADS", n.to_string());
         }
         let path = self.path()?;
-        let opts = BackendOptions {
+        let opts = self.backend_options(prefix_cache_bytes)?;
+        CandleBackend::load(&path, &opts).with_context(|| format!("loading {}", path.display()))
+    }
+
+    /// Loads the model into llama.cpp for `sequences` concurrent generations, with
+    /// `prefix_slots` cached prompts.
+    pub fn load_llama(&self, sequences: usize, prefix_slots: usize) -> Result<LlamaBackend> {
+        if self.threads == Some(0) {
+            bail!("--threads must be at least 1");
+        }
+        if self.context < 2 {
+            bail!("--context must be at least 2");
+        }
+        if self.keep_weights {
+            bail!("--keep-weights is a candle option (llama.cpp always runs the file's formats)");
+        }
+        let path = self.path()?;
+        let opts = self.backend_options(None)?;
+        let llama = LlamaOptions {
+            sequences,
+            prefix_slots,
+            context: self.context,
+            threads: self.threads.unwrap_or(0),
+            ..Default::default()
+        };
+        LlamaBackend::load(&path, &opts, &llama)
+            .with_context(|| format!("loading {} into llama.cpp", path.display()))
+    }
+
+    fn backend_options(&self, prefix_cache_bytes: Option<usize>) -> Result<BackendOptions> {
+        Ok(BackendOptions {
             load: LoadOptions {
                 requantize: if self.keep_weights {
                     None
@@ -110,8 +162,7 @@ impl ModelArgs {
             engine: Some(self.limits.engine()),
             max_prompt_tokens: (self.limits.max_prompt_tokens > 0)
                 .then_some(self.limits.max_prompt_tokens),
-        };
-        CandleBackend::load(&path, &opts).with_context(|| format!("loading {}", path.display()))
+        })
     }
 }
 
@@ -265,7 +316,19 @@ pub fn run(
         };
     }
     params.validate()?;
-    let backend = a.model.load()?;
+    match a.model.backend {
+        BackendKind::Candle => complete(&a, &a.model.load()?, prompt_text, params),
+        BackendKind::Llama => complete(&a, &a.model.load_llama(1, 0)?, prompt_text, params),
+    }
+}
+
+/// The generation itself, on either backend.
+fn complete<B: LlmBackend + ModelBackend>(
+    a: &GenerateArgs,
+    backend: &B,
+    prompt_text: String,
+    params: GenerateParams,
+) -> Result<()> {
     let prompt = if a.raw {
         Prompt::Raw(prompt_text)
     } else {

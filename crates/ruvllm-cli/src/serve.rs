@@ -2,11 +2,11 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use ruvllm_runtime::SchedulerOptions;
+use ruvllm_runtime::{BatchBackend, SchedulerOptions};
 use ruvllm_server::params::ObjectPolicy;
 use ruvllm_server::ServerConfig;
 
-use crate::generate::ModelArgs;
+use crate::generate::{BackendKind, ModelArgs};
 
 /// `ruvllm serve` flags.
 #[derive(Args, Debug)]
@@ -40,7 +40,8 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = ServerConfig::default().max_tokens_limit)]
     max_tokens_limit: usize,
     /// MiB of prompt KV caches kept for reuse by prompts sharing a prefix (system
-    /// messages, tool lists); 0 turns prefix caching off.
+    /// messages, tool lists); 0 turns prefix caching off. (The llama.cpp backend keeps
+    /// two prompts, each in a sequence of --context positions.)
     #[arg(long, default_value_t = ruvllm_runtime::local::DEFAULT_PREFIX_CACHE_BYTES >> 20)]
     prefix_cache_mb: usize,
     /// Apply a JSON Schema declared in a system prompt (instructor's JSON/MD_JSON modes,
@@ -86,7 +87,6 @@ pub fn run(
     if a.max_batch == 0 {
         bail!("--max-batch must be at least 1");
     }
-    let backend = a.model.load_with(Some(a.prefix_cache_mb << 20))?;
     let config = ServerConfig {
         host: a.host,
         port: a.port,
@@ -113,6 +113,18 @@ pub fn run(
         },
         registry,
     };
+    match a.model.backend {
+        BackendKind::Candle => serve(a.model.load_with(Some(a.prefix_cache_mb << 20))?, config),
+        BackendKind::Llama => {
+            // One llama.cpp sequence per batch place, and two cached prompts unless
+            // prefix caching is off.
+            let slots = if a.prefix_cache_mb == 0 { 0 } else { 2 };
+            serve(a.model.load_llama(a.max_batch, slots)?, config)
+        }
+    }
+}
+
+fn serve<B: BatchBackend>(backend: B, config: ServerConfig) -> Result<()> {
     let model = backend.name().to_string();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
