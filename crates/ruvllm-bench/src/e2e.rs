@@ -159,7 +159,8 @@ pub fn max_ws_outside_strings(s: &str) -> usize {
     best
 }
 
-fn schema_prompt(schema: &Value) -> String {
+/// The prompt of a schema case: the schema, asked for as a JSON example.
+pub fn schema_prompt(schema: &Value) -> String {
     format!(
         "Write a realistic example JSON value that follows this JSON Schema. Answer with the \
          JSON only.\n\n{}",
@@ -517,6 +518,9 @@ pub struct Report {
     pub runs: Vec<BackendRun>,
     /// Raw decode rows of every engine, alternating.
     pub raw: Vec<RawRow>,
+    /// llama.cpp's own constrained decoding (llama-server, `json_schema`) on the speed
+    /// schemas.
+    pub server: Vec<SpeedRow>,
 }
 
 /// The validity and speed rows of one backend.
@@ -559,8 +563,22 @@ impl Report {
             );
         }
         engines.insert(LLAMA_CPP.into(), lc);
+        let server = median(&self.server.iter().map(|r| r.tok_per_s).collect::<Vec<_>>());
+        let constrained: Vec<Value> = self
+            .runs
+            .iter()
+            .map(|r| {
+                let jf = r.summary()["speed"]["constrained_jf"]["median_decode_tok_s"]
+                    .as_f64()
+                    .unwrap_or(0.0);
+                json!({"backend": r.backend, "constrained_jf_tok_s": jf,
+                       "over_llama_server": (server > 0.0).then(|| jf / server)})
+            })
+            .collect();
         json!({
             "model": self.model,
+            "llama_server_json_schema": {"median_decode_tok_s": server, "runs": self.server.len(),
+                                         "backends": constrained},
             "backends": self.runs.iter().map(|r| json!({"backend": r.backend, "summary": r.summary()})).collect::<Vec<_>>(),
             "raw_decode": engines,
         })
@@ -696,6 +714,30 @@ pub fn markdown(report: &Report, command: &str, commit: &str) -> String {
                 f(&r["ratio_decode"]),
                 f(&r["ratio_prefill"]),
                 r["runs"]
+            ));
+        }
+        m.push('\n');
+    }
+    let ls = &s["llama_server_json_schema"];
+    if ls["runs"].as_u64().unwrap_or(0) > 0 {
+        m.push_str("## Constrained decoding beside llama.cpp's own\n\n");
+        m.push_str(
+            "The four speed schemas, temperature 0.7, the same prompt text, at most 128 \
+             tokens: ruvllm with jump-forward (median decode tokens/s, forced tokens \
+             counted as output) against `llama-server` with the schema as `json_schema` \
+             (llama.cpp's grammar sampler; its own `predicted_per_second`).\n\n",
+        );
+        m.push_str("| engine | median decode tokens/s | over llama.cpp |\n|---|---|---|\n");
+        m.push_str(&format!(
+            "| llama-server `json_schema` | {} | 1.00 |\n",
+            f(&ls["median_decode_tok_s"])
+        ));
+        for b in ls["backends"].as_array().into_iter().flatten() {
+            m.push_str(&format!(
+                "| ruvllm ({}) constrained + jump-forward | {} | **{}** |\n",
+                b["backend"].as_str().unwrap_or(""),
+                f(&b["constrained_jf_tok_s"]),
+                f(&b["over_llama_server"])
             ));
         }
         m.push('\n');
@@ -853,3 +895,95 @@ fn backend_markdown(m: &mut String, report: &BackendRun, s: &Value) {
         ));
     }
 }
+
+/// llama.cpp's own constrained decoding: `llama-server` (built by
+/// `scripts/build-llamacpp.sh`) started on the same model with `threads` threads, one
+/// slot, then each speed schema as `/completion` with `json_schema` (llama.cpp converts it
+/// to a grammar and samples under it), the same prompt text as ours (`prompt` renders it),
+/// temperature 0.7, 128 tokens at most, `reps` seeds. Rows have mode
+/// `llama-server json_schema`; tokens/s is the server's own `predicted_per_second`.
+pub fn llama_server_speed(
+    server_bin: &Path,
+    model: &Path,
+    threads: usize,
+    reps: u64,
+    prompt: impl Fn(&Value) -> Result<String>,
+) -> Result<Vec<SpeedRow>> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let mut child = std::process::Command::new(server_bin)
+        .arg("-m")
+        .arg(model)
+        .args(["-t", &threads.to_string(), "-c", "4096", "-np", "1"])
+        .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .with_context(|| format!("starting {}", server_bin.display()))?;
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _guard = {
+        let url = format!("http://127.0.0.1:{port}/health");
+        let t0 = std::time::Instant::now();
+        loop {
+            if let Some(status) = child.try_wait()? {
+                bail!("{} exited with {status}", server_bin.display());
+            }
+            if ureq::get(&url).call().is_ok_and(|r| r.status() == 200) {
+                break;
+            }
+            if t0.elapsed().as_secs() > 120 {
+                let _ = child.kill();
+                bail!("{} did not become healthy in 120 s", server_bin.display());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        Kill(child)
+    };
+    let agent = ureq::Agent::new_with_config(
+        ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(std::time::Duration::from_secs(300)))
+            .build(),
+    );
+    let mut rows = Vec::new();
+    for s in SPEED_SCHEMAS {
+        let schema: Value = serde_json::from_str(s)?;
+        let text = prompt(&schema)?;
+        for seed in 0..reps {
+            let body = json!({"prompt": text, "json_schema": schema, "n_predict": 128,
+                              "temperature": 0.7, "seed": 100 + seed, "cache_prompt": false});
+            let mut r = agent
+                .post(&format!("http://127.0.0.1:{port}/completion"))
+                .header("Content-Type", "application/json")
+                .send(body.to_string().as_bytes())?;
+            let v: Value = serde_json::from_str(&r.body_mut().read_to_string()?)
+                .context("llama-server answer")?;
+            let t = &v["timings"];
+            let content = v["content"].as_str().unwrap_or("");
+            rows.push(SpeedRow {
+                mode: LLAMA_SERVER_MODE.into(),
+                tokens: v["tokens_predicted"].as_u64().unwrap_or(0) as usize,
+                bytes: content.len(),
+                forward_passes: v["tokens_predicted"].as_u64().unwrap_or(0) as usize,
+                tok_per_s: t["predicted_per_second"].as_f64().unwrap_or(0.0),
+                ttft: t["prompt_ms"].as_f64().unwrap_or(0.0) / 1e3,
+                prefill_secs: t["prompt_ms"].as_f64().unwrap_or(0.0) / 1e3,
+                mask_secs: 0.0,
+                total_secs: (t["prompt_ms"].as_f64().unwrap_or(0.0)
+                    + t["predicted_ms"].as_f64().unwrap_or(0.0))
+                    / 1e3,
+            });
+        }
+    }
+    Ok(rows)
+}
+
+/// The mode name of llama-server's constrained rows.
+pub const LLAMA_SERVER_MODE: &str = "llama-server json_schema";

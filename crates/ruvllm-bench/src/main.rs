@@ -59,6 +59,10 @@ enum Cmd {
         /// llama.cpp's llama-bench binary (scripts/build-llamacpp.sh builds it).
         #[arg(long)]
         llama_bench: Option<PathBuf>,
+        /// llama.cpp's llama-server binary: its constrained decoding (`json_schema`) on
+        /// the speed schemas, beside ours.
+        #[arg(long)]
+        llama_server: Option<PathBuf>,
         /// Skip the validity part.
         #[arg(long)]
         no_validity: bool,
@@ -311,6 +315,7 @@ fn main() -> Result<()> {
             speed_reps,
             raw_reps,
             llama_bench,
+            llama_server,
             no_validity,
             maskbench,
             gbnf,
@@ -382,7 +387,23 @@ fn main() -> Result<()> {
                     raw.push(e2e::raw_llamacpp(lb, &model, 128, threads)?);
                 }
             }
+            let server = match (&llama_server, speed_reps) {
+                (Some(bin), 1..) => {
+                    use ruvllm_runtime::ModelBackend;
+                    let render = |schema: &serde_json::Value| -> anyhow::Result<String> {
+                        let p = ruvllm_runtime::Prompt::User(e2e::schema_prompt(schema));
+                        Ok(match (&llama, &candle) {
+                            (Some(b), _) => b.render_with(&p, None)?,
+                            (_, Some(b)) => b.render_with(&p, None)?,
+                            _ => anyhow::bail!("no backend to render the prompt"),
+                        })
+                    };
+                    e2e::llama_server_speed(bin, &model, threads, speed_reps, render)?
+                }
+                _ => Vec::new(),
+            };
             let report = e2e::Report {
+                server,
                 model: model
                     .file_name()
                     .map(|n| n.to_string_lossy().into_owned())

@@ -454,8 +454,8 @@ impl Decoder {
             self.usage.mask_secs += tm.elapsed().as_secs_f64();
         }
         if self.params.ignore_eos && self.matcher.is_none() {
-            for (i, l) in logits[..n_vocab].iter_mut().enumerate() {
-                if vocab.is_special(i as u32) || inner.eos.contains(&(i as u32)) {
+            for &t in &inner.special_or_eos {
+                if let Some(l) = logits[..n_vocab].get_mut(t as usize) {
                     *l = f32::NEG_INFINITY;
                 }
             }

@@ -146,6 +146,8 @@ pub(crate) struct Front {
     pub(crate) max_token_bytes: usize,
     /// The model's shape (for the APIs' model descriptions).
     pub(crate) config: ModelConfig,
+    /// Special and end-of-generation tokens: what `ignore_eos` forbids.
+    pub(crate) special_or_eos: Vec<u32>,
     constraints: Mutex<ConstraintCache>,
 }
 
@@ -240,7 +242,11 @@ impl Front {
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_else(|| "model".into());
+        let special_or_eos = (0..vocab.len() as u32)
+            .filter(|&t| vocab.is_special(t) || eos.contains(&t))
+            .collect();
         Ok(Front {
+            special_or_eos,
             tokenizer,
             engine: Engine::with_config(Arc::new(vocab), opts.engine.clone().unwrap_or_default()),
             template,
