@@ -247,6 +247,41 @@ impl Sampler {
     }
 }
 
+/// The highest logit's token among the allowed ones (the lowest id on a tie), in one pass
+/// without building the candidate list; NaN and -inf are never chosen.
+fn greedy(logits: &[f32], allowed: Option<&[u32]>) -> Option<u32> {
+    let mut best: Option<(u32, f32)> = None;
+    let mut see = |i: usize, l: f32| {
+        if l.is_nan() || l == f32::NEG_INFINITY {
+            return;
+        }
+        match best {
+            Some((_, b)) if l <= b => {}
+            _ => best = Some((i as u32, l)),
+        }
+    };
+    match allowed {
+        Some(mask) => {
+            for (w, &bits) in mask.iter().enumerate() {
+                let mut b = bits;
+                while b != 0 {
+                    let i = w * 32 + b.trailing_zeros() as usize;
+                    b &= b - 1;
+                    if let Some(&l) = logits.get(i) {
+                        see(i, l);
+                    }
+                }
+            }
+        }
+        None => {
+            for (i, &l) in logits.iter().enumerate() {
+                see(i, l);
+            }
+        }
+    }
+    best.map(|b| b.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -348,39 +383,4 @@ mod tests {
         assert!(cfg(1.0, 0, 1.0, 1.5).validate().is_err());
         assert!(cfg(0.7, 40, 0.9, 0.05).validate().is_ok());
     }
-}
-
-/// The highest logit's token among the allowed ones (the lowest id on a tie), in one pass
-/// without building the candidate list; NaN and -inf are never chosen.
-fn greedy(logits: &[f32], allowed: Option<&[u32]>) -> Option<u32> {
-    let mut best: Option<(u32, f32)> = None;
-    let mut see = |i: usize, l: f32| {
-        if l.is_nan() || l == f32::NEG_INFINITY {
-            return;
-        }
-        match best {
-            Some((_, b)) if l <= b => {}
-            _ => best = Some((i as u32, l)),
-        }
-    };
-    match allowed {
-        Some(mask) => {
-            for (w, &bits) in mask.iter().enumerate() {
-                let mut b = bits;
-                while b != 0 {
-                    let i = w * 32 + b.trailing_zeros() as usize;
-                    b &= b - 1;
-                    if let Some(&l) = logits.get(i) {
-                        see(i, l);
-                    }
-                }
-            }
-        }
-        None => {
-            for (i, &l) in logits.iter().enumerate() {
-                see(i, l);
-            }
-        }
-    }
-    best.map(|b| b.0)
 }
