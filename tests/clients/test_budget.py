@@ -89,15 +89,19 @@ def test_langchain_json_mode_with_max_tokens_300_parses(server, model):
         assert isinstance(p, Employee)
 
 
-def test_parse_nested_model_with_max_tokens_64(server, model):
+def test_parse_nested_model_with_max_tokens_48(server, model):
     c = client(server)
     closed = 0
-    for seed in range(3):
+    # At least three answers, and more (up to eight) until the budget has closed one: how
+    # long a sampled answer runs depends on the seed and the backend's arithmetic.
+    for seed in range(8):
+        if seed >= 3 and closed:
+            break
         r = c.chat.completions.parse(
             model=model,
             messages=[{"role": "user", "content": LONG}],
             response_format=Employee,
-            max_tokens=64,
+            max_tokens=48,
             temperature=0.7,
             seed=seed,
         )
@@ -105,9 +109,9 @@ def test_parse_nested_model_with_max_tokens_64(server, model):
         assert r.choices[0].finish_reason == "stop"
         assert isinstance(msg.parsed, Employee)
         jsonschema.validate(json.loads(msg.content), Employee.model_json_schema())
-        assert r.usage.completion_tokens <= 64
+        assert r.usage.completion_tokens <= 48
         closed += r.model_extra["ruvllm"]["budget_closed"]
-    # A long profile does not fit in 64 tokens: the budget closed some answers.
+    # A long profile does not always fit in 48 tokens: the budget closed some answers.
     assert closed >= 1
 
 

@@ -24,7 +24,7 @@ pub enum BackendKind {
 }
 
 /// The backend `--backend` picks when it is not given.
-pub const DEFAULT_BACKEND: BackendKind = BackendKind::Candle;
+pub const DEFAULT_BACKEND: BackendKind = BackendKind::Llama;
 
 /// Options shared by every command that loads a model.
 #[derive(Args, Debug, Clone)]
