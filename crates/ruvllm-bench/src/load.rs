@@ -34,6 +34,29 @@ pub struct LoadConfig {
     pub fault_clients: usize,
     /// RSS is judged after this much of the run (the prefix cache fills up first).
     pub warmup: Duration,
+    /// The servers to run the load against, each in turn at each batch size.
+    pub servers: Vec<ServerKind>,
+    /// Threads of the servers.
+    pub threads: usize,
+}
+
+/// A server the load runs against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerKind {
+    /// `ruvllm serve --backend NAME`.
+    Ruvllm(String),
+    /// llama.cpp's `llama-server` (this binary), `--parallel` equal to the batch size.
+    LlamaServer(PathBuf),
+}
+
+impl ServerKind {
+    /// The name reports give it.
+    pub fn label(&self) -> String {
+        match self {
+            ServerKind::Ruvllm(b) => format!("ruvllm ({b})"),
+            ServerKind::LlamaServer(_) => "llama-server".into(),
+        }
+    }
 }
 
 /// One request kind of the mix.
@@ -108,6 +131,33 @@ fn tools() -> Value {
 }
 
 const CITIES: [&str; 6] = ["Paris", "Tokyo", "Lima", "Oslo", "Cairo", "Perth"];
+
+/// The request for `kind` as llama-server takes it: the same messages and constraints,
+/// in its fields (a GBNF `grammar` for vLLM's choice and regex, the chat endpoint with
+/// `response_format` for Ollama's `format`). Returns the kind whose check applies.
+fn llama_server_request(kind: Kind, i: u64, temperature: f32) -> (Kind, &'static str, Value) {
+    let (path, mut body) = request(kind, i, temperature);
+    match kind {
+        Kind::Choice => {
+            body.as_object_mut().map(|o| o.remove("guided_choice"));
+            body["grammar"] = json!("root ::= \"yes\" | \"no\"");
+            (kind, path, body)
+        }
+        Kind::Regex => {
+            body.as_object_mut().map(|o| o.remove("guided_regex"));
+            body["grammar"] = json!("root ::= \"+\" [0-9]{2} \" \" [0-9]{3} \" \" [0-9]{4}");
+            (kind, path, body)
+        }
+        Kind::OllamaSchema => {
+            let city = CITIES[(i % CITIES.len() as u64) as usize];
+            let body = json!({"messages": [{"role": "user", "content": format!("Invent a person from {city}.")}],
+                              "temperature": temperature, "seed": i, "max_tokens": 200,
+                              "response_format": {"type": "json_schema", "json_schema": {"name": "person", "schema": person()}}});
+            (Kind::SchemaPerson, "/v1/chat/completions", body)
+        }
+        _ => (kind, path, body),
+    }
+}
 
 /// The request for `kind` (path and body).
 fn request(kind: Kind, i: u64, temperature: f32) -> (&'static str, Value) {
@@ -316,7 +366,9 @@ fn check(kind: Kind, body: &str) -> Result<u64, String> {
 /// One server run's figures.
 #[derive(Debug, Clone, Serialize)]
 pub struct LoadReport {
-    /// `--max-batch` of the server.
+    /// Which server (`ruvllm (llama)`, `ruvllm (candle)`, `llama-server`).
+    pub server: String,
+    /// `--max-batch` of the server (llama-server: `--parallel`).
     pub max_batch: usize,
     /// Concurrent clients.
     pub clients: usize,
@@ -386,7 +438,11 @@ impl Drop for Server {
     }
 }
 
-fn start_server(cfg: &LoadConfig, max_batch: usize) -> Result<Server> {
+fn start_server(cfg: &LoadConfig, kind: &ServerKind, max_batch: usize) -> Result<Server> {
+    let backend = match kind {
+        ServerKind::Ruvllm(b) => b.clone(),
+        ServerKind::LlamaServer(bin) => return start_llama_server(cfg, bin, max_batch),
+    };
     let mut cmd = Command::new(&cfg.server_bin);
     cmd.args([
         "serve",
@@ -394,6 +450,10 @@ fn start_server(cfg: &LoadConfig, max_batch: usize) -> Result<Server> {
         "0",
         "--max-batch",
         &max_batch.to_string(),
+        "--backend",
+        &backend,
+        "--threads",
+        &cfg.threads.to_string(),
     ])
     .stdout(Stdio::null())
     .stderr(Stdio::piped());
@@ -418,6 +478,47 @@ fn start_server(cfg: &LoadConfig, max_batch: usize) -> Result<Server> {
     // Keep draining stderr so the server never blocks on it.
     std::thread::spawn(move || for _ in lines {});
     Ok(Server { child, url })
+}
+
+/// llama-server on the same model: `--parallel` slots of 4096 positions each, chat
+/// templates through Jinja (for tools), waiting for `/health`.
+fn start_llama_server(cfg: &LoadConfig, bin: &std::path::Path, max_batch: usize) -> Result<Server> {
+    let model = cfg.model.clone().unwrap_or_else(crate::e2e::default_model);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let child = Command::new(bin)
+        .arg("-m")
+        .arg(&model)
+        .args(["-t", &cfg.threads.to_string(), "--jinja"])
+        .args(["-np", &max_batch.to_string()])
+        .args(["-c", &(4096 * max_batch).to_string()])
+        .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .with_context(|| format!("starting {}", bin.display()))?;
+    let mut server = Server {
+        child,
+        url: format!("http://127.0.0.1:{port}"),
+    };
+    let t0 = Instant::now();
+    loop {
+        if let Some(st) = server.child.try_wait()? {
+            bail!("{} exited with {st}", bin.display());
+        }
+        if ureq::get(&format!("{}/health", server.url))
+            .call()
+            .is_ok_and(|r| r.status() == 200)
+        {
+            return Ok(server);
+        }
+        if t0.elapsed() > Duration::from_secs(120) {
+            let _ = server.child.kill();
+            bail!("{} did not become healthy in 120 s", bin.display());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 fn agent() -> ureq::Agent {
@@ -456,16 +557,26 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 /// Runs the load against one server with `max_batch`.
-pub fn run_one(cfg: &LoadConfig, max_batch: usize) -> Result<LoadReport> {
-    let server = start_server(cfg, max_batch)?;
+pub fn run_one(cfg: &LoadConfig, kind: &ServerKind, max_batch: usize) -> Result<LoadReport> {
+    let server = start_server(cfg, kind, max_batch)?;
     let url = server.url.clone();
     let pid = server.child.id();
-    // Warm-up: one request of each kind (compiles and caches every constraint).
+    let llama_server = matches!(kind, ServerKind::LlamaServer(_));
+    let make = move |k: Kind, i: u64| -> (Kind, &'static str, Value) {
+        if llama_server {
+            llama_server_request(k, i, cfg.temperature)
+        } else {
+            let (p, b) = request(k, i, cfg.temperature);
+            (k, p, b)
+        }
+    };
+    // Warm-up: one request of each kind (compiles and caches every constraint). A
+    // request llama-server cannot serve counts in the run, not here.
     let a = agent();
     for (i, k) in KINDS.iter().enumerate() {
-        let (path, body) = request(*k, i as u64, cfg.temperature);
+        let (_, path, body) = make(*k, i as u64);
         let (s, t) = send(&a, &url, path, &body).map_err(anyhow::Error::msg)?;
-        if s != 200 {
+        if s != 200 && !llama_server {
             bail!("warm-up {k:?}: HTTP {s}: {t}");
         }
     }
@@ -544,14 +655,14 @@ pub fn run_one(cfg: &LoadConfig, max_batch: usize) -> Result<LoadReport> {
                     let kind = KINDS[ki];
                     let seed = (c as u64) * 100_000 + i;
                     i += 1;
-                    let (path, body) = request(kind, seed, cfg.temperature);
+                    let (check_as, path, body) = make(kind, seed);
                     let t = Instant::now();
                     let r = send(&a, &url, path, &body);
                     let secs = t.elapsed().as_secs_f64();
                     let mut g = shared.lock().unwrap_or_else(|e| e.into_inner());
                     g.per_kind[ki] += 1;
                     match r {
-                        Ok((200, text)) => match check(kind, &text) {
+                        Ok((200, text)) => match check(check_as, &text) {
                             Ok(n) => {
                                 g.ok += 1;
                                 g.tokens += n;
@@ -607,6 +718,7 @@ pub fn run_one(cfg: &LoadConfig, max_batch: usize) -> Result<LoadReport> {
     let mut g = shared.into_inner().unwrap_or_else(|e| e.into_inner());
     g.lat.sort_by(f64::total_cmp);
     Ok(LoadReport {
+        server: kind.label(),
         max_batch,
         clients: cfg.clients,
         secs,
@@ -652,11 +764,20 @@ pub fn markdown(cfg: &LoadConfig, reports: &[LoadReport], command: &str) -> Stri
         KINDS.len(),
         cfg.temperature
     ));
-    s.push_str("| max batch | requests ok | failed | invalid | req/s | output tok/s | p50 s | p90 s | p99 s | mean batch | RSS before | RSS after |\n");
-    s.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    s.push_str(
+        "llama-server (built by `scripts/build-llamacpp.sh`, `--parallel` equal to the batch, \
+         4096 positions per slot, `--jinja`) gets the same mix in its own fields: vLLM's \
+         choice and regex as a GBNF `grammar`, Ollama's `format` as the chat endpoint's \
+         `response_format`; its answers are checked the same way. Output tokens per second \
+         count the non-streamed answers' `usage`. llama-server has no /metrics here (mean \
+         batch 0).\n\n",
+    );
+    s.push_str("| server | max batch | requests ok | failed | invalid | req/s | output tok/s | p50 s | p90 s | p99 s | mean batch | RSS before | RSS after |\n");
+    s.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for r in reports {
         s.push_str(&format!(
-            "| {} | {} | {} | {} | {:.2} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {:.0} MiB | {:.0} MiB |\n",
+            "| {} | {} | {} | {} | {} | {:.2} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {:.0} MiB | {:.0} MiB |\n",
+            r.server,
             r.max_batch,
             r.ok,
             r.failed,
@@ -671,9 +792,28 @@ pub fn markdown(cfg: &LoadConfig, reports: &[LoadReport], command: &str) -> Stri
             r.rss_after_kib as f64 / 1024.0
         ));
     }
+    for (r, l) in reports.iter().flat_map(|r| {
+        reports
+            .iter()
+            .filter(|l| {
+                l.server == "llama-server" && l.max_batch == r.max_batch && r.server != l.server
+            })
+            .map(move |l| (r, l))
+    }) {
+        s.push_str(&format!(
+            "\n{} / llama-server at max batch {}: **{:.2}x** completed requests per second, \
+             **{:.2}x** output tokens per second.\n",
+            r.server,
+            r.max_batch,
+            r.req_per_sec / l.req_per_sec.max(1e-9),
+            r.tokens_per_sec / l.tokens_per_sec.max(1e-9)
+        ));
+    }
     if let (Some(b), Some(one)) = (
         reports.iter().find(|r| r.max_batch > 1),
-        reports.iter().find(|r| r.max_batch == 1),
+        reports
+            .iter()
+            .find(|r| r.max_batch == 1 && r.server == reports[0].server),
     ) {
         s.push_str(&format!(
             "\nBatching (max batch {}) vs one sequence per forward pass: **{:.2}x** requests \

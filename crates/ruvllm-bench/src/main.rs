@@ -159,6 +159,15 @@ enum Cmd {
         /// Seconds of warm-up before RSS is judged.
         #[arg(long, default_value_t = 300)]
         warmup_secs: u64,
+        /// ruvllm backends to serve with, each in turn (comma-separated: llama, candle).
+        #[arg(long, value_delimiter = ',', default_value = "llama")]
+        backends: Vec<String>,
+        /// llama.cpp's llama-server binary: the same mix against it, after ruvllm's runs.
+        #[arg(long)]
+        llama_server: Option<PathBuf>,
+        /// Threads of every server.
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
     },
     /// Decode-step cost by batch size, with candle's Q8_0 product and with ours.
     Steps {
@@ -249,6 +258,9 @@ fn main() -> Result<()> {
             markdown,
             faults,
             warmup_secs,
+            backends,
+            llama_server,
+            threads,
         } => {
             use ruvllm_bench::load;
             let server_bin = server_bin
@@ -263,11 +275,24 @@ fn main() -> Result<()> {
                 temperature,
                 fault_clients: faults,
                 warmup: std::time::Duration::from_secs(warmup_secs),
+                servers: backends
+                    .iter()
+                    .map(|b| load::ServerKind::Ruvllm(b.clone()))
+                    .chain(llama_server.map(load::ServerKind::LlamaServer))
+                    .collect(),
+                threads,
             };
             let mut reports = Vec::new();
-            for b in &batches {
-                eprintln!("load: {clients} clients, {secs} s, --max-batch {b}");
-                let r = load::run_one(&cfg, *b)?;
+            for (kind, b) in cfg
+                .servers
+                .iter()
+                .flat_map(|k| batches.iter().map(move |b| (k, b)))
+            {
+                eprintln!(
+                    "load: {} {clients} clients, {secs} s, --max-batch {b}",
+                    kind.label()
+                );
+                let r = load::run_one(&cfg, kind, *b)?;
                 eprintln!(
                     "  ok {} failed {} invalid {} | {:.2} req/s {:.1} tok/s | p50 {:.2}s p99 {:.2}s | batch {:.2} | RSS {} -> {} KiB",
                     r.ok, r.failed, r.invalid, r.req_per_sec, r.tokens_per_sec, r.p50, r.p99,
@@ -298,11 +323,14 @@ fn main() -> Result<()> {
                     }
                 }
             }
+            // ruvllm must answer everything validly; llama-server's failures are measured,
+            // not errors of this run.
             let bad: u64 = reports
                 .iter()
+                .filter(|r| r.server != "llama-server")
                 .map(|r| r.failed + r.invalid + r.faults.unexpected + u64::from(!r.server_alive))
                 .sum();
-            anyhow::ensure!(bad == 0, "{bad} requests failed, were invalid or answered a fault unexpectedly (or the server died)");
+            anyhow::ensure!(bad == 0, "{bad} ruvllm requests failed, were invalid or answered a fault unexpectedly (or the server died)");
             Ok(())
         }
         Cmd::E2e {
