@@ -19,6 +19,13 @@
 //!   token and per 100 output bytes, and time to first token.
 //! * **Raw decode vs llama.cpp**: a 16-token prompt then 128 greedy tokens, ours and
 //!   `llama-bench -p 16 -n 128` on the same GGUF file, alternating, medians reported.
+//! * **Constrained decode vs llama.cpp's own**: the speed schemas through `llama-server`'s
+//!   `json_schema` (its grammar sampler), the same prompt text, beside ours with
+//!   jump-forward.
+//!
+//! Every backend named by `--backends` (the llama.cpp backend, candle) runs the validity
+//! and speed parts in turn and takes its turn in the raw-decode rounds, so the choice of
+//! the default backend is measured in one run.
 
 use std::path::{Path, PathBuf};
 

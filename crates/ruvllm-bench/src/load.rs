@@ -3,6 +3,11 @@
 //! llama.cpp requests. Every answer is checked (HTTP status, JSON, the schema or the
 //! pattern); the report gives failures, invalid outputs, throughput, latency percentiles,
 //! the server's mean batch size and its RSS before and after.
+//!
+//! The same mix runs against `ruvllm serve` on each backend of `--backends` and, with
+//! `--llama-server`, against llama.cpp's own server (`--parallel` equal to the batch), the
+//! requests translated into its fields, so that the servers are compared on one machine
+//! in one run.
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;

@@ -218,6 +218,9 @@ pub(crate) struct Decoder {
     budget: bool,
     /// The reasoning section the output begins in, while it lasts.
     reason: Option<Reason>,
+    /// Whether the prompt's last token is read in a pass of its own (see
+    /// [`Decoder::pass_len`]); off where no prefix cache can resume a prompt.
+    split_last: bool,
     t0: Instant,
 }
 
@@ -257,15 +260,16 @@ impl Decoder {
     }
 
     /// How many feed tokens the next forward pass should read, at most `cap`. The prompt
-    /// is read in passes of at most `cap` tokens, and its **last** token always goes in a
-    /// pass of its own (with any forced tokens after it): a prompt read whole and the same
+    /// is read in passes of at most `cap` tokens, and its **last** token goes in a pass of
+    /// its own (with any forced tokens after it; unless [`Decoder::set_split_last`] turned
+    /// that off for a backend without a prefix cache): a prompt read whole and the same
     /// prompt resumed from the prefix cache then compute its final logits identically,
     /// so a seed reproduces its output whatever the cache held. When this is less than
     /// [`Decoder::feed`]'s length, call [`Decoder::consumed`] after the pass (its
     /// logits are not needed); otherwise [`Decoder::advance`].
     pub(crate) fn pass_len(&self, cap: usize) -> usize {
         let cap = cap.max(1);
-        if self.prompt_left > 1 {
+        if self.prompt_left > 1 && self.split_last {
             (self.prompt_left - 1).min(cap)
         } else {
             self.feed.len().min(cap)
@@ -740,6 +744,7 @@ impl Decoder {
             },
             feed: ids,
             prompt_left: prompt_tokens,
+            split_last: true,
             constraint,
             matcher,
             params: params.clone(),
@@ -754,6 +759,13 @@ impl Decoder {
         self.feed.drain(..n);
         self.prompt_left -= n;
         self.usage.cached_prompt_tokens = n;
+    }
+
+    /// Reads the prompt's last token with the rest of the prompt (when `false`): for a
+    /// backend without a prefix cache, where no run resumes a prompt from a cache and the
+    /// separate pass would only cost a forward pass.
+    pub(crate) fn set_split_last(&mut self, split: bool) {
+        self.split_last = split;
     }
 
     /// Whether the prompt has been read (the first [`Decoder::advance`] has run).

@@ -1,7 +1,7 @@
 //! [`LlamaBackend`]: a GGUF model run by llama.cpp, linked in process (through the
 //! `ruvllm-llama` wrapper), with ruvllm's decoding on top: exact masks, jump-forward,
 //! budget-aware completion, tools, reasoning, stop sequences and streaming are the
-//! [`crate::decode`] module's, exactly as on [`crate::CandleBackend`]; only the forward
+//! `decode` module's (crate-private), exactly as on [`crate::CandleBackend`]; only the forward
 //! pass and the KV memory are llama.cpp's.
 //!
 //! # How a batch runs
@@ -153,6 +153,8 @@ struct Inner {
     front: Arc<Front>,
     state: Mutex<State>,
     n_vocab: usize,
+    /// Whether there are prefix cache slots.
+    prefix_cache: bool,
 }
 
 impl Inner {
@@ -242,6 +244,7 @@ impl LlamaBackend {
             .collect();
         Ok(LlamaBackend {
             inner: Arc::new(Inner {
+                prefix_cache: prefix_slots > 0,
                 n_vocab: model.n_vocab(),
                 front: Arc::new(front),
                 state: Mutex::new(State {
@@ -262,7 +265,10 @@ impl LlamaBackend {
     /// Cost: prompt tokenization plus constraint compilation on a cache miss.
     pub fn start(&self, prompt: &Prompt, params: &GenerateParams) -> Result<LlamaSequence> {
         let ctx = self.front().config.context_length;
-        let dec = Decoder::begin(&self.inner.front, prompt, params, ctx)?;
+        let mut dec = Decoder::begin(&self.inner.front, prompt, params, ctx)?;
+        // Without a prefix cache no prompt is ever resumed, so its last token need not
+        // be read alone (which keeps resumed and whole prompts bit-identical).
+        dec.set_split_last(self.inner.prefix_cache);
         Ok(LlamaSequence {
             dec,
             slot: Slot {

@@ -1,6 +1,6 @@
 //! [`CandleBackend`]: a GGUF model on the CPU, computed by our own transformer over
 //! candle's tensors, decoding under the constraint engine (the per-step work is the
-//! [`crate::decode`] module's, shared with the llama.cpp backend).
+//! crate-private `decode` module's, shared with the llama.cpp backend).
 //!
 //! * Each generation has its own [`KvCache`] (a [`Sequence`] owns it), so clones of the
 //!   backend generate concurrently and [`crate::Scheduler`] batches their passes.
@@ -42,7 +42,7 @@ pub struct BackendOptions {
     /// constraint this backend compiles (`None`: [`EngineConfig::default`]).
     pub engine: Option<EngineConfig>,
     /// Longest prompt in tokens (`None`: the model's context less one position). A longer
-    /// one is refused with [`RuntimeError::PromptTooLong`].
+    /// one is refused with [`crate::RuntimeError::PromptTooLong`].
     pub max_prompt_tokens: Option<usize>,
     /// A Jinja chat template to use instead of the model file's (`None`: the file's,
     /// else ChatML).
