@@ -193,11 +193,13 @@ impl Front {
         };
         let mut eos = gv.eos_ids(vocab.len());
         if let Some(m) = llama {
-            // Every token llama.cpp counts as an end of generation (end of turn, end of
-            // message...), not only the metadata's EOS id.
+            // Every control token llama.cpp counts as an end of generation (end of turn,
+            // end of message...), not only the metadata's EOS id. Not ordinary text tokens
+            // it also counts (Gemma's `</s>` is text in its vocabulary): an EOS id must
+            // never be a token the grammar can write.
             let n = vocab.len().min(m.n_vocab()) as u32;
             let eog: Vec<u32> = (0..n)
-                .filter(|&t| m.is_eog(t) && !eos.contains(&t))
+                .filter(|&t| m.is_eog(t) && vocab.is_special(t) && !eos.contains(&t))
                 .collect();
             eos.extend(eog);
         }

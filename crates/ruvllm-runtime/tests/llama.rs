@@ -275,6 +275,12 @@ fn gemma3_under_schemas_regexes_and_grammars() {
     let b = gemma();
     assert_eq!(b.model_config().family, "gemma3");
     assert_eq!(b.vocab().len(), 262_144);
+    // Every end of generation is a control token (llama.cpp also counts `</s>`, id 212,
+    // which is ordinary text in Gemma's vocabulary and must stay writable).
+    let v = b.vocab();
+    assert!(v.eos_tokens().contains(&106), "<end_of_turn> ends the output");
+    assert!(!v.eos_tokens().contains(&212));
+    assert!(v.eos_tokens().iter().all(|&t| v.is_special(t)));
     // The Gemma turn format (the file carries no template).
     let text = b.render_with(&Prompt::User("Hi".into()), None).unwrap();
     assert_eq!(
