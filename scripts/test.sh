@@ -20,7 +20,8 @@ cargo test --workspace --locked
 # in a venv, using the binary the tests just built.
 df -h . | tail -n 1 | awk '{print "test: disk before the client venv: " $4 " free of " $2}'
 bash tests/clients/run.sh target/debug/ruvllm
-# The same clients against the second model, Gemma 3 270M, on the llama.cpp backend (an
+# The same clients against the second model, Gemma 3 270M, on the llama.cpp backend
+# (`--backend auto` picks it: candle does not run Gemma; an
 # architecture, tokenizer kind and chat format the default model does not exercise). The
 # CrewAI agent test is left out there: whether an agent loop reaches its final answer is
 # the model's judgment, and this base model keeps calling the tool (every call valid);

@@ -16,6 +16,10 @@ pub const DEFAULT_MODEL: &str = "assets/models/SmolLM2-135M-Instruct.Q4_1.gguf";
 /// Which engine runs the model's forward passes (the decoding on top is the same).
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BackendKind {
+    /// candle for the layouts it runs (llama, qwen2, phi3), llama.cpp for every other
+    /// architecture: the backend measured fastest under concurrent load where both run
+    /// (docs/LOAD.md), and every architecture llama.cpp runs.
+    Auto,
     /// llama.cpp, linked in process: every GGUF architecture llama.cpp runs, its CPU
     /// kernels.
     Llama,
@@ -24,7 +28,7 @@ pub enum BackendKind {
 }
 
 /// The backend `--backend` picks when it is not given.
-pub const DEFAULT_BACKEND: BackendKind = BackendKind::Llama;
+pub const DEFAULT_BACKEND: BackendKind = BackendKind::Auto;
 
 /// Options shared by every command that loads a model.
 #[derive(Args, Debug, Clone)]
@@ -90,6 +94,26 @@ impl ModelArgs {
             "no model: {DEFAULT_MODEL} is missing. Fetch it with `scripts/fetch-assets.sh`, \
              or pass --model PATH, or set RUVLLM_MODEL"
         )
+    }
+
+    /// The backend `--backend` names, with `auto` resolved from the file's
+    /// `general.architecture` (a header read).
+    pub fn backend_kind(&self) -> Result<BackendKind> {
+        if self.backend != BackendKind::Auto {
+            return Ok(self.backend);
+        }
+        let path = self.path()?;
+        let (content, _) = ruvllm_runtime::model::read_gguf(&path)?;
+        let arch = content
+            .metadata
+            .get("general.architecture")
+            .and_then(|v| v.to_string().ok())
+            .cloned()
+            .unwrap_or_default();
+        Ok(match arch.as_str() {
+            "llama" | "qwen2" | "phi3" => BackendKind::Candle,
+            _ => BackendKind::Llama,
+        })
     }
 
     /// Loads the model on candle (progress bar on stderr).
@@ -316,9 +340,9 @@ pub fn run(
         };
     }
     params.validate()?;
-    match a.model.backend {
-        BackendKind::Candle => complete(&a, &a.model.load()?, prompt_text, params),
+    match a.model.backend_kind()? {
         BackendKind::Llama => complete(&a, &a.model.load_llama(1, 0)?, prompt_text, params),
+        _ => complete(&a, &a.model.load()?, prompt_text, params),
     }
 }
 

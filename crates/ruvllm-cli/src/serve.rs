@@ -113,8 +113,10 @@ pub fn run(
         },
         registry,
     };
-    match a.model.backend {
-        BackendKind::Candle => serve(a.model.load_with(Some(a.prefix_cache_mb << 20))?, config),
+    match a.model.backend_kind()? {
+        BackendKind::Auto | BackendKind::Candle => {
+            serve(a.model.load_with(Some(a.prefix_cache_mb << 20))?, config)
+        }
         BackendKind::Llama => {
             // One llama.cpp sequence per batch place, and two cached prompts unless
             // prefix caching is off.

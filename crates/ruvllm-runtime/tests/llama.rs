@@ -278,7 +278,10 @@ fn gemma3_under_schemas_regexes_and_grammars() {
     // Every end of generation is a control token (llama.cpp also counts `</s>`, id 212,
     // which is ordinary text in Gemma's vocabulary and must stay writable).
     let v = b.vocab();
-    assert!(v.eos_tokens().contains(&106), "<end_of_turn> ends the output");
+    assert!(
+        v.eos_tokens().contains(&106),
+        "<end_of_turn> ends the output"
+    );
     assert!(!v.eos_tokens().contains(&212));
     assert!(v.eos_tokens().iter().all(|&t| v.is_special(t)));
     // The Gemma turn format (the file carries no template).
