@@ -6,21 +6,46 @@
 //! memory.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use ruvllm_engine::vocab::GgufVocab;
-use ruvllm_engine::{Constraint, Engine, Limits, Vocabulary};
+use ruvllm_engine::{Constraint, Engine, EngineConfig, Limits, Vocabulary};
 use serde_json::Value;
 
 use crate::api::{GenerateParams, OutputConstraint, Prompt};
 use crate::call_format::CallFormat;
 use crate::chat::{ChatTemplate, Message};
 use crate::error::{Result, RuntimeError};
-use crate::local::BackendOptions;
-use crate::model::ModelConfig;
+use crate::model::{LoadOptions, ModelConfig};
 use crate::reasoning::ReasoningMarkers;
 use crate::tools::{inject_tools, Tool};
+
+/// How to load a local backend ([`crate::CandleBackend`], [`crate::LlamaBackend`]).
+#[derive(Debug, Clone, Default)]
+pub struct BackendOptions {
+    /// Weight loading options.
+    pub load: LoadOptions,
+    /// A `tokenizer.json` to use instead of the tokenizer rebuilt from the GGUF metadata.
+    pub tokenizer: Option<PathBuf>,
+    /// Engine limits for the constraints this backend compiles.
+    pub limits: Option<Limits>,
+    /// Bytes of prompt KV caches kept for reuse by later prompts with the same prefix
+    /// (`None`: 256 MiB; `Some(0)`: off).
+    pub prefix_cache_bytes: Option<usize>,
+    /// Bytes of compiled constraints (with their token tables) kept for reuse by later
+    /// requests with the same constraint (`None`: 256 MiB). Least recently used first out.
+    pub constraint_cache_bytes: Option<usize>,
+    /// Bounds of the engine's caches of lexemes and token tables, shared by every
+    /// constraint this backend compiles (`None`: [`EngineConfig::default`]).
+    pub engine: Option<EngineConfig>,
+    /// Longest prompt in tokens (`None`: the model's context less one position). A longer
+    /// one is refused with [`crate::RuntimeError::PromptTooLong`].
+    pub max_prompt_tokens: Option<usize>,
+    /// A Jinja chat template to use instead of the model file's (`None`: the file's,
+    /// else ChatML).
+    pub chat_template: Option<String>,
+}
 
 /// Compiled constraints kept for reuse, least recently used evicted first, bounded by
 /// entries and by the bytes of their token tables (which grow as masks are computed, so

@@ -9,45 +9,19 @@
 //! * Compiled constraints are cached per backend (by schema, grammar, regex or choice
 //!   text), so repeated request shapes skip compilation.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use ruvllm_engine::{Constraint, Engine, EngineConfig, Limits, Vocabulary};
+use ruvllm_engine::{Constraint, Engine, Limits, Vocabulary};
 
 use crate::api::{GenerateParams, Generation, LlmBackend, OutputConstraint, Prompt, Usage};
 use crate::call_format::CallFormat;
 use crate::decode::Decoder;
 use crate::error::Result;
 use crate::front::Front;
-pub use crate::front::DEFAULT_CONSTRAINT_CACHE_BYTES;
-use crate::model::{KvCache, LoadOptions, Model};
+pub use crate::front::{BackendOptions, DEFAULT_CONSTRAINT_CACHE_BYTES};
+use crate::model::{KvCache, Model};
 use crate::reasoning::ReasoningMarkers;
-
-/// How to load a [`CandleBackend`].
-#[derive(Debug, Clone, Default)]
-pub struct BackendOptions {
-    /// Weight loading options.
-    pub load: LoadOptions,
-    /// A `tokenizer.json` to use instead of the tokenizer rebuilt from the GGUF metadata.
-    pub tokenizer: Option<PathBuf>,
-    /// Engine limits for the constraints this backend compiles.
-    pub limits: Option<Limits>,
-    /// Bytes of prompt KV caches kept for reuse by later prompts with the same prefix
-    /// (`None`: 256 MiB; `Some(0)`: off).
-    pub prefix_cache_bytes: Option<usize>,
-    /// Bytes of compiled constraints (with their token tables) kept for reuse by later
-    /// requests with the same constraint (`None`: 256 MiB). Least recently used first out.
-    pub constraint_cache_bytes: Option<usize>,
-    /// Bounds of the engine's caches of lexemes and token tables, shared by every
-    /// constraint this backend compiles (`None`: [`EngineConfig::default`]).
-    pub engine: Option<EngineConfig>,
-    /// Longest prompt in tokens (`None`: the model's context less one position). A longer
-    /// one is refused with [`crate::RuntimeError::PromptTooLong`].
-    pub max_prompt_tokens: Option<usize>,
-    /// A Jinja chat template to use instead of the model file's (`None`: the file's,
-    /// else ChatML).
-    pub chat_template: Option<String>,
-}
 
 /// Most tokens one forward pass of a single generation reads.
 const PASS_TOKENS: usize = 512;

@@ -152,15 +152,10 @@ impl Sampler {
         cand.clear();
         match allowed {
             Some(mask) => {
-                for (w, &bits) in mask.iter().enumerate() {
-                    let mut b = bits;
-                    while b != 0 {
-                        let i = w * 32 + b.trailing_zeros() as usize;
-                        b &= b - 1;
-                        if let Some(&l) = logits.get(i) {
-                            if l.is_finite() || l == f32::INFINITY {
-                                cand.push((i as u32, l));
-                            }
+                for i in set_bits(mask) {
+                    if let Some(&l) = logits.get(i) {
+                        if l.is_finite() || l == f32::INFINITY {
+                            cand.push((i as u32, l));
                         }
                     }
                 }
@@ -247,6 +242,20 @@ impl Sampler {
     }
 }
 
+/// The token ids whose bits are set in a mask (bit `t % 32` of word `t / 32`), in order.
+fn set_bits(mask: &[u32]) -> impl Iterator<Item = usize> + '_ {
+    mask.iter().enumerate().flat_map(|(w, &bits)| {
+        let mut b = bits;
+        std::iter::from_fn(move || {
+            (b != 0).then(|| {
+                let i = w * 32 + b.trailing_zeros() as usize;
+                b &= b - 1;
+                i
+            })
+        })
+    })
+}
+
 /// The highest logit's token among the allowed ones (the lowest id on a tie), in one pass
 /// without building the candidate list; NaN and -inf are never chosen.
 fn greedy(logits: &[f32], allowed: Option<&[u32]>) -> Option<u32> {
@@ -262,14 +271,9 @@ fn greedy(logits: &[f32], allowed: Option<&[u32]>) -> Option<u32> {
     };
     match allowed {
         Some(mask) => {
-            for (w, &bits) in mask.iter().enumerate() {
-                let mut b = bits;
-                while b != 0 {
-                    let i = w * 32 + b.trailing_zeros() as usize;
-                    b &= b - 1;
-                    if let Some(&l) = logits.get(i) {
-                        see(i, l);
-                    }
+            for i in set_bits(mask) {
+                if let Some(&l) = logits.get(i) {
+                    see(i, l);
                 }
             }
         }
