@@ -370,6 +370,8 @@ pub struct Context {
     /// Each sequence's length (positions held), mirrored from llama.cpp's memory.
     lens: Vec<u32>,
     batch: Batch,
+    /// The batch index of the row [`Context::read`] kept, until the next decode.
+    last: Option<i32>,
 }
 
 // SAFETY: a llama_context may move between threads; `&mut self` on every call that uses
@@ -453,6 +455,7 @@ impl Context {
             n_batch,
             n_seq_max,
             lens: vec![0; n_seq_max as usize],
+            last: None,
             batch: Batch::default(),
         })
     }
@@ -496,6 +499,47 @@ impl Context {
     /// hold token ids inside the vocabulary; a failed call leaves the sequences' lengths
     /// as llama.cpp's memory reports them.
     pub fn decode(&mut self, items: &[Item<'_>]) -> Result<Vec<Vec<f32>>> {
+        self.last = None;
+        let mut rows = Vec::with_capacity(items.iter().filter(|i| i.logits).count());
+        self.run(items, Some(&mut rows))?;
+        Ok(rows)
+    }
+
+    /// Reads one item's tokens into its sequence, like [`Context::decode`], and keeps
+    /// the logits after its last token (when the item asks for them) in llama.cpp's own
+    /// buffer for [`Context::last_logits`]. Cost: as [`Context::decode`], without the
+    /// copy of the row (a megabyte per token for a 262k vocabulary).
+    pub fn read(&mut self, item: &Item<'_>) -> Result<()> {
+        self.last = None;
+        let last = self.run(std::slice::from_ref(item), None)?;
+        self.last = last.filter(|_| item.logits);
+        Ok(())
+    }
+
+    /// The logits the last [`Context::read`] asked for, in place: `n_vocab` floats the
+    /// caller may rewrite (masks, penalties), valid until the next call that decodes.
+    /// `None` when that call asked for none or failed, or another call ran since.
+    pub fn last_logits(&mut self) -> Option<&mut [f32]> {
+        let i = self.last?;
+        // SAFETY: `i` is an index of the last batch whose logits were requested, and no
+        // decode ran since (every decoding call resets `last`): the row holds n_vocab
+        // floats, not aliased while `self` is borrowed mutably.
+        let row = unsafe { sys::llama_get_logits_ith(self.ptr.as_ptr(), i) };
+        if row.is_null() {
+            return None;
+        }
+        // SAFETY: as above.
+        Some(unsafe { std::slice::from_raw_parts_mut(row, self.model.n_vocab) })
+    }
+
+    /// Checks and runs `items` in chunks of `n_batch` tokens; copies each requested row
+    /// into `rows` when given, and returns the batch index of the last chunk's last
+    /// requested row.
+    fn run(
+        &mut self,
+        items: &[Item<'_>],
+        mut rows: Option<&mut Vec<Vec<f32>>>,
+    ) -> Result<Option<i32>> {
         let n_vocab = self.model.n_vocab;
         let mut seen = vec![false; self.n_seq_max as usize];
         for it in items {
@@ -532,7 +576,7 @@ impl Context {
                 )));
             }
         }
-        let mut rows = Vec::with_capacity(items.iter().filter(|i| i.logits).count());
+        let mut last_out = None;
         // (item, token index) pairs, flattened, in chunks of at most n_batch.
         let flat: Vec<(usize, usize)> = items
             .iter()
@@ -603,6 +647,10 @@ impl Context {
             for (s, e) in per_seq {
                 self.lens[s as usize] = e;
             }
+            last_out = outs.last().copied();
+            let Some(rows) = rows.as_deref_mut() else {
+                continue;
+            };
             for i in outs {
                 // SAFETY: `i` is an index of this batch whose logits were requested; the
                 // row holds n_vocab floats until the next decode.
@@ -617,7 +665,7 @@ impl Context {
                 rows.push(unsafe { std::slice::from_raw_parts(row, n_vocab) }.to_vec());
             }
         }
-        Ok(rows)
+        Ok(last_out)
     }
 
     /// Re-reads every sequence's length from llama.cpp's memory (after a failed decode).

@@ -109,6 +109,52 @@ fn batches_prefixes_and_truncation_agree() {
     assert_eq!(r.len(), 2);
     assert!(max_diff(&a[0], &r[0]) < 1e-2);
     assert!(max_diff(&a[0], &r[1]) < 1e-2);
+    // `read` keeps the row in place: the same logits, writable, gone after the next
+    // decode and after a read that asks for none.
+    c.clear_seq(2).unwrap();
+    c.read(&Item {
+        seq: 2,
+        pos: 0,
+        tokens: &PROMPT,
+        logits: true,
+    })
+    .unwrap();
+    let row = c.last_logits().expect("the row read asked for");
+    assert_eq!(row.len(), 49152);
+    assert!(max_diff(&a[0], row) < 1e-2);
+    row[0] = f32::NEG_INFINITY;
+    assert_eq!(c.last_logits().unwrap()[0], f32::NEG_INFINITY);
+    c.truncate(2, 11).unwrap();
+    c.read(&Item {
+        seq: 2,
+        pos: 11,
+        tokens: &PROMPT[11..],
+        logits: false,
+    })
+    .unwrap();
+    assert!(c.last_logits().is_none());
+    // A read longer than the batch (64) runs in chunks; the row is the last chunk's.
+    c.clear_seq(2).unwrap();
+    let long: Vec<u32> = PROMPT.iter().cycle().take(150).copied().collect();
+    c.read(&Item {
+        seq: 2,
+        pos: 0,
+        tokens: &long,
+        logits: true,
+    })
+    .unwrap();
+    let kept = c.last_logits().unwrap().to_vec();
+    c.clear_seq(2).unwrap();
+    let whole = c
+        .decode(&[Item {
+            seq: 2,
+            pos: 0,
+            tokens: &long,
+            logits: true,
+        }])
+        .unwrap();
+    assert!(c.last_logits().is_none());
+    assert!(max_diff(&whole[0], &kept) < 1e-2);
 }
 
 #[test]

@@ -458,13 +458,19 @@ impl LlamaSequence {
         logits: &mut [f32],
         on_text: &mut dyn FnMut(&str) -> bool,
     ) -> Result<bool> {
-        if !self.dec.prompt_read() {
-            if let (Some(ids), Some(seq)) = (self.store_prompt.take(), self.slot.seq) {
-                self.slot.backend.inner.state().store_prefix(seq, ids);
-            }
+        if let Some((seq, ids)) = self.prompt_to_store() {
+            self.slot.backend.inner.state().store_prefix(seq, ids);
         }
         let n = self.slot.backend.inner.n_vocab.min(logits.len());
         self.dec.advance(&mut logits[..n], on_text)
+    }
+
+    /// The prompt to share into the prefix cache, once, when the logits after it came.
+    fn prompt_to_store(&mut self) -> Option<(u32, Vec<u32>)> {
+        if self.dec.prompt_read() {
+            return None;
+        }
+        Some((self.slot.seq?, self.store_prompt.take()?))
     }
 }
 
@@ -523,13 +529,37 @@ impl LlmBackend for LlamaBackend {
         while ready {
             let n = seq.pass_len(PASS_TOKENS);
             let full = n == seq.feed_len();
-            let mut rows = self.decode(&mut [(&mut seq, n)])?;
+            let id = seq.slot.seq.ok_or_else(|| {
+                RuntimeError::Model("a sequence ran before it was prepared".into())
+            })?;
+            // One sequence: its logits are masked and sampled in llama.cpp's own buffer,
+            // under the lock (no copy of the row).
+            let mut st = self.inner.state();
+            let pos = st.ctx.seq_len(id);
+            st.ctx
+                .read(&Item {
+                    seq: id,
+                    pos,
+                    tokens: &seq.dec.feed()[..n],
+                    logits: full,
+                })
+                .map_err(llama_err)?;
             if !full {
+                drop(st);
                 seq.consumed(n);
                 continue;
             }
-            let mut logits = rows.pop().unwrap_or_default();
-            ready = seq.advance(&mut logits, on_text)? && seq.prepare(on_text)?;
+            if let Some((id, ids)) = seq.prompt_to_store() {
+                st.store_prefix(id, ids);
+            }
+            let n_vocab = self.inner.n_vocab;
+            let logits = st.ctx.last_logits().ok_or_else(|| {
+                RuntimeError::Model("llama.cpp kept no logits for the sequence".into())
+            })?;
+            let k = n_vocab.min(logits.len());
+            ready = seq.dec.advance(&mut logits[..k], on_text)?;
+            drop(st);
+            ready = ready && seq.prepare(on_text)?;
         }
         seq.finish(on_text)
     }

@@ -277,13 +277,36 @@ fn greedy(logits: &[f32], allowed: Option<&[u32]>) -> Option<u32> {
                 }
             }
         }
-        None => {
-            for (i, &l) in logits.iter().enumerate() {
-                see(i, l);
+        None => return argmax(logits),
+    }
+    best.map(|b| b.0)
+}
+
+/// The first index of the largest logit, ignoring NaN and `-inf` (`None` when nothing
+/// else is left). Cost: two passes over the row, the first one vectorized (lanes of
+/// `>`-maxima, which never take a NaN); a few microseconds for 262k logits.
+fn argmax(logits: &[f32]) -> Option<u32> {
+    const LANES: usize = 16;
+    let mut lanes = [f32::NEG_INFINITY; LANES];
+    let chunks = logits.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (m, &l) in lanes.iter_mut().zip(c) {
+            if l > *m {
+                *m = l;
             }
         }
     }
-    best.map(|b| b.0)
+    let mut max = f32::NEG_INFINITY;
+    for &l in lanes.iter().chain(rest) {
+        if l > max {
+            max = l;
+        }
+    }
+    if max == f32::NEG_INFINITY {
+        return None;
+    }
+    logits.iter().position(|&l| l == max).map(|i| i as u32)
 }
 
 #[cfg(test)]
@@ -332,6 +355,34 @@ mod tests {
         assert_eq!(s.sample(&logits, None), Some(1));
         assert_eq!(s.sample(&logits, Some(&[0b1101])), Some(3));
         assert_eq!(s.sample(&logits, Some(&[0])), None);
+    }
+
+    #[test]
+    fn argmax_matches_the_scalar_walk() {
+        let scalar = |v: &[f32]| {
+            let mut best: Option<(u32, f32)> = None;
+            for (i, &l) in v.iter().enumerate() {
+                if l.is_nan() || l == f32::NEG_INFINITY {
+                    continue;
+                }
+                if best.is_none_or(|(_, b)| l > b) {
+                    best = Some((i as u32, l));
+                }
+            }
+            best.map(|b| b.0)
+        };
+        let mut v: Vec<f32> = (0..1000).map(|i| ((i * 7919) % 101) as f32).collect();
+        for len in [0, 1, 15, 16, 17, 999, 1000] {
+            assert_eq!(argmax(&v[..len]), scalar(&v[..len]), "len {len}");
+        }
+        v[3] = f32::NAN;
+        v[500] = 1e9;
+        v[700] = 1e9;
+        assert_eq!(argmax(&v), Some(500));
+        v[999] = f32::INFINITY;
+        assert_eq!(argmax(&v), Some(999));
+        assert_eq!(argmax(&[f32::NAN, f32::NEG_INFINITY]), None);
+        assert_eq!(argmax(&[f32::NEG_INFINITY, -1.0, f32::NAN]), Some(1));
     }
 
     #[test]
