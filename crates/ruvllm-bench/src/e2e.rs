@@ -248,7 +248,7 @@ pub fn validity<B: LlmBackend + ModelBackend>(
                 let g = b
                     .complete(&Prompt::User(schema_prompt(&schema_v)), &p, &mut |_| true)
                     .with_context(|| format!("{file} seed {seed}"))?;
-                let valid = serde_json::from_str::<Value>(&g.text)
+                let valid = parse_json(&g.text)
                     .map_err(|e| format!("not JSON: {e}"))
                     .and_then(|v| schema.validate(&v).map_err(|e| e.to_string()));
                 let complete_valid = g.finish == FinishReason::Stop && valid.is_ok();
@@ -294,7 +294,7 @@ pub fn validity<B: LlmBackend + ModelBackend>(
                     _ => None,
                 };
                 if problem.is_none() && g.finish == FinishReason::Stop && file.starts_with("json") {
-                    if let Err(e) = serde_json::from_str::<Value>(&g.text) {
+                    if let Err(e) = parse_json(&g.text) {
                         problem = Some(format!("not JSON: {e}"));
                     }
                 }
@@ -311,6 +311,19 @@ pub fn validity<B: LlmBackend + ModelBackend>(
         }
     }
     Ok(rows)
+}
+
+/// Parses a generated JSON text at any depth: `json.gbnf` and `json_arr.gbnf` (and
+/// recursive schemas) allow nesting past serde_json's default limit of 128, and an
+/// output is no less valid for it. The depth is bounded by the output's length (at most
+/// a few thousand bytes here), which the main thread's stack holds.
+fn parse_json(text: &str) -> serde_json::Result<Value> {
+    use serde::Deserialize;
+    let mut de = serde_json::Deserializer::from_str(text);
+    de.disable_recursion_limit();
+    let v = Value::deserialize(&mut de)?;
+    de.end()?;
+    Ok(v)
 }
 
 fn row(
@@ -994,3 +1007,17 @@ pub fn llama_server_speed(
 
 /// The mode name of llama-server's constrained rows.
 pub const LLAMA_SERVER_MODE: &str = "llama-server json_schema";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_json_parses_past_depth_128() {
+        let deep = format!("{}{}", "[\n".repeat(600), "]".repeat(600));
+        assert!(serde_json::from_str::<Value>(&deep).is_err());
+        assert!(parse_json(&deep).is_ok());
+        assert!(parse_json("[1] x").is_err());
+        assert!(parse_json(&"[".repeat(600)).is_err());
+    }
+}

@@ -56,7 +56,7 @@ use std::collections::BinaryHeap;
 use crate::compile::dist::{add, INF};
 use crate::compile::shortest::{Shortest, MAX_TEXT};
 use crate::compile::{CompiledGrammar, EarleyRuleId, Sym};
-use crate::earley::{Item, Parser, WaitCost, ROOT};
+use crate::earley::{Failed, Item, Parser, WaitCost, ROOT};
 use crate::error::MatchError;
 use crate::facts::{Completion, Known};
 use crate::matcher::{Deadline, Matcher};
@@ -403,6 +403,7 @@ impl Matcher {
         // Where the first failing candidate's check starts its value: a search that keeps
         // the candidate's text up to there changes only what can fix it.
         let mut fix: Option<Vec<u8>> = None;
+        let mut first_failure: Option<(Vec<u8>, Failed)> = None;
         let start = self.parser.top();
         for it in checked {
             text.clear();
@@ -415,15 +416,19 @@ impl Matcher {
             if self.accepts_after(&text)? {
                 consider(&mut best, vocab, &text);
             } else if fix.is_none() {
-                if let Some(o) = self.parser.failed {
-                    let keep = (o as usize).saturating_sub(start).min(text.len());
+                if let Some(f) = self.parser.failed.take() {
+                    let keep = (f.start as usize).saturating_sub(start).min(text.len());
                     fix = Some(text[..keep].to_vec());
+                    first_failure = Some((text.clone(), f));
                 }
             }
         }
         if best.is_none() && g.has_checks {
             let mut found = None;
-            if let Some(prefix) = fix.filter(|p| !p.is_empty()) {
+            if let Some((text, f)) = first_failure {
+                found = self.hinted(text, f)?;
+            }
+            if let Some(prefix) = fix.filter(|p| !p.is_empty() && found.is_none()) {
                 found = self.search(&prefix)?;
             }
             if found.is_none() {
@@ -580,6 +585,141 @@ impl Matcher {
 }
 
 impl Matcher {
+    /// A completion built with the member hints of the check that failed (`f`, on the
+    /// candidate `text`): first the candidate repaired ([`Matcher::repair`]), then each
+    /// hint as a continuation of the output itself (the rest of a key the output has
+    /// begun, or a whole member, with a comma when one is due) followed by the syntactic
+    /// candidates from there, each repaired in turn. Every try is fed to the parser, so a
+    /// hint that breaks the grammar or a check is dropped. At most [`REPAIR_TRIES`]
+    /// candidates fed and an eighth of the mask time limit. The parser is left as it was.
+    fn hinted(&mut self, text: Vec<u8>, f: Failed) -> Result<Option<Vec<u8>>, MatchError> {
+        let mut budget = RepairBudget {
+            tries: 0,
+            clock: Deadline::new(self.c.limits.max_mask_time / 8),
+        };
+        let check = f.check.clone();
+        if let Some(t) = self.repair(text, f, &mut budget)? {
+            return Ok(Some(t));
+        }
+        let c = self.c.clone();
+        let g = &c.grammar;
+        let sh = g.shortest();
+        let start = self.parser.top();
+        let tail = self.parser.bytes[start.saturating_sub(64)..start].to_vec();
+        for h in check.0.member_hints() {
+            for cont in continuations(&tail, h.as_bytes()) {
+                if !budget.spend() {
+                    return Ok(None);
+                }
+                let mut ok = true;
+                for &b in &cont {
+                    if !self.parser.push_byte(g, b)? {
+                        ok = false;
+                        break;
+                    }
+                }
+                let mut texts = Vec::new();
+                if ok {
+                    self.parser.ensure_closed(g)?;
+                    if self.parser.top_info().accepting {
+                        self.parser.truncate(start);
+                        return Ok(Some(cont));
+                    }
+                    let ranked = self.parser.ranked_core(g, sh);
+                    for &(_, _, it) in ranked.iter().take(4) {
+                        let mut t = cont.clone();
+                        self.parser.item_text(g, sh, it, &mut t);
+                        texts.push(t);
+                    }
+                }
+                self.parser.truncate(start);
+                for t in texts {
+                    if !budget.spend() {
+                        return Ok(None);
+                    }
+                    self.parser.failed = None;
+                    if self.accepts_after(&t)? {
+                        return Ok(Some(t));
+                    }
+                    if let Some(f) = self.parser.failed.take() {
+                        if let Some(r) = self.repair(t, f, &mut budget)? {
+                            return Ok(Some(r));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Repairs a candidate `text` whose object value failed its check (`f`) with the
+    /// check's member hints (`crate::schema`'s hints): each is inserted before the
+    /// object's closing brace (which the candidate wrote), and the first that makes the
+    /// output accept is the completion; one that moves the failure to another value is
+    /// kept and that value repaired in turn, [`REPAIR_ROUNDS`] values at most. Returns the
+    /// repaired text, or `None`.
+    fn repair(
+        &mut self,
+        mut text: Vec<u8>,
+        mut f: Failed,
+        budget: &mut RepairBudget,
+    ) -> Result<Option<Vec<u8>>, MatchError> {
+        let start = self.parser.top();
+        for _ in 0..REPAIR_ROUNDS {
+            // The closing brace must be the candidate's: what is committed stays.
+            let Some(at) = (f.end as usize)
+                .checked_sub(1)
+                .and_then(|e| e.checked_sub(start))
+                .filter(|&at| text.get(at) == Some(&b'}'))
+            else {
+                return Ok(None);
+            };
+            let value: Vec<u8> = (f.start as usize..f.end as usize)
+                .map(|i| match i.checked_sub(start) {
+                    None => self.parser.bytes[i],
+                    Some(j) => text[j],
+                })
+                .collect();
+            let present = serde_json::from_slice::<serde_json::Value>(&value).ok();
+            let Some(present) = present.as_ref().and_then(|v| v.as_object()) else {
+                return Ok(None);
+            };
+            let mut next = None;
+            for h in f.check.0.member_hints() {
+                match hint_key(h) {
+                    Some(k) if !present.contains_key(&k) => {}
+                    _ => continue,
+                }
+                if !budget.spend() {
+                    return Ok(None);
+                }
+                let mut t = text[..at].to_vec();
+                if !present.is_empty() {
+                    t.push(b',');
+                }
+                t.extend_from_slice(h.as_bytes());
+                t.extend_from_slice(&text[at..]);
+                self.parser.failed = None;
+                if self.accepts_after(&t)? {
+                    return Ok(Some(t));
+                }
+                match self.parser.failed.take() {
+                    Some(g) if g.start != f.start || g.check != f.check => {
+                        next = Some((t, g));
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+            let Some((t, g)) = next else {
+                return Ok(None);
+            };
+            text = t;
+            f = g;
+        }
+        Ok(None)
+    }
+
     /// From the current state, [`DIVE`] bytes at most, each the first preferred byte that
     /// keeps a completion, trying after each whether the output is complete or a
     /// syntactic candidate passes; returns the bytes and the candidate's text. The parser
@@ -641,6 +781,49 @@ impl Matcher {
         Ok(None)
     }
 }
+
+/// What a search with member hints may still spend.
+struct RepairBudget {
+    tries: usize,
+    clock: Deadline,
+}
+
+impl RepairBudget {
+    /// Counts one candidate fed; false once [`REPAIR_TRIES`] are spent or time is up.
+    fn spend(&mut self) -> bool {
+        self.tries += 1;
+        self.tries <= REPAIR_TRIES && self.clock.check().is_ok()
+    }
+}
+
+/// The key of a member hint (`"key":value`).
+fn hint_key(h: &str) -> Option<String> {
+    let m: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(&format!("{{{h}}}")).ok()?;
+    m.keys().next().cloned()
+}
+
+/// Ways the output (whose last bytes are `tail`) may go on with the member `h`: the rest
+/// of `h` after each of its beginnings that the output ends with (a key begun), and the
+/// whole member, alone and after a comma.
+fn continuations(tail: &[u8], h: &[u8]) -> Vec<Vec<u8>> {
+    let mut out: Vec<Vec<u8>> = (1..h.len())
+        .rev()
+        .filter(|&j| tail.ends_with(&h[..j]))
+        .map(|j| h[j..].to_vec())
+        .collect();
+    out.push(h.to_vec());
+    let mut comma = b",".to_vec();
+    comma.extend_from_slice(h);
+    out.push(comma);
+    out
+}
+
+/// Values a repair fixes in turn (see [`Matcher::repair`]).
+const REPAIR_ROUNDS: usize = 8;
+
+/// Candidates a repair feeds to the parser at most.
+const REPAIR_TRIES: usize = 256;
 
 /// Bytes of a search's dive (see [`Matcher::search`]).
 const DIVE: usize = 12;

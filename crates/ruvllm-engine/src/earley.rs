@@ -57,6 +57,15 @@ pub(crate) struct SetInfo {
 
 use crate::util::{FastMap, ItemHasher};
 
+/// A semantic check that failed: its value spans set indices `start..end` (bytes of the
+/// parse).
+#[derive(Clone, Debug)]
+pub(crate) struct Failed {
+    pub(crate) start: u32,
+    pub(crate) end: u32,
+    pub(crate) check: crate::grammar::Check,
+}
+
 const LINEAR_DEDUP: usize = 24;
 
 /// Origin sets of at least this many items are searched through their index of waiting
@@ -80,7 +89,7 @@ pub(crate) struct Parser {
     max_items: usize,
     /// The bytes read (`bytes[k]` took set `k` to set `k + 1`), kept only when the grammar
     /// has semantic checks, which look at the text a rule derived.
-    bytes: Vec<u8>,
+    pub(crate) bytes: Vec<u8>,
     /// Semantic checks evaluated so far (a step that leaves it unchanged depended only on
     /// the parser's items, not on the text).
     pub checks: u64,
@@ -96,10 +105,9 @@ pub(crate) struct Parser {
     pub(crate) waits: Vec<Waits>,
     /// Scratch for identity keys.
     key: Vec<u32>,
-    /// Where the value of the last semantic check that failed starts (a set index):
-    /// where a search for a completion that passes it must change the text
-    /// (`crate::complete`).
-    pub(crate) failed: Option<u32>,
+    /// The last semantic check that failed and its value's span: where a search for a
+    /// completion that passes it must change the text (`crate::complete`).
+    pub(crate) failed: Option<Failed>,
     /// Per rule, the closure (a [`Parser::stamp`] value) that last predicted it: a rule's
     /// predictions at set `k` are `(alt, k, entry)` for each of its alternatives, the same
     /// items whichever item asked, so a second prediction in one closure adds nothing and
@@ -321,7 +329,11 @@ impl Parser {
                         let ok = c.0.accepts(&self.bytes[o..k as usize]);
                         self.log.push(ok);
                         if !ok {
-                            self.failed = Some(o as u32);
+                            self.failed = Some(Failed {
+                                start: o as u32,
+                                end: k,
+                                check: c.clone(),
+                            });
                             continue;
                         }
                     }

@@ -204,6 +204,7 @@ fn budget_walk(
     st.walks += 1;
     let (mut exact, mut mask) = (vec![0u32; words], vec![0u32; words]);
     let mut n = 0;
+    let mut out: Vec<String> = Vec::new();
     let mut ended = false;
     while n < budget {
         let remaining = budget - n;
@@ -245,6 +246,7 @@ fn budget_walk(
             }
             let t = pool[rng.below(pool.len())];
             m.commit_token(t).unwrap();
+            out.push(String::from_utf8_lossy(vocab.token_bytes(t)).into_owned());
             let fits = m
                 .shortest_completion()
                 .unwrap()
@@ -259,12 +261,16 @@ fn budget_walk(
             );
             st.refused_tentative += 1;
             m.rollback(1).unwrap();
+            out.pop();
             allowed.retain(|&x| x != t);
             assert!(!allowed.is_empty(), "{what}: every tentative token refused");
             // After a few refusals, the first token of the shortest completion (as the
             // runtime does): it is in the mask and always confirmed.
             if st.refused_tentative.is_multiple_of(16) {
-                let w = m.shortest_completion().unwrap().expect("a completion fits");
+                let w = m
+                    .shortest_completion()
+                    .unwrap()
+                    .unwrap_or_else(|| panic!("{what}: no completion after {:?}", out.concat()));
                 let Some(&first) = w.tokens().first() else {
                     // Complete already: the completion is EOS.
                     assert!(m.is_accepting(), "{what}: an empty completion, incomplete");
@@ -351,4 +357,61 @@ fn budget_walks_end_complete_within_the_budget() {
     eprintln!("{} grammars: {st:?}", grammars.len());
     assert!(st.walks >= 400, "{st:?}");
     assert_eq!(st.walks, st.complete);
+}
+
+/// An exclusive `oneOf` whose branches overlap (MaskBench's `Github_easy---o13129`): `{}`
+/// matches both, so only an object with a member that tells them apart passes. The
+/// check's member hints find one from the start and after text the model wrote, and
+/// budget walks end complete.
+#[test]
+fn overlapping_one_of_completes_with_member_hints() {
+    let vocab = common::llama3();
+    let limits = Limits::default();
+    let f = common::shared_data().join("maskbench/data/Github_easy---o13129.json");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(f).unwrap()).unwrap();
+    let g = schema_to_grammar(&doc["schema"], &SchemaOptions::default()).unwrap();
+    let c = Constraint::new(&g, vocab.clone(), &limits).unwrap();
+    let mut m = Matcher::new(&c).unwrap();
+    let w = m
+        .shortest_completion()
+        .unwrap()
+        .expect("a completion from the start");
+    let text = String::from_utf8(w.text().to_vec()).unwrap();
+    let valid = |text: &str| {
+        let v: serde_json::Value = serde_json::from_str(text).unwrap();
+        jsonschema::validator_for(&doc["schema"])
+            .unwrap()
+            .is_valid(&v)
+    };
+    assert!(valid(&text), "{text}");
+    // Mid-value, after text the model wrote: the first field is told apart already, the
+    // second must be repaired.
+    let at = |text: &[u8]| {
+        let mut m = Matcher::new(&c).unwrap();
+        for t in vocab.fewest_tokens(text).unwrap() {
+            m.commit_token(t).unwrap();
+        }
+        let w = m.shortest_completion().unwrap();
+        w.map(|w| {
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(text),
+                String::from_utf8_lossy(w.text())
+            )
+        })
+    };
+    let whole = at(br#"{"source":{"type":"callback","options":{"x":[1"#).expect("a completion");
+    assert!(valid(&whole), "{whole}");
+    // Properties come in schema order, additional ones last: after an additional key no
+    // member can tell the branches apart, so this prefix has no valid completion (the
+    // budget mask's confirmation refuses the token that leads there).
+    assert_eq!(at(br#"{"source":{"json-schema":{"type":"x""#), None);
+    let mut rng = common::Rng(7);
+    let mut st = WalkStats::default();
+    for extra in [0, 1, 3, 12, 40] {
+        budget_walk(&c, &mut rng, extra, "o13129", &mut st);
+    }
+    assert!(st.no_completion.is_empty(), "{st:?}");
+    assert_eq!(st.walks, st.complete, "{st:?}");
 }

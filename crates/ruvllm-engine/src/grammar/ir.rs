@@ -23,6 +23,14 @@ pub trait ValueCheck: Send + Sync + std::fmt::Debug {
     /// candidate completion (including during mask computation), so keep it near-linear.
     fn accepts(&self, text: &[u8]) -> bool;
 
+    /// Members (`"key":value` texts) that may make a failing object pass, shortest
+    /// first: the completion search inserts them before the object's closing brace (see
+    /// `crate::complete`); the check and the grammar still judge the result. Cost: none
+    /// (computed when the check is built); empty by default.
+    fn member_hints(&self) -> &[String] {
+        &[]
+    }
+
     /// What the check enforces, for diagnostics (`ruvllm schema compile` lists them).
     fn describe(&self) -> String {
         format!("{self:?}")

@@ -48,6 +48,8 @@ pub(crate) struct SchemaCheck {
     validator: Arc<OnceLock<Validator>>,
     key: String,
     pointer: String,
+    /// Members the sub-schema names (`super::hints`).
+    hints: Vec<String>,
 }
 
 impl std::fmt::Debug for SchemaCheck {
@@ -69,6 +71,10 @@ impl ValueCheck for SchemaCheck {
         }
     }
 
+    fn member_hints(&self) -> &[String] {
+        &self.hints
+    }
+
     fn describe(&self) -> String {
         format!("the sub-schema at #{} (validator)", self.pointer)
     }
@@ -80,6 +86,8 @@ pub(crate) struct CheckBuilder<'a> {
     /// The root document, borrowed (a copy of a large document was 1.4% of compile time
     /// on the MaskBench files that take 15-32 ms).
     registry: Registry<'a>,
+    /// The root document, for the checks' member hints.
+    root: &'a Value,
     draft: Draft,
     /// The checked sub-schemas (references rebased) with their pointers, by check index.
     schemas: Vec<(Value, String)>,
@@ -116,6 +124,7 @@ impl<'a> CheckBuilder<'a> {
             .map_err(|e| e.to_string())?;
         Ok(CheckBuilder {
             registry,
+            root,
             draft,
             schemas: Vec::new(),
             validator: Arc::new(OnceLock::new()),
@@ -126,6 +135,7 @@ impl<'a> CheckBuilder<'a> {
     /// accepts the value. It works once [`CheckBuilder::finish`] has run. Cost: a copy of
     /// `schema`.
     pub(crate) fn build(&mut self, schema: &Value, pointer: &str) -> Check {
+        let hints = super::hints::members(schema, self.root);
         let mut s = schema.clone();
         rebase_refs(&mut s, 0);
         ecma_patterns(&mut s, true, 0);
@@ -135,6 +145,7 @@ impl<'a> CheckBuilder<'a> {
             validator: self.validator.clone(),
             key,
             pointer: pointer.to_string(),
+            hints,
         }))
     }
 

@@ -57,6 +57,7 @@ mod combine;
 mod dec;
 mod drafts;
 mod format;
+mod hints;
 mod intersect;
 mod keywords;
 mod num;

@@ -1,0 +1,203 @@
+//! Member hints: properties a checked object may lack, for the completion search.
+//!
+//! A semantic check (`super::check`) can make the shortest syntactic completion fail:
+//! under an exclusive `oneOf` whose branches overlap, `{}` matches every branch, and only
+//! an object with a member that tells them apart (`"type":"callback"`) passes. A search
+//! over bytes finds such a member only by luck (a key is any string), so the compiler
+//! gives each check the members its sub-schema names: every `properties` entry reached
+//! through `$ref`, `allOf`, `anyOf`, `oneOf`, `if`/`then`/`else` and
+//! `dependentSchemas`, each with a few example values (its `const`, its `enum`'s first
+//! values, or the simplest value of its type). `crate::complete` inserts them, one at a
+//! time, before the closing brace of an object that failed the check and keeps the first
+//! that passes; the check and the grammar still judge every candidate, so a hint is only
+//! ever a suggestion.
+//!
+//! Limits: at most [`MAX_HINTS`] hints per check, references followed [`MAX_DEPTH`]
+//! deep; only local references (`#/...`) are followed.
+
+use serde_json::Value;
+
+/// Hints kept per check.
+pub(crate) const MAX_HINTS: usize = 64;
+
+/// Schema levels (references and combinators) walked.
+const MAX_DEPTH: usize = 6;
+
+/// Example values per property.
+const PER_PROPERTY: usize = 3;
+
+/// The member hints of `schema` (references resolved in `root`), shortest first, each a
+/// compact `"key":value` text. Cost: one walk of the sub-schema and the definitions it
+/// reaches, bounded by [`MAX_DEPTH`] and [`MAX_HINTS`].
+pub(crate) fn members(schema: &Value, root: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    walk(schema, root, 0, &mut out);
+    out.sort_by_key(String::len);
+    out.dedup();
+    out.truncate(MAX_HINTS);
+    out
+}
+
+fn resolve<'a>(s: &'a Value, root: &'a Value) -> &'a Value {
+    let mut s = s;
+    for _ in 0..MAX_DEPTH {
+        match s.get("$ref").and_then(Value::as_str) {
+            Some(r) if r.starts_with('#') => match root.pointer(&decode_pointer(&r[1..])) {
+                Some(t) => s = t,
+                None => return s,
+            },
+            _ => return s,
+        }
+    }
+    s
+}
+
+/// A URI fragment's JSON pointer with its `%xx` escapes decoded.
+fn decode_pointer(p: &str) -> String {
+    if !p.contains('%') {
+        return p.to_string();
+    }
+    let b = p.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        if b[i] == b'%' && i + 2 < b.len() {
+            if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn walk(schema: &Value, root: &Value, depth: usize, out: &mut Vec<String>) {
+    if depth > MAX_DEPTH || out.len() >= MAX_HINTS * 4 {
+        return;
+    }
+    let s = resolve(schema, root);
+    let Some(m) = s.as_object() else {
+        return;
+    };
+    if let Some(props) = m.get("properties").and_then(Value::as_object) {
+        for (k, ps) in props {
+            let key = Value::String(k.clone()).to_string();
+            for v in examples(ps, root) {
+                out.push(format!("{key}:{v}"));
+            }
+        }
+    }
+    for key in ["allOf", "anyOf", "oneOf"] {
+        for b in m.get(key).and_then(Value::as_array).into_iter().flatten() {
+            walk(b, root, depth + 1, out);
+        }
+    }
+    for key in ["if", "then", "else"] {
+        if let Some(b) = m.get(key) {
+            walk(b, root, depth + 1, out);
+        }
+    }
+    if let Some(d) = m.get("dependentSchemas").and_then(Value::as_object) {
+        for b in d.values() {
+            walk(b, root, depth + 1, out);
+        }
+    }
+}
+
+/// A few values a property's schema may accept, simplest first (a guess the check
+/// judges).
+fn examples(schema: &Value, root: &Value) -> Vec<String> {
+    let s = resolve(schema, root);
+    if let Some(c) = s.get("const") {
+        return vec![c.to_string()];
+    }
+    if let Some(e) = s.get("enum").and_then(Value::as_array) {
+        return e.iter().take(PER_PROPERTY).map(Value::to_string).collect();
+    }
+    let types: Vec<&str> = match s.get("type") {
+        Some(Value::String(t)) => vec![t.as_str()],
+        Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).collect(),
+        _ if s.get("properties").is_some() => vec!["object"],
+        _ if s.get("items").is_some() => vec!["array"],
+        _ => vec!["null", "string", "integer"],
+    };
+    let mut out = Vec::new();
+    for t in types {
+        let v = match t {
+            "null" => "null".to_string(),
+            "boolean" => "false".to_string(),
+            "integer" | "number" => match s.get("minimum").and_then(Value::as_f64) {
+                Some(m) if m.is_finite() && m > 0.0 && m.fract() == 0.0 && m < 1e15 => {
+                    format!("{}", m as i64)
+                }
+                _ => "0".to_string(),
+            },
+            "string" => {
+                let n = s
+                    .get("minLength")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0)
+                    .min(16);
+                Value::String("a".repeat(n as usize)).to_string()
+            }
+            "object" => "{}".to_string(),
+            "array" => "[]".to_string(),
+            _ => continue,
+        };
+        out.push(v);
+        if out.len() >= PER_PROPERTY {
+            break;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn members_come_from_every_branch_through_references() {
+        let root = json!({
+            "definitions": {"field": {"type": "object", "oneOf": [
+                {"properties": {"type": {"enum": ["callback"]}, "value": {"type": "string"}}},
+                {"properties": {"type": {"enum": ["field", "value"]},
+                                "value": {"type": ["string", "null"]}}}
+            ]}},
+            "properties": {"a~b": {"$ref": "#/definitions/field"}}
+        });
+        let m = members(&json!({"$ref": "#/definitions/field"}), &root);
+        for want in [
+            r#""type":"callback""#,
+            r#""type":"field""#,
+            r#""type":"value""#,
+            r#""value":"""#,
+            r#""value":null"#,
+        ] {
+            assert!(m.iter().any(|h| h == want), "{want} missing from {m:?}");
+        }
+        assert!(m.windows(2).all(|w| w[0].len() <= w[1].len()));
+        // Escaped keys and pointers.
+        let m = members(&json!({"$ref": "#/properties/a~0b"}), &root);
+        assert!(m.iter().any(|h| h == r#""type":"callback""#), "{m:?}");
+        assert!(members(&json!({"$ref": "#/nowhere"}), &root).is_empty());
+        assert!(members(&json!(true), &root).is_empty());
+    }
+
+    #[test]
+    fn self_references_stop() {
+        let root = json!({"$defs": {"a": {"$ref": "#/$defs/a"}}});
+        assert!(members(&json!({"$ref": "#/$defs/a"}), &root).is_empty());
+        let root = json!({"$defs": {"n": {"properties": {"x": {"const": 1}},
+                                         "anyOf": [{"$ref": "#/$defs/n"}]}}});
+        assert_eq!(
+            members(&json!({"$ref": "#/$defs/n"}), &root),
+            vec![r#""x":1"#]
+        );
+    }
+}
