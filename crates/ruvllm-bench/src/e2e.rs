@@ -8,10 +8,12 @@
 //!   token limit is at best a **valid prefix**, and that is counted apart, never as valid.
 //!   Each case's shortest completion (in tokens, from the engine) is reported: budget-aware
 //!   decoding (on) must end complete and valid whenever the budget is at least it, and
-//!   `length` (a valid prefix) otherwise. No output may contain runaway whitespace: a run
-//!   longer than [`RUNAWAY_WS`] characters outside strings (schemas decode with no
-//!   whitespace at all; the llama.cpp grammars allow at most a newline plus 20 indentation
-//!   characters per `ws`, 22 in a row after `"[\n"`). The per-step mask cost is reported
+//!   `length` (a valid prefix) otherwise. No schema output may contain runaway whitespace:
+//!   a run longer than [`RUNAWAY_WS`] characters outside strings (schemas decode with no
+//!   whitespace at all, which a validator cannot see). A grammar's whitespace is the
+//!   grammar's own: the recognizer already judges it (`arithmetic.gbnf`'s `ws ::= [ \t\n]*`
+//!   allows any run, and a base model may pad with it; the longest run is in the rows'
+//!   `max_ws_run`). The per-step mask cost is reported
 //!   apart near the end of the budget (where budget masks narrow the exact mask) and far
 //!   from it.
 //! * **Speed**: on schemas with fixed keys, decode tokens/s unconstrained (exactly N tokens,
@@ -335,7 +337,9 @@ fn row(
     let ws = max_ws_outside_strings(&g.text);
     let fits = shortest.is_some_and(|n| n <= budget);
     let problem = problem
-        .or_else(|| (ws > RUNAWAY_WS).then(|| format!("whitespace run of {ws}")))
+        .or_else(|| {
+            (feature != "gbnf" && ws > RUNAWAY_WS).then(|| format!("whitespace run of {ws}"))
+        })
         .or_else(|| {
             (fits && !complete_valid).then(|| {
                 format!(

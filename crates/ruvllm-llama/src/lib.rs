@@ -538,7 +538,7 @@ impl Context {
     fn run(
         &mut self,
         items: &[Item<'_>],
-        mut rows: Option<&mut Vec<Vec<f32>>>,
+        rows: Option<&mut Vec<Vec<f32>>>,
     ) -> Result<Option<i32>> {
         let n_vocab = self.model.n_vocab;
         let mut seen = vec![false; self.n_seq_max as usize];
@@ -577,12 +577,17 @@ impl Context {
             }
         }
         let mut last_out = None;
-        // (item, token index) pairs, flattened, in chunks of at most n_batch.
-        let flat: Vec<(usize, usize)> = items
+        // (item, token index) pairs, flattened, in chunks of at most n_batch, the items in
+        // order of sequence id: with one stream per sequence llama.cpp splits a batch into
+        // micro-batches of sequences with consecutive ids (`split_equal`, sequential), so
+        // sequences 0, 1, 2 given as 2, 0, 1 would run as three forward passes, not one.
+        let mut order: Vec<usize> = (0..items.len()).collect();
+        order.sort_by_key(|&k| items[k].seq);
+        let flat: Vec<(usize, usize)> = order
             .iter()
-            .enumerate()
-            .flat_map(|(k, it)| (0..it.tokens.len()).map(move |j| (k, j)))
+            .flat_map(|&k| (0..items[k].tokens.len()).map(move |j| (k, j)))
             .collect();
+        let mut by_item: Vec<Option<Vec<f32>>> = vec![None; items.len()];
         for chunk in flat.chunks(self.n_batch as usize) {
             let b = &mut self.batch;
             b.token.clear();
@@ -598,7 +603,7 @@ impl Context {
                 let last = it.logits && j + 1 == it.tokens.len();
                 b.logits.push(last as i8);
                 if last {
-                    outs.push(i as i32);
+                    outs.push((i as i32, k));
                 }
             }
             b.n_seq_id.clear();
@@ -647,11 +652,11 @@ impl Context {
             for (s, e) in per_seq {
                 self.lens[s as usize] = e;
             }
-            last_out = outs.last().copied();
-            let Some(rows) = rows.as_deref_mut() else {
+            last_out = outs.last().map(|o| o.0);
+            if rows.is_none() {
                 continue;
-            };
-            for i in outs {
+            }
+            for (i, k) in outs {
                 // SAFETY: `i` is an index of this batch whose logits were requested; the
                 // row holds n_vocab floats until the next decode.
                 let row = unsafe { sys::llama_get_logits_ith(self.ptr.as_ptr(), i) };
@@ -662,8 +667,11 @@ impl Context {
                     });
                 }
                 // SAFETY: as above.
-                rows.push(unsafe { std::slice::from_raw_parts(row, n_vocab) }.to_vec());
+                by_item[k] = Some(unsafe { std::slice::from_raw_parts(row, n_vocab) }.to_vec());
             }
+        }
+        if let Some(rows) = rows {
+            rows.extend(by_item.into_iter().flatten());
         }
         Ok(last_out)
     }

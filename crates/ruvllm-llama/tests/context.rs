@@ -109,6 +109,27 @@ fn batches_prefixes_and_truncation_agree() {
     assert_eq!(r.len(), 2);
     assert!(max_diff(&a[0], &r[0]) < 1e-2);
     assert!(max_diff(&a[0], &r[1]) < 1e-2);
+    // Items out of sequence order come back in item order (llama.cpp sees them sorted).
+    c.truncate(0, 11).unwrap();
+    c.truncate(1, 10).unwrap();
+    let r = c
+        .decode(&[
+            Item {
+                seq: 1,
+                pos: 10,
+                tokens: &[2683, 359],
+                logits: true,
+            },
+            Item {
+                seq: 0,
+                pos: 11,
+                tokens: &PROMPT[11..],
+                logits: true,
+            },
+        ])
+        .unwrap();
+    assert!(max_diff(&a[0], &r[1]) < 1e-2);
+    assert!(max_diff(&a[0], &r[0]) > 1e-1);
     // `read` keeps the row in place: the same logits, writable, gone after the next
     // decode and after a read that asks for none.
     c.clear_seq(2).unwrap();

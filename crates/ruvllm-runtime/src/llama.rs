@@ -34,7 +34,9 @@
 //! * The vocabulary, tokenizer and chat template are ruvllm's, rebuilt from the same GGUF
 //!   metadata llama.cpp reads; loading checks that llama.cpp's vocabulary has the same
 //!   size and token pieces.
-//! * Logits come back as one copy per sequence per step (`n_vocab` floats).
+//! * A single generation ([`LlmBackend::complete`]) masks and samples llama.cpp's own
+//!   logits row in place; a batch ([`crate::BatchBackend::forward`]) copies one row per
+//!   sequence per step (`n_vocab` floats), since the rows outlive the call.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -426,7 +428,16 @@ impl LlamaSequence {
         if self.slot.seq.is_none() {
             let backend = self.slot.backend.clone();
             let mut st = backend.inner.state();
-            let seq = st.free.pop().ok_or_else(|| {
+            // The lowest free id: llama.cpp batches only sequences with consecutive ids
+            // in one forward pass (see `ruvllm_llama::Context::decode`), so running ids
+            // are kept together.
+            let lowest = st
+                .free
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, &s)| s)
+                .map(|(i, _)| i);
+            let seq = lowest.map(|i| st.free.swap_remove(i)).ok_or_else(|| {
                 RuntimeError::Model(
                     "every llama.cpp sequence is in use (raise LlamaOptions::sequences to the \
                      scheduler's batch)"
