@@ -373,6 +373,9 @@ fn row(
     }
 }
 
+/// A speed row of one backend, by its name.
+pub type BackendRow = (String, SpeedRow);
+
 /// One speed measurement.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct SpeedRow {
@@ -421,22 +424,41 @@ pub fn speed<B: LlmBackend + ModelBackend>(
                     }
                 }
                 let g = b.complete(&prompt, &p, &mut |_| true)?;
-                let u = &g.usage;
-                rows.push(SpeedRow {
-                    mode: mode.into(),
-                    tokens: u.completion_tokens,
-                    bytes: g.text.len(),
-                    forward_passes: u.forward_passes,
-                    tok_per_s: u.decode_tokens_per_sec(),
-                    ttft: u.first_token_secs,
-                    prefill_secs: u.prompt_secs,
-                    mask_secs: u.mask_secs,
-                    total_secs: u.total_secs,
-                });
+                rows.push(speed_row(mode, &g));
             }
         }
     }
     Ok(rows)
+}
+
+fn speed_row(mode: &str, g: &Generation) -> SpeedRow {
+    let u = &g.usage;
+    SpeedRow {
+        mode: mode.into(),
+        tokens: u.completion_tokens,
+        bytes: g.text.len(),
+        forward_passes: u.forward_passes,
+        tok_per_s: u.decode_tokens_per_sec(),
+        ttft: u.first_token_secs,
+        prefill_secs: u.prompt_secs,
+        mask_secs: u.mask_secs,
+        total_secs: u.total_secs,
+    }
+}
+
+/// One constrained generation with jump-forward on speed schema `schema` (the speed
+/// part's `constrained+jf` mode), for the rounds beside llama-server.
+pub fn jf_row<B: LlmBackend + ModelBackend>(b: &B, schema: &str, seed: u64) -> Result<SpeedRow> {
+    let schema = JsonSchema::from_str(schema)?;
+    let prompt = Prompt::User(schema_prompt(schema.as_value()));
+    let mut p = params(100 + seed, 0.7, 128);
+    p.json_mode = Some(JsonModeConfig {
+        schema: Some(schema),
+        ..Default::default()
+    });
+    p.jump_forward = true;
+    let g = b.complete(&prompt, &p, &mut |_| true)?;
+    Ok(speed_row("constrained+jf", &g))
 }
 
 /// Raw decode speed: ours.
@@ -545,6 +567,9 @@ pub struct Report {
     /// llama.cpp's own constrained decoding (llama-server, `json_schema`) on the speed
     /// schemas.
     pub server: Vec<SpeedRow>,
+    /// Ours with jump-forward on the same schema and seed just before each `server` row,
+    /// per backend: `(backend, row)`, `server.len()` per backend, in the same order.
+    pub beside_server: Vec<BackendRow>,
 }
 
 /// The validity and speed rows of one backend.
@@ -575,15 +600,24 @@ impl Report {
         for run in &self.runs {
             let name = raw_engine(&run.backend);
             let ours = raw(&name);
-            let ratio = |k: &str| {
-                let d = lc[k].as_f64().unwrap_or(0.0);
-                (d > 0.0).then(|| ours[k].as_f64().unwrap_or(0.0) / d)
+            // The median of each round's ratio (ours against llama-bench run just after
+            // it): a slow drift in the machine's speed cancels within a round.
+            let ratio = |k: fn(&RawRow) -> f64| {
+                let pairs: Vec<f64> = self
+                    .raw
+                    .iter()
+                    .filter(|r| r.engine == name)
+                    .zip(self.raw.iter().filter(|r| r.engine == LLAMA_CPP))
+                    .filter(|(_, b)| k(b) > 0.0)
+                    .map(|(a, b)| k(a) / k(b))
+                    .collect();
+                (!pairs.is_empty()).then(|| median(&pairs))
             };
             engines.insert(
                 name.clone(),
                 json!({"decode_tok_s": ours["decode_tok_s"], "prefill_tok_s": ours["prefill_tok_s"],
-                       "runs": ours["runs"], "ratio_decode": ratio("decode_tok_s"),
-                       "ratio_prefill": ratio("prefill_tok_s")}),
+                       "runs": ours["runs"], "ratio_decode": ratio(|r| r.decode_tok_s),
+                       "ratio_prefill": ratio(|r| r.prefill_tok_s)}),
             );
         }
         engines.insert(LLAMA_CPP.into(), lc);
@@ -592,11 +626,23 @@ impl Report {
             .runs
             .iter()
             .map(|r| {
-                let jf = r.summary()["speed"]["constrained_jf"]["median_decode_tok_s"]
-                    .as_f64()
-                    .unwrap_or(0.0);
+                // Each pair ran back to back (ours, then llama-server on the same schema
+                // and seed): the median of the pairs' ratios.
+                let ours: Vec<&SpeedRow> = self
+                    .beside_server
+                    .iter()
+                    .filter(|(b, _)| *b == r.backend)
+                    .map(|(_, row)| row)
+                    .collect();
+                let jf = median(&ours.iter().map(|o| o.tok_per_s).collect::<Vec<_>>());
+                let ratios: Vec<f64> = ours
+                    .iter()
+                    .zip(&self.server)
+                    .filter(|(_, sv)| sv.tok_per_s > 0.0)
+                    .map(|(o, sv)| o.tok_per_s / sv.tok_per_s)
+                    .collect();
                 json!({"backend": r.backend, "constrained_jf_tok_s": jf,
-                       "over_llama_server": (server > 0.0).then(|| jf / server)})
+                       "over_llama_server": (!ratios.is_empty()).then(|| median(&ratios))})
             })
             .collect();
         json!({
@@ -727,7 +773,9 @@ pub fn markdown(report: &Report, command: &str, commit: &str) -> String {
         m.push_str("## Raw speed beside llama.cpp (same GGUF file)\n\n");
         m.push_str(
             "16-token prompt, then 128 greedy tokens; llama.cpp's `llama-bench -p 16 -n 128` \
-             (built by `scripts/build-llamacpp.sh`), every engine in turn, repeated, medians.\n\n",
+             (built by `scripts/build-llamacpp.sh`), every engine in turn, repeated: medians, \
+             and each ratio is the median of the rounds' ratios (ours against llama-bench in \
+             the same round, which cancels the machine's slow drifts).\n\n",
         );
         m.push_str("| engine | decode tokens/s | prefill tokens/s | decode / llama.cpp | prefill / llama.cpp | runs |\n|---|---|---|---|---|---|\n");
         for (name, r) in s["raw_decode"].as_object().into_iter().flatten() {
@@ -749,7 +797,9 @@ pub fn markdown(report: &Report, command: &str, commit: &str) -> String {
             "The four speed schemas, temperature 0.7, the same prompt text, at most 128 \
              tokens: ruvllm with jump-forward (median decode tokens/s, forced tokens \
              counted as output) against `llama-server` with the schema as `json_schema` \
-             (llama.cpp's grammar sampler; its own `predicted_per_second`).\n\n",
+             (llama.cpp's grammar sampler; its own `predicted_per_second`). Each ruvllm \
+             generation runs just before llama-server's on the same schema and seed, and \
+             the ratio is the median of those pairs' ratios.\n\n",
         );
         m.push_str("| engine | median decode tokens/s | over llama.cpp |\n|---|---|---|\n");
         m.push_str(&format!(
@@ -926,13 +976,16 @@ fn backend_markdown(m: &mut String, report: &BackendRun, s: &Value) {
 /// to a grammar and samples under it), the same prompt text as ours (`prompt` renders it),
 /// temperature 0.7, 128 tokens at most, `reps` seeds. Rows have mode
 /// `llama-server json_schema`; tokens/s is the server's own `predicted_per_second`.
+/// `beside(schema, seed)` runs just before each request (ours on the same schema and
+/// seed); its rows come back second, in the same order.
 pub fn llama_server_speed(
     server_bin: &Path,
     model: &Path,
     threads: usize,
     reps: u64,
     prompt: impl Fn(&Value) -> Result<String>,
-) -> Result<Vec<SpeedRow>> {
+    mut beside: impl FnMut(&str, u64) -> Result<Vec<BackendRow>>,
+) -> Result<(Vec<SpeedRow>, Vec<BackendRow>)> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
@@ -977,10 +1030,12 @@ pub fn llama_server_speed(
             .build(),
     );
     let mut rows = Vec::new();
+    let mut ours = Vec::new();
     for s in SPEED_SCHEMAS {
         let schema: Value = serde_json::from_str(s)?;
         let text = prompt(&schema)?;
         for seed in 0..reps {
+            ours.extend(beside(s, seed)?);
             let body = json!({"prompt": text, "json_schema": schema, "n_predict": 128,
                               "temperature": 0.7, "seed": 100 + seed, "cache_prompt": false});
             let mut r = agent
@@ -1006,7 +1061,7 @@ pub fn llama_server_speed(
             });
         }
     }
-    Ok(rows)
+    Ok((rows, ours))
 }
 
 /// The mode name of llama-server's constrained rows.

@@ -426,12 +426,29 @@ fn main() -> Result<()> {
                             _ => anyhow::bail!("no backend to render the prompt"),
                         })
                     };
-                    e2e::llama_server_speed(bin, &model, threads, speed_reps, render)?
+                    // Ours with jump-forward just before each llama-server request, on
+                    // every backend.
+                    let beside = |schema: &str, seed: u64| {
+                        let mut out = Vec::new();
+                        for name in &backends {
+                            let row = match name.as_str() {
+                                "candle" => {
+                                    e2e::jf_row(candle.as_ref().context("candle")?, schema, seed)?
+                                }
+                                _ => e2e::jf_row(llama.as_ref().context("llama")?, schema, seed)?,
+                            };
+                            out.push((name.clone(), row));
+                        }
+                        Ok(out)
+                    };
+                    e2e::llama_server_speed(bin, &model, threads, speed_reps, render, beside)?
                 }
-                _ => Vec::new(),
+                _ => Default::default(),
             };
+            let (server, beside_server) = server;
             let report = e2e::Report {
                 server,
+                beside_server,
                 model: model
                     .file_name()
                     .map(|n| n.to_string_lossy().into_owned())

@@ -532,14 +532,10 @@ impl Context {
         Some(unsafe { std::slice::from_raw_parts_mut(row, self.model.n_vocab) })
     }
 
-    /// Checks and runs `items` in chunks of `n_batch` tokens; copies each requested row
-    /// into `rows` when given, and returns the batch index of the last chunk's last
-    /// requested row.
-    fn run(
-        &mut self,
-        items: &[Item<'_>],
-        rows: Option<&mut Vec<Vec<f32>>>,
-    ) -> Result<Option<i32>> {
+    /// Checks a batch before llama.cpp sees it: each sequence in range and named once,
+    /// starting at its length, with tokens inside the vocabulary and the context, and
+    /// tokens wherever it asks for logits.
+    fn check_items(&self, items: &[Item<'_>]) -> Result<()> {
         let n_vocab = self.model.n_vocab;
         let mut seen = vec![false; self.n_seq_max as usize];
         for it in items {
@@ -576,6 +572,15 @@ impl Context {
                 )));
             }
         }
+        Ok(())
+    }
+
+    /// Checks and runs `items` in chunks of `n_batch` tokens; copies each requested row
+    /// into `rows` when given, and returns the batch index of the last chunk's last
+    /// requested row.
+    fn run(&mut self, items: &[Item<'_>], rows: Option<&mut Vec<Vec<f32>>>) -> Result<Option<i32>> {
+        self.check_items(items)?;
+        let n_vocab = self.model.n_vocab;
         let mut last_out = None;
         // (item, token index) pairs, flattened, in chunks of at most n_batch, the items in
         // order of sequence id: with one stream per sequence llama.cpp splits a batch into

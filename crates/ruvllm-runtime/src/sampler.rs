@@ -153,33 +153,7 @@ impl Sampler {
         // follows). For a 262k vocabulary each pass is a few hundred microseconds.
         let inv_t = 1.0 / self.cfg.temperature;
         let cand = &mut self.cand;
-        cand.clear();
-        let mut max = f32::NEG_INFINITY;
-        let mut push = |i: usize, l: f32| {
-            let s = l * inv_t;
-            if s > max {
-                max = s;
-            }
-            cand.push((i as u32, s));
-        };
-        match allowed {
-            Some(mask) => {
-                for i in set_bits(mask) {
-                    if let Some(&l) = logits.get(i) {
-                        if l.is_finite() || l == f32::INFINITY {
-                            push(i, l);
-                        }
-                    }
-                }
-            }
-            None => {
-                for (i, &l) in logits.iter().enumerate() {
-                    if !l.is_nan() && l != f32::NEG_INFINITY {
-                        push(i, l);
-                    }
-                }
-            }
-        }
+        let max = scaled_candidates(cand, logits, allowed, inv_t);
         if cand.is_empty() {
             return None;
         }
@@ -252,6 +226,45 @@ impl Sampler {
             .or(cand.last())
             .map(|c| c.0)
     }
+}
+
+/// Fills `cand` with the allowed tokens (all when `allowed` is `None`) whose logits are
+/// not NaN or `-inf`, each scaled by `inv_t`, and returns the largest scaled logit. Cost:
+/// one pass over the mask's set bits (or the logits).
+fn scaled_candidates(
+    cand: &mut Vec<(u32, f32)>,
+    logits: &[f32],
+    allowed: Option<&[u32]>,
+    inv_t: f32,
+) -> f32 {
+    cand.clear();
+    let mut max = f32::NEG_INFINITY;
+    let mut push = |i: usize, l: f32| {
+        let s = l * inv_t;
+        if s > max {
+            max = s;
+        }
+        cand.push((i as u32, s));
+    };
+    match allowed {
+        Some(mask) => {
+            for i in set_bits(mask) {
+                if let Some(&l) = logits.get(i) {
+                    if l.is_finite() || l == f32::INFINITY {
+                        push(i, l);
+                    }
+                }
+            }
+        }
+        None => {
+            for (i, &l) in logits.iter().enumerate() {
+                if !l.is_nan() && l != f32::NEG_INFINITY {
+                    push(i, l);
+                }
+            }
+        }
+    }
+    max
 }
 
 /// The token ids whose bits are set in a mask (bit `t % 32` of word `t / 32`), in order.
