@@ -9,7 +9,8 @@
 #
 # Idempotent: an existing build is kept. Everything comes from the Python package registry
 # with pip: cmake and ninja as wheels, llama-cpp-python as its source distribution (which
-# vendors llama.cpp). Built with GGML_NATIVE=ON, the configuration llama.cpp users get.
+# vendors llama.cpp). Built with GGML_NATIVE=ON, the configuration llama.cpp users get, less
+# the AMX kernels (scripts/llamacpp-flags.sh), as the crate's build.
 set -euo pipefail
 
 version="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
@@ -37,7 +38,9 @@ if [ ! -d "$src/vendor/llama.cpp" ]; then
   tar -xzf "$tarball" -C "$src" --strip-components=1
 fi
 export PATH="$venv/bin:$PATH"
-cmake -S "$src/vendor/llama.cpp" -B "$out/build" -G Ninja \
+# The same flags as the crate's build (no AMX kernels), so comparisons stay fair.
+. "$root/scripts/llamacpp-flags.sh"
+CFLAGS="$LLAMACPP_CFLAGS" CXXFLAGS="$LLAMACPP_CFLAGS" cmake -S "$src/vendor/llama.cpp" -B "$out/build" -G Ninja \
   -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON \
   -DLLAMA_BUILD_TOOLS=ON >/dev/null

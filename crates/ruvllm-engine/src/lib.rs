@@ -60,6 +60,7 @@ pub(crate) mod byteset;
 pub(crate) mod compile;
 mod complete;
 mod constraint;
+pub mod cpu;
 mod deadline;
 mod earley;
 mod engine;

@@ -103,6 +103,22 @@ fn init() {
     });
 }
 
+/// The CPU features llama.cpp was compiled with, as ggml lists them ("CPU : SSE3 = 1 |
+/// AVX = 1 | ... | AMX_INT8 = 0 | ..."): which kernels this build runs. Cost: a string.
+pub fn system_info() -> String {
+    init();
+    // SAFETY: returns a pointer to a static, NUL-terminated buffer owned by llama.cpp.
+    let p = unsafe { sys::llama_print_system_info() };
+    if p.is_null() {
+        return String::new();
+    }
+    // SAFETY: non-null, NUL-terminated, valid for the process' lifetime.
+    unsafe { CStr::from_ptr(p) }
+        .to_string_lossy()
+        .trim()
+        .to_string()
+}
+
 /// Takes llama.cpp's recent error lines (empty: `fallback`).
 fn last_errors(fallback: &str) -> String {
     let lines: Vec<String> = LOG

@@ -477,6 +477,10 @@ fn fill_next_token_bitmask_par(
 
 #[pymodule]
 fn _ruvllm(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // A wheel built on another machine, on a CPU without the features it was compiled
+    // for: an ImportError that says so, not an "Illegal instruction" later.
+    ruvllm_engine::cpu::check()
+        .map_err(|e| pyo3::exceptions::PyImportError::new_err(e.to_string()))?;
     m.add_class::<Vocabulary>()?;
     m.add_class::<Engine>()?;
     m.add_class::<Grammar>()?;

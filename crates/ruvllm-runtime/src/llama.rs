@@ -187,6 +187,12 @@ fn llama_err(e: ruvllm_llama::Error) -> RuntimeError {
 }
 
 impl LlamaBackend {
+    /// The CPU kernels the linked llama.cpp was compiled with, as ggml lists them
+    /// ("CPU : SSE3 = 1 | AVX = 1 | ... | AMX_INT8 = 0 | ..."). Cost: a string.
+    pub fn cpu_info() -> String {
+        ruvllm_llama::system_info()
+    }
+
     /// Loads a GGUF model into llama.cpp and builds its tokenizer, vocabulary and chat
     /// template from the same file's metadata. Cost: llama.cpp's load (mapping, and
     /// repacking some 4-bit layouts) plus the KV memory (`kv_tokens` positions).

@@ -188,5 +188,11 @@ pub async fn props(State(st): State<Shared>) -> Json<Value> {
         "chat_template": b.chat_template(),
         "modalities": {"vision": false, "audio": false},
         "build_info": format!("ruvllm {}", env!("CARGO_PKG_VERSION")),
+        // The CPU features the build was compiled for, and the llama.cpp kernels linked
+        // (llama.cpp's own /props has no such field; its log prints the same list).
+        "system_info": {
+            "built_for": ruvllm_engine::cpu::built_for(),
+            "llama_cpp": ruvllm_runtime::LlamaBackend::cpu_info(),
+        },
     }))
 }
