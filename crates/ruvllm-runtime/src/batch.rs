@@ -18,6 +18,10 @@
 //!
 //! Masks are computed on the worker thread, one sequence after another: they cost about
 //! 0.1 ms per token against several milliseconds per forward pass.
+//!
+//! * **Faults**: a panic in a backend or decoder step ends the generations that step was
+//!   running with a [`RuntimeError::Model`] naming it ("backend fault: ..."), and the
+//!   worker goes on with the next cycle: one bad request never takes the server down.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -364,6 +368,21 @@ fn end<B: BatchBackend>(shared: &Shared<B>, job: Job<B>, r: Result<Option<Genera
     sink.finish(r);
 }
 
+/// Runs one step of the worker, turning a panic inside it into an error that names the
+/// step and the panic's message: the generations of that step fail, the worker lives on.
+fn guarded<T>(step: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|panic| {
+        let msg = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic without a message".into());
+        Err(RuntimeError::Model(format!(
+            "backend fault in {step}: {msg}"
+        )))
+    })
+}
+
 fn worker<B: BatchBackend>(shared: Arc<Shared<B>>) {
     let opts = shared.opts.clone();
     let mut active: Vec<Job<B>> = Vec::new();
@@ -418,7 +437,7 @@ fn worker<B: BatchBackend>(shared: Arc<Shared<B>>) {
                 continue;
             }
             let Job { seq, sink, .. } = &mut job;
-            match seq.prepare(&mut |s| sink.send(s)) {
+            match guarded("preparing a step", || seq.prepare(&mut |s| sink.send(s))) {
                 Ok(true) => ready.push(job),
                 Ok(false) => end(&shared, job, Ok(None)),
                 Err(e) => end(&shared, job, Err(e)),
@@ -438,7 +457,7 @@ fn worker<B: BatchBackend>(shared: Arc<Shared<B>>) {
                 .zip(&taken)
                 .map(|(j, &n)| (&mut j.seq, n))
                 .collect();
-            shared.backend.forward(&mut batch)
+            guarded("the forward pass", || shared.backend.forward(&mut batch))
         };
         shared
             .counters
@@ -467,7 +486,7 @@ fn worker<B: BatchBackend>(shared: Arc<Shared<B>>) {
             }
             job.chunking = false;
             let Job { seq, sink, .. } = &mut job;
-            match seq.advance(&mut l, &mut |s| sink.send(s)) {
+            match guarded("sampling", || seq.advance(&mut l, &mut |s| sink.send(s))) {
                 Ok(true) => active.push(job),
                 Ok(false) => end(&shared, job, Ok(None)),
                 Err(e) => end(&shared, job, Err(e)),

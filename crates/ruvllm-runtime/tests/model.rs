@@ -728,3 +728,107 @@ fn tool_calls_in_the_template_family_format() {
         assert!(jsonschema::is_valid(&schema, &v), "{}", c.arguments);
     }
 }
+
+/// A backend whose forward pass panics once, when armed: the scheduler must fail the
+/// generations of that pass with an error naming the fault, and serve the next request.
+mod faulty {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    use ruvllm_engine::{Constraint, Engine, Limits, Vocabulary};
+    use ruvllm_runtime::call_format::CallFormat;
+    use ruvllm_runtime::reasoning::ReasoningMarkers;
+    use ruvllm_runtime::{
+        BatchBackend, CandleBackend, GenerateParams, ModelBackend, ModelConfig, OutputConstraint,
+        Prompt, Result, Sequence,
+    };
+
+    pub struct Faulty {
+        pub inner: CandleBackend,
+        pub armed: Arc<AtomicBool>,
+    }
+
+    impl ModelBackend for Faulty {
+        fn name(&self) -> &str {
+            self.inner.name()
+        }
+        fn model_config(&self) -> &ModelConfig {
+            self.inner.model_config()
+        }
+        fn vocab(&self) -> &Arc<Vocabulary> {
+            self.inner.vocab()
+        }
+        fn engine(&self) -> &Engine {
+            self.inner.engine()
+        }
+        fn chat_template(&self) -> &str {
+            self.inner.chat_template()
+        }
+        fn render_with(&self, prompt: &Prompt, think: Option<bool>) -> Result<String> {
+            self.inner.render_with(prompt, think)
+        }
+        fn call_format(&self) -> CallFormat {
+            self.inner.call_format()
+        }
+        fn reasoning_for(
+            &self,
+            prompt: &Prompt,
+            params: &GenerateParams,
+        ) -> Option<&ReasoningMarkers> {
+            self.inner.reasoning_for(prompt, params)
+        }
+        fn encode(&self, text: &str) -> Result<Vec<u32>> {
+            self.inner.encode(text)
+        }
+        fn constraint(&self, c: &OutputConstraint) -> Result<Option<Arc<Constraint>>> {
+            self.inner.constraint(c)
+        }
+        fn limits(&self) -> &Limits {
+            self.inner.limits()
+        }
+        fn constraint_cache_usage(&self) -> (usize, usize) {
+            self.inner.constraint_cache_usage()
+        }
+    }
+
+    impl BatchBackend for Faulty {
+        type Sequence = Sequence;
+        fn start(&self, prompt: &Prompt, params: &GenerateParams) -> Result<Sequence> {
+            self.inner.start(prompt, params)
+        }
+        fn forward(&self, batch: &mut [(&mut Sequence, usize)]) -> Result<Vec<Vec<f32>>> {
+            if self.armed.swap(false, Ordering::SeqCst) {
+                panic!("injected fault in the forward pass");
+            }
+            self.inner.forward(batch)
+        }
+    }
+}
+
+#[test]
+fn a_backend_fault_fails_its_request_and_the_next_is_served() {
+    use ruvllm_runtime::{RuntimeError, Scheduler, SchedulerOptions};
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+    let armed = Arc::new(AtomicBool::new(true));
+    let sched = Scheduler::new(
+        faulty::Faulty {
+            inner: backend().clone(),
+            armed: armed.clone(),
+        },
+        SchedulerOptions::default(),
+    );
+    let first = sched.complete(&Prompt::User("Hello".into()), &greedy(4));
+    match first {
+        Err(RuntimeError::Model(m)) => {
+            assert!(m.contains("backend fault in the forward pass"), "{m}");
+            assert!(m.contains("injected fault"), "{m}");
+        }
+        other => panic!("expected a model error naming the fault, got {other:?}"),
+    }
+    let second = sched
+        .complete(&Prompt::User("Hello".into()), &greedy(4))
+        .unwrap();
+    assert!(second.usage.completion_tokens > 0, "{second:?}");
+    assert_eq!(sched.stats().failed, 1);
+}
