@@ -5,9 +5,9 @@
 # engine computes over the model's vocabulary.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-bash scripts/setup-system.sh
+bash scripts/setup-system.sh --for run
 bash scripts/fetch-assets.sh
-cargo build --release --locked -p ruvllm-cli -p ruvllm-bench
+cargo build --release --locked -p ruvllm-cli
 model=assets/models/SmolLM2-135M-Instruct.Q4_1.gguf
 ruvllm=./target/release/ruvllm
 schema="$(mktemp)"
