@@ -289,3 +289,50 @@ fn llamacpp_flags_agree_between_cargo_and_the_scripts() {
         assert_eq!(script.trim(), c);
     }
 }
+
+/// Under an AMX target (`-march=sapphirerapids`, what `-march=native` means on the Xeons
+/// whose VMs fault), the flags turn off ggml's AMX guard (`ggml-cpu/amx/amx.h`: `#if
+/// defined(__AMX_INT8__) && defined(__AVX512VNNI__)`), after <immintrin.h> too: the
+/// kernels are not compiled, on any x86-64 build machine.
+#[test]
+fn the_flags_compile_ggml_amx_guard_out_under_an_amx_target() {
+    if !cfg!(target_arch = "x86_64") {
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let dir = std::env::temp_dir().join(format!("ruvllm-amx-{}", std::process::id()));
+    fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("amx.cpp");
+    fs::write(
+        &src,
+        "#include <immintrin.h>\n#if defined(__AMX_INT8__) && defined(__AVX512VNNI__)\n\
+         #error AMX kernels would be compiled\n#endif\nint main() { return 0; }\n",
+    )
+    .unwrap();
+    let compile = |flags: &str| {
+        Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                ". {}/scripts/llamacpp-flags.sh && c++ -march=sapphirerapids {flags} -c {} -o /dev/null",
+                root.display(),
+                src.display()
+            ))
+            .output()
+            .unwrap()
+    };
+    // The target really turns AMX on (else this test would prove nothing)...
+    let plain = compile("");
+    assert!(
+        !plain.status.success(),
+        "AMX not on under -march=sapphirerapids"
+    );
+    assert!(String::from_utf8_lossy(&plain.stderr).contains("AMX kernels would be compiled"));
+    // ...and the flags turn it off.
+    let out = compile("$LLAMACPP_CFLAGS");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = fs::remove_dir_all(&dir);
+}
