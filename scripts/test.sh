@@ -1,34 +1,89 @@
 #!/usr/bin/env bash
-# The test command: fetch the assets (idempotent), then format check, lints and every test.
-# Fails, never skips, when an asset or ../shared/data is missing.
+# The test command: check the system, fetch the assets (idempotent), then format check,
+# lints, API docs, every Rust test, the install test, the client tests on two models, the
+# doc examples and the Python package's tests. Fails, never skips, when an asset or
+# ../shared/data is missing. Prints one timing line per phase ("test: phase NAME: N s").
+#
+# The Python venvs' registry packages (torch, the client libraries: downloads, not compute)
+# are installed in the background while the Rust phases compile; each Python phase waits
+# for its venv.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 [ -d ../shared/data ] || { echo "test: ../shared/data is missing (it must sit beside the repository)" >&2; exit 1; }
-bash scripts/setup-system.sh
+start_all=$SECONDS
+phase_start=$SECONDS
+phase_name=""
+# phase NAME: ends the running phase (printing its time) and starts NAME.
+phase() {
+    if [ -n "$phase_name" ]; then
+        echo "test: phase $phase_name: $((SECONDS - phase_start)) s"
+    fi
+    phase_name="$1"
+    phase_start=$SECONDS
+    [ -n "$phase_name" ] && echo "test: phase $phase_name starts"
+    return 0
+}
+
+phase setup
+bash scripts/setup-system.sh --for test
+phase assets
 bash scripts/fetch-assets.sh
 # A clean build gains nothing from incremental state, and it costs gigabytes of disk.
 export CARGO_INCREMENTAL=0
 # pip's wheel cache would keep a second copy of every download (torch and its CUDA
 # libraries alone are about 4 GB of wheels) on a disk that CI sizes tightly.
 export PIP_NO_CACHE_DIR=1
+
+# The venvs' registry packages, side by side with the Rust phases (logs in target/).
+mkdir -p target
+bash tests/clients/run.sh --prepare >target/prepare-clients.log 2>&1 &
+prepare_clients=$!
+bash crates/ruvllm-py/run-tests.sh --prepare >target/prepare-py.log 2>&1 &
+prepare_py=$!
+# wait_for PID NAME LOG: the background preparation's status, its log shown on failure.
+wait_for() {
+    if ! wait "$1"; then
+        echo "test: preparing the $2 venv failed:" >&2
+        cat "$3" >&2
+        exit 1
+    fi
+    echo "test: the $2 venv is ready"
+}
+
+phase fmt
 cargo fmt --all -- --check
+phase clippy
 cargo clippy --workspace --all-targets --locked -- -D warnings
+phase doc
 # The API docs build without broken or private links.
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
+phase cargo-test
 cargo test --workspace --locked
-# The server against real client libraries (openai, instructor, langchain-openai, ollama)
-# in a venv, using the binary the tests just built.
-df -h . | tail -n 1 | awk '{print "test: disk before the client venv: " $4 " free of " $2}'
+phase install
+# `cargo install` as a user runs it, then `ruvllm pull` and a generation from another
+# directory with nothing of the checkout on hand.
+bash tests/install/run.sh
+phase clients-smollm2
+wait_for $prepare_clients clients target/prepare-clients.log
+# The server against real client libraries (openai, instructor, langchain-openai, ollama,
+# the agent frameworks) in a venv, using the binary the tests just built; with them every
+# snippet of README.md, docs/SERVER.md and docs/AGENTS.md, run as written (test_docs.py).
+df -h . | tail -n 1 | awk '{print "test: disk before the client tests: " $4 " free of " $2}'
 bash tests/clients/run.sh target/debug/ruvllm
+phase clients-gemma3
 # The same clients against the second model, Gemma 3 270M, on the llama.cpp backend
 # (`--backend auto` picks it: candle does not run Gemma; an
 # architecture, tokenizer kind and chat format the default model does not exercise). The
 # CrewAI agent test is left out there: whether an agent loop reaches its final answer is
 # the model's judgment, and this base model keeps calling the tool (every call valid);
-# CrewAI stops it for making no progress.
+# CrewAI stops it for making no progress. The doc examples ran on the default model above.
 RUVLLM_MODEL="$PWD/assets/models/gemma-3-270m-q4_k_m.gguf" \
-    bash tests/clients/run.sh target/debug/ruvllm -k 'not crewai'
+    bash tests/clients/run.sh target/debug/ruvllm -k 'not crewai and not test_doc'
+phase python
+wait_for $prepare_py "Python package" target/prepare-py.log
 # The Python package (built from this checkout with maturin) in a venv, its masks compared
 # with the binary's.
-df -h . | tail -n 1 | awk '{print "test: disk before the Python package venv: " $4 " free of " $2}'
+df -h . | tail -n 1 | awk '{print "test: disk before the Python package tests: " $4 " free of " $2}'
 bash crates/ruvllm-py/run-tests.sh target/debug/ruvllm
+phase ""
+echo "test: all phases: $((SECONDS - start_all)) s"

@@ -4,13 +4,16 @@
 # torch brings about 5.6 GB and 85 s of downloads), vLLM and SGLang without their GPU
 # dependencies, llama-cpp-python (its source package, built with the cmake and ninja
 # wheels: about 5 minutes on 2 cores, once per venv), the package itself built from this
-# checkout (`pip install ./crates/ruvllm-py`, which runs maturin) and the C ABI's library,
+# checkout (one abi3 wheel from `maturin build --release`, first installed and imported
+# in a clean venv without Rust on PATH) and the C ABI's library,
 # then pytest, with the `ruvllm` binary to compare masks with.
 # Usage: crates/ruvllm-py/run-tests.sh PATH/TO/ruvllm [pytest args]
+#        crates/ruvllm-py/run-tests.sh --prepare   (only the registry packages and
+#        llama-cpp-python: scripts/test.sh runs it while the Rust phases compile)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
-bin="${1:?usage: run-tests.sh PATH/TO/ruvllm}"
+bin="${1:?usage: run-tests.sh PATH/TO/ruvllm | --prepare}"
 shift
 venv="$root/.venv-py"
 # No second copy of the downloads in pip's cache (torch's wheels alone are about 4 GB).
@@ -33,10 +36,41 @@ if ! "$venv/bin/python" -c "import llama_cpp" 2>/dev/null; then
     "$venv/bin/python" -m pip install --quiet cmake ninja scikit-build-core
     # LLAVA_BUILD=OFF: the multimodal library (mtmd), which the tests never load
     # (llama_cpp imports it lazily), is a good part of the 2-core compile.
+    # shellcheck source=../../scripts/llamacpp-flags.sh
+    . "$root/scripts/llamacpp-flags.sh"
+    CFLAGS="$LLAMACPP_CFLAGS" CXXFLAGS="$LLAMACPP_CFLAGS" \
     CMAKE_ARGS="-DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAVA_BUILD=OFF" PATH="$venv/bin:$PATH" \
         "$venv/bin/python" -m pip install --quiet --no-build-isolation "llama-cpp-python==0.3.36"
 fi
-"$venv/bin/python" -m pip install --quiet "$here"
+"$venv/bin/python" -m pip install --quiet "maturin>=1.9,<2"
+[ "$bin" = --prepare ] && exit 0
+# The package as users get it: `maturin build --release` makes one abi3 wheel (any CPython
+# 3.11 or later). It must install and import in a clean venv with no Rust toolchain on
+# PATH; the tests below then run the same wheel.
+dist="$root/target/wheels-test"
+rm -rf "$dist"
+(cd "$here" && "$venv/bin/maturin" build --release --locked --out "$dist" 2>&1 | tail -n 3)
+wheel="$(ls "$dist"/ruvllm-*.whl)"
+case "$(basename "$wheel")" in
+    *-cp311-abi3-*.whl) echo "wheel: $(basename "$wheel")" ;;
+    *) echo "run-tests: $wheel is not an abi3 wheel for CPython 3.11+" >&2; exit 1 ;;
+esac
+clean="$(mktemp -d)"
+trap 'rm -rf "$clean"' EXIT
+python3 -m venv "$clean/venv"
+no_rust=(env -i HOME="$clean" PATH="$clean/venv/bin:/usr/bin:/bin")
+"${no_rust[@]}" python -m pip install --quiet "$wheel" numpy
+"${no_rust[@]}" python - "$root/assets/tokenizers/gpt2/tokenizer.json" <<'PY'
+import shutil, sys
+assert shutil.which("cargo") is None and shutil.which("rustc") is None, "Rust is on PATH"
+import ruvllm
+vocab = ruvllm.Vocabulary.from_file(sys.argv[1])
+m = ruvllm.Matcher(ruvllm.Engine(vocab).compile_regex("(yes|no)"))
+mask = ruvllm.allocate_token_bitmask(1, vocab.n_vocab)
+m.fill_next_token_bitmask(mask, 0)
+print(f"wheel: imported from {ruvllm.__file__} without Rust; a mask over {vocab.n_vocab} tokens")
+PY
+"$venv/bin/python" -m pip install --quiet --force-reinstall --no-deps "$wheel"
 # The C ABI's shared library, beside the binary (same target directory and profile): the
 # C tests link it.
 bindir="$(cd "$(dirname "$bin")" && pwd)"
