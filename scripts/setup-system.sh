@@ -201,8 +201,9 @@ if py="$(find_cmd python3)"; then
     version="$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || echo "?")"
     minor="${version#3.}"
     if [ "${version%%.*}" != 3 ] || ! [ "$minor" -ge "$need_minor" ] 2>/dev/null; then
+        # No package of the same name fixes a version: say what does.
         report missing "Python 3.$need_minor or later (python3 is $version)"
-        missing+=(python)
+        notes+=("Python 3.$need_minor or later is needed (python3 at $py is $version): install a newer one (your system's python3.1x package, pyenv or Homebrew) and put it first on PATH.")
     else
         modules="pip"
         [ "$purpose" = test ] && modules="pip, venv, ensurepip"
@@ -256,7 +257,7 @@ fi
 
 sudo=()
 [ "$(id -u)" -ne 0 ] && sudo=(sudo)
-if [ $check_only -eq 0 ] && [ "$family" = debian ] && [ ${#notes[@]} -eq 0 ] \
+if [ $check_only -eq 0 ] && [ "$family" = debian ] && [ ${#packages[@]} -gt 0 ] \
     && find_cmd apt-get >/dev/null && { [ ${#sudo[@]} -eq 0 ] || find_cmd sudo >/dev/null; }; then
     echo "setup: installing ${packages[*]} (apt-get)"
     export DEBIAN_FRONTEND=noninteractive

@@ -40,6 +40,8 @@ bash tests/clients/run.sh --prepare >target/prepare-clients.log 2>&1 &
 prepare_clients=$!
 bash crates/ruvllm-py/run-tests.sh --prepare >target/prepare-py.log 2>&1 &
 prepare_py=$!
+# A phase that fails ends the script: the preparations end with it.
+trap 'kill $prepare_clients $prepare_py 2>/dev/null || true' EXIT
 # wait_for PID NAME LOG: the background preparation's status, its log shown on failure.
 wait_for() {
     if ! wait "$1"; then

@@ -56,7 +56,6 @@ case "$(basename "$wheel")" in
     *) echo "run-tests: $wheel is not an abi3 wheel for CPython 3.11+" >&2; exit 1 ;;
 esac
 clean="$(mktemp -d)"
-trap 'rm -rf "$clean"' EXIT
 python3 -m venv "$clean/venv"
 no_rust=(env -i HOME="$clean" PATH="$clean/venv/bin:/usr/bin:/bin")
 "${no_rust[@]}" python -m pip install --quiet "$wheel" numpy
@@ -70,6 +69,7 @@ mask = ruvllm.allocate_token_bitmask(1, vocab.n_vocab)
 m.fill_next_token_bitmask(mask, 0)
 print(f"wheel: imported from {ruvllm.__file__} without Rust; a mask over {vocab.n_vocab} tokens")
 PY
+rm -rf "$clean"
 "$venv/bin/python" -m pip install --quiet --force-reinstall --no-deps "$wheel"
 # The C ABI's shared library, beside the binary (same target directory and profile): the
 # C tests link it.

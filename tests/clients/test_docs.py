@@ -8,7 +8,8 @@ How a snippet runs:
 * ```sh / ```bash: with bash, from the repository root. A command that fails on purpose
   (`ruvllm validate` of an invalid document, `grammar check` of text outside the grammar)
   may exit non-zero, so the test reads the output instead: no "command not found", no
-  missing file, no refused flag or argument, no "error:" from ruvllm.
+  missing file, no refused flag or argument, no "error:" from ruvllm, no `"error":` object
+  from the server.
 
 What the test changes, and only this: the address `http://127.0.0.1:8080` (or
 `localhost:8080`) becomes the test server's; `./target/release/ruvllm` and `cargo run
@@ -101,7 +102,7 @@ def rewrite_shell(body, url):
 
 ROT = re.compile(
     r"command not found|No such file or directory|unexpected argument|unrecognized|"
-    r"^error:|\berror: |Usage: ruvllm",
+    r"^error:|\berror: |Usage: ruvllm|\"error\"\s*:",
     re.M,
 )
 

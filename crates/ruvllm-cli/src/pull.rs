@@ -142,7 +142,9 @@ pub fn run(a: PullArgs) -> Result<()> {
 
 fn fetch(m: &KnownModel, python: &str, work: &Path, dest: &Path) -> Result<()> {
     std::fs::create_dir_all(work)?;
-    let part = dest.with_extension("gguf.part");
+    // In this run's own directory (beside the cache, so the rename below stays on one
+    // file system): two pulls at once never write the same partial file.
+    let part = work.join(m.file);
     let mut out =
         std::fs::File::create(&part).with_context(|| format!("writing {}", part.display()))?;
     for (k, pkg) in m.packages.iter().enumerate() {

@@ -225,6 +225,9 @@ fn python_and_node_are_checked_for_what_each_command_needs() {
     let (code, out) = f.check("test", &[]);
     assert_eq!(code, 1, "{out}");
     assert!(line(&out, "setup: missing  Python 3.11 or later").contains("python3 is 3.9"));
+    // No package of the same name gives a newer Python: no install line, a note instead.
+    assert!(!out.contains("setup: install"), "{out}");
+    assert!(out.contains("install a newer one"), "{out}");
     // The main job needs Python only to run pip: 3.9 is enough there.
     assert_eq!(f.check("run", &[]).0, 0);
 

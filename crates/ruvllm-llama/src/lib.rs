@@ -104,7 +104,7 @@ fn init() {
 }
 
 /// The CPU features llama.cpp was compiled with, as ggml lists them ("CPU : SSE3 = 1 |
-/// AVX = 1 | ... | AMX_INT8 = 0 | ..."): which kernels this build runs. Cost: a string.
+/// AVX = 1 | ...", only the features compiled in): which kernels this build runs. Cost: a string.
 pub fn system_info() -> String {
     init();
     // SAFETY: returns a pointer to a static, NUL-terminated buffer owned by llama.cpp.

@@ -20,7 +20,7 @@
 //! 0.1 ms per token against several milliseconds per forward pass.
 //!
 //! * **Faults**: a panic in a backend or decoder step ends the generations that step was
-//!   running with a [`RuntimeError::Model`] naming it ("backend fault: ..."), and the
+//!   running with a [`RuntimeError::Model`] naming it ("backend fault in the forward pass: ..."), and the
 //!   worker goes on with the next cycle: one bad request never takes the server down.
 
 use std::collections::VecDeque;

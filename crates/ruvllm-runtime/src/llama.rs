@@ -188,7 +188,7 @@ fn llama_err(e: ruvllm_llama::Error) -> RuntimeError {
 
 impl LlamaBackend {
     /// The CPU kernels the linked llama.cpp was compiled with, as ggml lists them
-    /// ("CPU : SSE3 = 1 | AVX = 1 | ... | AMX_INT8 = 0 | ..."). Cost: a string.
+    /// ("CPU : SSE3 = 1 | AVX = 1 | ...", only the features compiled in). Cost: a string.
     pub fn cpu_info() -> String {
         ruvllm_llama::system_info()
     }
