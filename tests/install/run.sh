@@ -5,13 +5,22 @@
 # --schema` on it (the cached model is the one used), and `ruvllm validate` of the output.
 #
 # Built with the test profile into the checkout's target directory, so the artifacts `cargo test`
-# left there are reused (a release install is the same command without --profile test).
+# left there are reused (a release install is the same command without --profile test);
+# it prints the crates it had to compile again.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-(cd "$root" && CARGO_TARGET_DIR="$root/target" cargo install --locked --profile test --quiet \
-    --path crates/ruvllm-cli --root "$work/root")
+log="$work/install.log"
+if ! (cd "$root" && CARGO_TARGET_DIR="$root/target" cargo install --locked --profile test \
+    --path crates/ruvllm-cli --root "$work/root") >"$log" 2>&1; then
+    cat "$log" >&2
+    exit 1
+fi
+# What the install compiled rather than took from the test build: the CLI's graph
+# resolves features alone (crates/workspace-hack/Cargo.toml says what keeps it equal).
+again="$(grep -o 'Compiling [^ ]*' "$log" | cut -d' ' -f2 | tr '\n' ' ')"
+echo "install: compiled again: ${again:-nothing}"
 bin="$work/root/bin/ruvllm"
 [ -x "$bin" ] || { echo "install: no $bin" >&2; exit 1; }
 mkdir -p "$work/home" "$work/elsewhere"

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -160,6 +161,20 @@ def test_batch_fill_on_two_threads_equals_sequential(engine, vocab, tok):
     assert np.array_equal(seq, par)
 
 
+def compare_with_cli(vocab: Vocabulary, positions: list[tuple[str, Path, str, str, list[int]]]):
+    """Asserts that each position's Python mask (`ok`, the allowed ids) equals the binary's:
+    `positions` holds (name, grammar file, kind, prefix, ok). The binary runs once per
+    position, as many at a time as there are cores (each run loads the 128k-token
+    tokenizer: most of a run's time, spent waiting here)."""
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        cli = list(pool.map(lambda p: cli_mask(p[1], p[3], p[2]), positions))
+    eos_ids = set(vocab.eos_token_ids)
+    for (name, _, _, _, ok), (count, first, eos) in zip(positions, cli):
+        assert len(ok) == count, name
+        assert ok[: len(first)] == first, name
+        assert eos == bool(eos_ids & set(ok)), name
+
+
 def cli_mask(gbnf: Path, prefix: str, kind: str = "--gbnf") -> tuple[int, list[int], bool]:
     """The `ruvllm grammar mask` binary's count, first 50 allowed ids, and EOS, for a
     grammar file of `kind` (`--gbnf` or `--schema`)."""
@@ -178,7 +193,7 @@ def test_masks_equal_the_rust_binary_on_the_grammar_cases(engine, vocab):
     accepted case of the repository's own grammar cases."""
     if "RUVLLM_BIN" not in os.environ:
         pytest.fail("RUVLLM_BIN (the ruvllm binary) is not set: run crates/ruvllm-py/run-tests.sh")
-    checked = 0
+    positions = []
     for cases_file in sorted(GRAMMARS.glob("*.cases.json")):
         cases = json.loads(cases_file.read_text())
         if cases.get("builtin") or cases.get("gbnf_file"):
@@ -199,13 +214,9 @@ def test_masks_equal_the_rust_binary_on_the_grammar_cases(engine, vocab):
             continue
         bm = allocate_token_bitmask(1, vocab.n_vocab)
         m.fill_next_token_bitmask(bm, 0)
-        ok = allowed(bm[0], vocab.n_vocab)
-        count, first, eos = cli_mask(gbnf, prefix)
-        assert len(ok) == count, gbnf.name
-        assert ok[: len(first)] == first, gbnf.name
-        assert eos == bool(set(vocab.eos_token_ids) & set(ok)), gbnf.name
-        checked += 1
-    assert checked >= 10, f"only {checked} grammars compared"
+        positions.append((gbnf.name, gbnf, "--gbnf", prefix, allowed(bm[0], vocab.n_vocab)))
+    compare_with_cli(vocab, positions)
+    assert len(positions) >= 10, f"only {len(positions)} grammars compared"
 
 
 _BYTE_TOKENS: dict[int, int] = {}
@@ -230,7 +241,7 @@ def test_masks_equal_the_rust_binary_on_a_maskbench_sample(engine, vocab, tmp_pa
     if "RUVLLM_BIN" not in os.environ:
         pytest.fail("RUVLLM_BIN (the ruvllm binary) is not set: run crates/ruvllm-py/run-tests.sh")
     assert MASKBENCH.is_dir(), f"{MASKBENCH} is missing (../shared/data)"
-    checked = 0
+    positions = []
     for f in sorted(MASKBENCH.glob("*.json"))[::250]:
         d = json.loads(f.read_text())
         valid = [t for t in d["tests"] if t.get("valid")]
@@ -252,9 +263,6 @@ def test_masks_equal_the_rust_binary_on_a_maskbench_sample(engine, vocab, tmp_pa
             bm = allocate_token_bitmask(1, vocab.n_vocab)
             m.fill_next_token_bitmask(bm, 0)
             ok = allowed(bm[0], vocab.n_vocab)
-            count, first, eos = cli_mask(schema, prefix, "--schema")
-            assert len(ok) == count, (f.name, cut)
-            assert ok[: len(first)] == first, (f.name, cut)
-            assert eos == bool(set(vocab.eos_token_ids) & set(ok)), (f.name, cut)
-            checked += 1
-    assert checked >= 30, f"only {checked} positions compared"
+            positions.append((f"{f.name} at {cut}", schema, "--schema", prefix, ok))
+    compare_with_cli(vocab, positions)
+    assert len(positions) >= 30, f"only {len(positions)} positions compared"
