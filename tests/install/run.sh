@@ -19,7 +19,7 @@ if ! (cd "$root" && CARGO_TARGET_DIR="$root/target" cargo install --locked --pro
 fi
 # What the install compiled rather than took from the test build: the CLI's graph
 # resolves features alone (crates/workspace-hack/Cargo.toml says what keeps it equal).
-again="$(grep -o 'Compiling [^ ]*' "$log" | cut -d' ' -f2 | tr '\n' ' ')"
+again="$(grep -o 'Compiling [^ ]*' "$log" | cut -d' ' -f2 | tr '\n' ' ' || true)"
 echo "install: compiled again: ${again:-nothing}"
 bin="$work/root/bin/ruvllm"
 [ -x "$bin" ] || { echo "install: no $bin" >&2; exit 1; }

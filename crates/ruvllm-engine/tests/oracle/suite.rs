@@ -4,7 +4,7 @@
 //! must be judged right: a valid instance accepted by the mask, an invalid one refused.
 //! (The whole suite, against llguidance, is `ruvllm-bench test-suite`.)
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::sync::Arc;

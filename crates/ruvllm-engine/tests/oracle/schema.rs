@@ -1,6 +1,6 @@
 //! JSON Schema compilation against the `jsonschema` crate as the oracle.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

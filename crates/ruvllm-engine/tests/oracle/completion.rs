@@ -2,13 +2,13 @@
 //!
 //! * The shortest completion never undercounts: on small grammars and a small vocabulary
 //!   it is compared with a brute-force search over tokens (how often, and by how much, it
-//!   is above is printed: `cargo test -p ruvllm-engine --test completion -- --nocapture`).
+//!   is above is printed: `cargo test -p ruvllm-engine --test oracle completion:: -- --nocapture`).
 //! * The budget invariant, on random walks over the repository's grammars and a MaskBench
 //!   sample with a real tokenizer: every budget mask is a subset of the exact mask, never
 //!   empty while the shortest completion fits, and a walk that starts with a budget at
 //!   least its shortest completion ends complete within it.
 
-mod common;
+use crate::common;
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;

@@ -3,7 +3,7 @@
 //! conservative subset used to refuse, and on random walks through the masks whose
 //! completed strings must validate; ECMA-262 regex semantics in patterns.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 
