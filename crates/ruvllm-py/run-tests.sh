@@ -79,8 +79,8 @@ rm -rf "$clean"
 # test --workspace` built it (the same features, so nothing compiles again; the C ABI's
 # graph alone would resolve serde's and others' features otherwise and rebuild them).
 bindir="$(cd "$(dirname "$bin")" && pwd)"
-which=(-p ruvllm-capi --release)
-[ "$(basename "$bindir")" = release ] || which=(--workspace --exclude ruvllm-py --lib --profile test)
-(cd "$root" && cargo build --locked --quiet "${which[@]}" --target-dir "$(dirname "$bindir")")
+capi_build=(-p ruvllm-capi --release)
+[ "$(basename "$bindir")" = release ] || capi_build=(--workspace --exclude ruvllm-py --lib --profile test)
+(cd "$root" && cargo build --locked --quiet "${capi_build[@]}" --target-dir "$(dirname "$bindir")")
 export RUVLLM_BIN="$bindir/$(basename "$bin")"
 exec "$venv/bin/python" -m pytest -q -p no:cacheprovider "$here/tests" "$@"
