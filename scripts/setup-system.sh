@@ -225,6 +225,15 @@ if path="$(find_cmd npm)"; then report ok "npm ($path)"; else report missing "np
 if ! find_cmd cargo >/dev/null; then
     report missing "Rust (cargo): install it with rustup, then run this again"
     notes+=("Rust is installed with rustup, not by this script.")
+elif [ "$purpose" = test ]; then
+    # The tests' build runs clippy's driver and rustfmt (scripts/test.sh).
+    if driver="$(find_cmd clippy-driver)" && "$driver" --version >/dev/null 2>&1 \
+        && "$(find_cmd cargo)" fmt --version >/dev/null 2>&1; then
+        report ok "clippy and rustfmt"
+    else
+        report missing "clippy or rustfmt (Rust components)"
+        notes+=("Rust's clippy and rustfmt components are missing: rustup component add clippy rustfmt")
+    fi
 fi
 
 family="$(system_family)"

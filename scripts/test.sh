@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command: check the system, fetch the assets (idempotent), then format check,
-# lints, API docs, every Rust test, the install test, the client tests on two models, the
+# one build with the lints, API docs, every Rust test, the install test, the client tests on two models, the
 # doc examples and the Python package's tests. Fails, never skips, when an asset or
 # ../shared/data is missing. Prints one timing line per phase ("test: phase NAME: N s").
 #
@@ -68,8 +68,20 @@ wait_for() {
 
 phase fmt
 cargo fmt --all -- --check
-phase clippy
-cargo clippy --workspace --all-targets --locked -- -D warnings
+phase build
+# One compilation for the lints and the tests. `cargo clippy` is `cargo check` with clippy's
+# driver wrapping rustc for the workspace's crates (RUSTC_WORKSPACE_WRAPPER, its lint
+# arguments in CLIPPY_ARGS); here the same driver wraps the test build, so every crate of
+# the workspace is linted as it is compiled, and the dependencies are compiled once, not
+# once checked for clippy and once built for the tests (on 2 cores: clippy 667 s and the
+# test build about 550 s, against about 820 s for both). Exported for every later cargo
+# command: the wrapper is part of each crate's fingerprint, so the install test and the C
+# ABI's build reuse these artifacts. Lint warnings fail the build (-D warnings). The
+# targets: everything `cargo test` builds, then the benches (`cargo clippy --all-targets`).
+export RUSTC_WORKSPACE_WRAPPER=clippy-driver
+export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
+cargo test --workspace --locked --no-run
+cargo test --workspace --locked --no-run --benches
 phase doc
 # The API docs build without broken or private links.
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked

@@ -48,10 +48,19 @@ impl Fixture {
     /// Every tool present, Python at version `python`.
     fn tools(self, python: &str) -> Fixture {
         let py = format!("case \"$2\" in *version_info*) echo {python} ;; *) exit 0 ;; esac");
-        ["cmake", "cc", "c++", "make", "node", "npm", "cargo"]
-            .iter()
-            .fold(self, |f, name| f.exe(name, "exit 0"))
-            .exe("python3", &py)
+        [
+            "cmake",
+            "cc",
+            "c++",
+            "make",
+            "node",
+            "npm",
+            "cargo",
+            "clippy-driver",
+        ]
+        .iter()
+        .fold(self, |f, name| f.exe(name, "exit 0"))
+        .exe("python3", &py)
     }
 
     /// Runs the check with this tree as the root and its bin as the only PATH.
@@ -215,6 +224,20 @@ fn llvm_config_prefix_is_searched() {
     let (code, out) = f.check("test", &[]);
     assert_eq!(code, 0, "{out}");
     assert!(line(&out, "setup: ok       libclang").contains("opt/llvm18/lib/libclang.so"));
+}
+
+#[test]
+fn the_tests_need_clippy_and_rustfmt() {
+    let f = Fixture::new("noclippy", DEBIAN)
+        .tools("3.11")
+        .file("usr/lib/llvm-14/lib/libclang.so");
+    assert_eq!(f.check("test", &[]).0, 0);
+    fs::remove_file(f.dir.join("bin/clippy-driver")).unwrap();
+    let (code, out) = f.check("test", &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("rustup component add clippy rustfmt"), "{out}");
+    // The main job builds without them.
+    assert_eq!(f.check("run", &[]).0, 0);
 }
 
 #[test]
