@@ -46,6 +46,7 @@ pub fn run_file(
         unique_keys: false,
         closed_objects: false,
         number_digits: None,
+        portable_values: false,
         registry: None,
         plain_numbers: false,
     };

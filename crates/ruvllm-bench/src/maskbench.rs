@@ -391,6 +391,7 @@ fn run_ruvllm_with(
         unique_keys: false,
         closed_objects: false,
         number_digits: None,
+        portable_values: false,
         registry: case.registry.clone(),
         plain_numbers: false,
     };

@@ -4,7 +4,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
-use ruvllm_engine::{Constraint, Grammar, GrammarError, LimitKind, Limits, Matcher, Vocabulary};
+use ruvllm_engine::{
+    CheckResult, Constraint, Grammar, GrammarError, LimitKind, Limits, Matcher, Vocabulary,
+};
 
 fn toy_vocab() -> Arc<Vocabulary> {
     let mut toks: Vec<Vec<u8>> = (0u8..=255).map(|b| vec![b]).collect();
@@ -305,6 +307,38 @@ proptest! {
                 let mut mask = vec![0u32; 9];
                 let _ = m.compute_mask(&mut mask);
             }
+        }
+    }
+
+    /// Anchors anywhere (issue 66): a regex with `^`/`$` in any position accepts exactly
+    /// the strings regex-automata finds `\A(?:regex)\z` in (the anchors inside then refer
+    /// to the whole string, as in a generation). Every string over `ab` up to length 4.
+    #[test]
+    fn anchored_regexes_accept_what_they_match_whole(s in "([ab^$|()*?]|\\(\\?:){0,14}") {
+        if regex_syntax::parse(&s).is_err() {
+            return Ok(());
+        }
+        let theirs = regex_automata::meta::Regex::new(&format!(r"\A(?:{s})\z")).unwrap();
+        let limits = Limits::default();
+        let mut words = vec![String::new()];
+        for len in 1..=4 {
+            for i in 0..(1u32 << len) {
+                words.push((0..len).map(|k| if i >> k & 1 == 1 { 'b' } else { 'a' }).collect());
+            }
+        }
+        let c = Grammar::from_regex(&s, &limits)
+            .and_then(|g| Constraint::new(&g, toy_vocab(), &limits));
+        let Ok(c) = c else {
+            // Only a regex that matches nothing (`$a`) is refused, as an empty language.
+            let e = c.unwrap_err().to_string();
+            prop_assert!(e.contains("empty") || e.contains("never complete"), "{:?}: {}", s, e);
+            prop_assert!(words.iter().all(|w| !theirs.is_match(w.as_str())), "{:?}", s);
+            return Ok(());
+        };
+        for w in &words {
+            let mut m = Matcher::new(&c).unwrap();
+            let ours = m.check_bytes(w.as_bytes()).unwrap() == CheckResult::Accepted;
+            prop_assert_eq!(ours, theirs.is_match(w.as_str()), "{:?} on {:?}", s, w);
         }
     }
 

@@ -11,6 +11,7 @@
 //! string encodings, free text that avoids some words). Uses: `error` and `util`; no layer
 //! above it.
 
+pub(crate) mod anchors;
 mod builtin;
 mod gbnf;
 mod ir;
@@ -33,7 +34,9 @@ impl Grammar {
     }
 
     /// A grammar whose sentences are exactly the strings that fully match `pattern`
-    /// (Rust/ECMAScript common syntax; `^`/`$` at the ends are accepted and redundant).
+    /// (Rust/ECMAScript common syntax; `^`/`$` anywhere, with their meaning in a whole-string
+    /// match: see the `anchors` module). Cost: linear in the pattern, more where anchors
+    /// stand inside groups (bounded by [`Limits::max_grammar_nodes`]).
     pub fn from_regex(pattern: &str, limits: &Limits) -> Result<Grammar, crate::GrammarError> {
         regex::parse(pattern, limits)
     }

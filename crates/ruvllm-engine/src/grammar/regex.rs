@@ -2,8 +2,10 @@
 //!
 //! The grammar's sentences are the strings that match the *whole* pattern (as a generation
 //! constraint must be). `^`/`\A` at the start and `$`/`\z` at the end are therefore
-//! redundant and accepted; any other assertion (word boundaries, anchors in the middle) is
-//! refused with an error rather than approximated. Capture groups are ignored.
+//! redundant and dropped; anchors anywhere else (`^$|^https://`, `(?:a|^)b`) are rewritten
+//! away by [`super::anchors`] with their exact meaning. Other assertions (word boundaries,
+//! multi-line anchors) are refused with an error rather than approximated. Capture groups
+//! are ignored.
 //!
 //! Part of the grammar front ends. Owns: one translation's counters. Uses: `regex-syntax`,
 //! the IR and `error`.
@@ -44,7 +46,16 @@ pub(crate) fn parse(pattern: &str, limits: &Limits) -> Result<Grammar, GrammarEr
             };
             GrammarError::Regex { offset, msg }
         })?;
-    let body = to_expr(&strip_anchors(&hir), limits)?;
+    let mut body = strip_anchors(&hir);
+    if !body.properties().look_set().is_empty() {
+        body = super::anchors::whole_string(&hir, limits.max_grammar_nodes).map_err(|e| {
+            GrammarError::Regex {
+                offset: 0,
+                msg: e.0,
+            }
+        })?;
+    }
+    let body = to_expr(&body, limits)?;
     let mut g = Grammar::single("root", body);
     g.prune_unproductive()?;
     Ok(g)
@@ -97,7 +108,7 @@ fn to_expr(h: &Hir, limits: &Limits) -> Result<Expr, GrammarError> {
         HirKind::Look(l) => {
             return Err(GrammarError::Regex {
                 offset: 0,
-                msg: format!("assertion {l:?} is only supported as ^ at the start or $ at the end"),
+                msg: format!("assertion {l:?} left after rewriting the anchors"),
             })
         }
         HirKind::Repetition(r) => {

@@ -196,6 +196,7 @@ impl<'a> CheckBuilder<'a> {
         jsonschema::options()
             .with_draft(self.draft)
             .should_validate_formats(true)
+            .with_format("hostname", super::hostname_format())
             .with_registry(&self.registry)
             .build(schema)
             .map_err(|e| e.to_string())

@@ -131,13 +131,31 @@ fn idn_hostname() -> String {
 /// The regex (over decoded characters, anchored) of each format enforced by grammar;
 /// `None` for a format it cannot say at all (`regex`, `uri-template`: a check of the whole
 /// value then) or an unknown one.
-pub(super) fn format_regex(f: &str) -> Option<String> {
-    let date = r"(?:[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-8]))|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)-02-29)";
+///
+/// `portable` ([`super::SchemaOptions::portable_values`]): years from 0001 and at most 9
+/// digits of fractional seconds.
+pub(super) fn format_regex(f: &str, portable: bool) -> Option<String> {
+    let year = if portable {
+        "(?:[0-9]{3}[1-9]|[0-9]{2}[1-9]0|[0-9][1-9]00|[1-9]000)"
+    } else {
+        "[0-9]{4}"
+    };
+    let fraction = if portable { "{1,9}" } else { "+" };
+    // The centuries (first two digits) of the years divisible by 400, which have 29 February.
+    let centuries = if portable {
+        "0[48]|[2468][048]|[13579][26]"
+    } else {
+        "[02468][048]|[13579][26]"
+    };
+    let date = r"(?:YEAR-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-8]))|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:CENTURIES)00)-02-29)"
+        .replace("YEAR", year)
+        .replace("CENTURIES", centuries);
     // Seconds up to 60: a leap second, which the check allows at 23:59 UTC only.
-    let time = r"(?:(?:[01][0-9]|2[0-3]):[0-5][0-9]:(?:[0-5][0-9]|60)(?:\.[0-9]+)?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9]))";
+    let time = r"(?:(?:[01][0-9]|2[0-3]):[0-5][0-9]:(?:[0-5][0-9]|60)(?:\.[0-9]FRACTION)?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9]))"
+        .replace("FRACTION", fraction);
     Some(match f {
-        "date" => date.to_string(),
-        "time" => time.to_string(),
+        "date" => date.clone(),
+        "time" => time.clone(),
         "date-time" => format!("{date}[Tt]{time}"),
         "uuid" => {
             "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}".into()
@@ -183,6 +201,45 @@ impl std::fmt::Debug for FormatCheck {
     }
 }
 
+/// A host name as the `hostname` format means it: RFC 1123 labels (letters, digits and
+/// hyphens, not at either end, at most 63 characters; at most 253 in all), and every label
+/// with the ACE prefix (`xn--`, any case) a valid A-label, which `a_label` (the
+/// `jsonschema` crate's `hostname` validator, given that one label) judges: punycode of a
+/// valid IDNA 2008 U-label, the prefix in lower case (the JSON Schema Test Suite refuses
+/// `XN--aa---o47jg78q`).
+/// Unlike that validator alone, a label with `--` in its third and fourth places that is
+/// not an A-label is accepted, as RFC 1123 does (RFC 5891 reserves such labels for IDNA
+/// but does not make them invalid host names; the JSON Schema Test Suite and
+/// python-jsonschema accept them). Cost: linear in the name.
+fn is_hostname(name: &str, a_label: &jsonschema::Validator) -> bool {
+    let ldh = |l: &str| {
+        (1..=63).contains(&l.len())
+            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    name.len() <= 253
+        && name.split('.').all(|label| {
+            ldh(label)
+                && (!label
+                    .get(..4)
+                    .is_some_and(|p| p.eq_ignore_ascii_case("xn--"))
+                    || a_label.is_valid(&Value::String(label.to_string())))
+        })
+}
+
+/// The `hostname` format check that ruvllm's validators use ([`is_hostname`]), for
+/// `jsonschema`'s `ValidationOptions::with_format("hostname", ...)`, so that what the
+/// grammar allows and what post-validation accepts are one language. Cost: one small
+/// validator build; each call is linear in the name.
+pub fn hostname_format() -> impl Fn(&str) -> bool + Send + Sync + 'static {
+    let a_label = jsonschema::options()
+        .should_validate_formats(true)
+        .build(&json!({ "format": "hostname" }))
+        .expect("the format schema is valid");
+    move |name: &str| is_hostname(name, &a_label)
+}
+
 impl ValueCheck for FormatCheck {
     fn accepts(&self, text: &[u8]) -> bool {
         // The URI formats' grammar is exact but for IP literals (see `ip_literal`).
@@ -194,6 +251,9 @@ impl ValueCheck for FormatCheck {
             return true;
         }
         match serde_json::from_slice::<Value>(text) {
+            Ok(Value::String(name)) if self.format == "hostname" => {
+                is_hostname(&name, &self.validator)
+            }
             Ok(v @ Value::String(_)) => self.validator.is_valid(&v),
             _ => false,
         }

@@ -82,6 +82,7 @@ use serde_json::{Map, Value};
 use thiserror::Error;
 
 pub use bundle::{bundle, needs_bundle, RegistryError, SchemaRegistry, DOCS_KEY};
+pub use format::hostname_format;
 
 use crate::grammar::json_string::{
     json_chars, json_chars_with, short_escapes, spelled_raw_only, PATTERN_U_ESCAPED,
@@ -149,12 +150,20 @@ pub struct SchemaOptions {
     /// need a check of the exact value. A subset of the valid documents, for grammars
     /// that must carry no semantic check (`ruvllm schema to-gbnf`). Off by default.
     pub plain_numbers: bool,
+    /// Format values in the range every common reader represents, a subset of what the
+    /// RFCs allow: years of `date`/`date-time` from 0001 (RFC 3339 allows 0000, which
+    /// Python's `date`, python-jsonschema's format checker and Pydantic refuse), and at
+    /// most 9 digits of fractional seconds in `time`/`date-time` (nanoseconds, what
+    /// those readers and Rust's chrono keep; without it a model can run on writing
+    /// digits, as [`SchemaOptions::number_digits`] keeps it from doing in numbers).
+    /// Off by default (the exact language); generation turns it on.
+    pub portable_values: bool,
 }
 
 impl SchemaOptions {
     /// The options of generation (`JsonModeConfig`, the server, the CLI): the subsets
     /// that keep a model from running on (compact whitespace, plain integers, numbers of
-    /// at most 20 digits) and objects that never repeat a key; objects open, properties in
+    /// at most 20 digits, portable format values) and objects that never repeat a key; objects open, properties in
     /// schema order. Cost: O(1).
     pub fn generation() -> SchemaOptions {
         SchemaOptions {
@@ -167,6 +176,7 @@ impl SchemaOptions {
             number_digits: Some(20),
             registry: None,
             plain_numbers: false,
+            portable_values: true,
         }
     }
 }

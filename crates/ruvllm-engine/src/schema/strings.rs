@@ -22,7 +22,7 @@ impl Compiler<'_> {
         // assert them), ignored otherwise (unknown formats are annotations).
         let fmt_re = match format {
             None => None,
-            Some(f) => match format_regex(f) {
+            Some(f) => match format_regex(f, self.opts.portable_values) {
                 Some(r) => Some(r),
                 None if KNOWN_FORMATS.contains(&f) => {
                     return Err(unsupported(
@@ -157,6 +157,13 @@ impl Compiler<'_> {
         let mut groups: Vec<((bool, bool), Vec<Expr>)> = Vec::new();
         for b in branches {
             let b = strip_capture(&b);
+            if let Some(body) = self.pattern_anchored_inside(&b, ptr, anchored)? {
+                match groups.iter_mut().find(|(k, _)| *k == (true, true)) {
+                    Some((_, v)) => v.push(body),
+                    None => groups.push(((true, true), vec![body])),
+                }
+                continue;
+            }
             let mut parts: Vec<Hir> = match b.kind() {
                 HirKind::Concat(v) => v.clone(),
                 _ => vec![b.clone()],
@@ -220,6 +227,56 @@ impl Compiler<'_> {
         })
     }
 
+    /// A branch of a pattern with `^`/`$` (or another assertion) somewhere other than its
+    /// first or last item: the search it is (`.*branch.*`, unless `anchored`) rewritten to
+    /// a whole-string pattern without anchors ([`crate::grammar::anchors`]), over the JSON
+    /// encoding. `None` for a branch whose assertions are only at its ends (the common
+    /// case, compiled as one search with its siblings).
+    fn pattern_anchored_inside(
+        &mut self,
+        b: &Hir,
+        ptr: &str,
+        anchored: bool,
+    ) -> Result<Option<Expr>, SchemaError> {
+        let mut inner: &[Hir] = match b.kind() {
+            HirKind::Concat(v) => v,
+            _ => std::slice::from_ref(b),
+        };
+        if inner
+            .first()
+            .is_some_and(|h| matches!(h.kind(), HirKind::Look(Look::Start)))
+        {
+            inner = &inner[1..];
+        }
+        if inner
+            .last()
+            .is_some_and(|h| matches!(h.kind(), HirKind::Look(Look::End)))
+        {
+            inner = &inner[..inner.len() - 1];
+        }
+        if inner.iter().all(|h| h.properties().look_set().is_empty()) {
+            return Ok(None);
+        }
+        let search = if anchored {
+            b.clone()
+        } else {
+            let any = Hir::repetition(regex_syntax::hir::Repetition {
+                min: 0,
+                max: None,
+                greedy: true,
+                sub: Box::new(Hir::class(Class::Unicode(
+                    regex_syntax::hir::ClassUnicode::new([
+                        regex_syntax::hir::ClassUnicodeRange::new('\0', char::MAX),
+                    ]),
+                ))),
+            });
+            Hir::concat(vec![any.clone(), b.clone(), any])
+        };
+        let whole = crate::grammar::anchors::whole_string(&search, self.limits.max_grammar_nodes)
+            .map_err(|e| unsupported("pattern", ptr, e.0))?;
+        Ok(Some(self.hir_json(&whole, ptr)?))
+    }
+
     pub(super) fn hir_json(&mut self, h: &Hir, ptr: &str) -> Result<Expr, SchemaError> {
         Ok(match h.kind() {
             HirKind::Empty => Expr::Empty,
@@ -246,7 +303,7 @@ impl Compiler<'_> {
                 return Err(unsupported(
                     "pattern",
                     ptr,
-                    "assertions other than a leading ^ and a trailing $",
+                    "an assertion left after rewriting the anchors",
                 ))
             }
             HirKind::Repetition(r) => {

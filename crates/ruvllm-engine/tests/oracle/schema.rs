@@ -118,6 +118,24 @@ fn schemas_accept_exactly_what_validates() {
             ],
         ),
         (
+            // Anchors inside alternatives and groups (issue 66): "empty or digits", a
+            // prefix after an anchored empty branch (regex-syntax factors it into
+            // `^(?:$|https://x\.com/)`), and anchors in a group beside free text.
+            json!({"type": "string", "pattern": "^$|^[0-9]+$"}),
+            vec!["\"\"", "\"0\"", "\"123\""],
+            vec!["\"a\"", "\"1a\"", "\" 1\""],
+        ),
+        (
+            json!({"type": "string", "pattern": "^$|^https://x\\.com/"}),
+            vec!["\"\"", "\"https://x.com/\"", "\"https://x.com/a?b\""],
+            vec!["\" \"", "\"http://x.com/\"", "\"ahttps://x.com/\""],
+        ),
+        (
+            json!({"type": "string", "pattern": "(?:^|-)ab(?:-|$)"}),
+            vec!["\"ab\"", "\"x-ab-y\"", "\"ab-\"", "\"z-ab\""],
+            vec!["\"xab\"", "\"abx\"", "\"\"", "\"a-b\""],
+        ),
+        (
             json!({"type": "string", "pattern": "^\\w+$"}),
             vec!["\"abc_1\""],
             vec!["\"é\"", "\"a b\""],
@@ -725,6 +743,7 @@ fn whitespace_policies() {
             unique_keys: false,
             closed_objects: false,
             number_digits: None,
+            portable_values: false,
             registry: None,
             plain_numbers: false,
         },
@@ -733,6 +752,87 @@ fn whitespace_policies() {
     let strict = Constraint::new(&g, dummy_vocab(), &Limits::default()).unwrap();
     assert!(!accepts(&strict, "{\"b\": 1}"));
     assert!(accepts(&make(Whitespace::Bounded), "{\"b\": 1}"));
+}
+
+/// Generation's portable format values (issue 66): years from 0001 and at most 9 digits of
+/// fractional seconds, a subset of what the oracle accepts; the default options keep the
+/// RFC's language. The shortest completion of a date is then one Python reads.
+#[test]
+fn generation_writes_portable_format_values() {
+    let date = json!({"type": "string", "format": "date"});
+    let time = json!({"type": "string", "format": "date-time"});
+    let compile_with = |s: &Value, o: &SchemaOptions| {
+        let g = schema_to_grammar(s, o).unwrap();
+        Constraint::new(&g, dummy_vocab(), &Limits::default()).unwrap()
+    };
+    let gen = SchemaOptions::generation();
+    let (d, t) = (compile_with(&date, &gen), compile_with(&time, &gen));
+    let (d0, t0) = (compile(&date), compile(&time));
+    for (text, portable) in [
+        ("\"0000-01-01\"", false),
+        ("\"0000-02-29\"", false),
+        ("\"0001-01-01\"", true),
+        ("\"0400-02-29\"", true),
+        ("\"2000-02-29\"", true),
+        ("\"9999-12-31\"", true),
+    ] {
+        assert!(
+            oracle(&date).is_valid(&serde_json::from_str(text).unwrap()),
+            "{text}"
+        );
+        assert!(accepts(&d0, text), "{text}: the default options refuse it");
+        assert_eq!(accepts(&d, text), portable, "{text}");
+    }
+    for (text, portable) in [
+        ("\"2024-01-01T12:30:00.123456789Z\"", true),
+        ("\"2024-01-01T12:30:00.1234567891Z\"", false),
+        ("\"0000-01-01T00:00:00Z\"", false),
+        ("\"2024-01-01T12:30:00+01:00\"", true),
+    ] {
+        assert!(
+            oracle(&time).is_valid(&serde_json::from_str(text).unwrap()),
+            "{text}"
+        );
+        assert!(accepts(&t0, text), "{text}: the default options refuse it");
+        assert_eq!(accepts(&t, text), portable, "{text}");
+    }
+    // What budget closing writes: before, `"0000-01-01"`, which Python's `date` refuses.
+    let g = schema_to_grammar(&date, &gen).unwrap();
+    let c = Constraint::new(&g, common::llama3(), &Limits::default()).unwrap();
+    let mut m = Matcher::new(&c).unwrap();
+    let shortest = m.shortest_completion().unwrap().expect("a completion");
+    let text = String::from_utf8(shortest.text().to_vec()).unwrap();
+    assert_eq!(text.len(), 12, "{text}");
+    assert!(!text.starts_with("\"0000"), "{text}");
+}
+
+/// `hostname` is RFC 1123's (issue 66): a label with `--` in its third and fourth places
+/// that is not an A-label is a host name (the `jsonschema` crate alone refuses it; the JSON
+/// Schema Test Suite and python-jsonschema accept it); A-labels, in any case, must still
+/// decode to valid U-labels. The exported format check agrees with the grammar.
+#[test]
+fn hostnames_follow_rfc_1123() {
+    let c = compile(&json!({"type": "string", "format": "hostname"}));
+    let check = ruvllm_engine::schema::hostname_format();
+    for (name, valid) in [
+        ("ab--cd.com", true),
+        ("r3--x", true),
+        ("a--b.com", true),
+        ("xn--9n2bp8q.xn--9t4b11yi5a", true),
+        ("XN--aa---o47jg78q", false),
+        ("xn--X", false),
+        ("xn--hello-txk", false),
+        ("-ab.com", false),
+        ("ab-.com", false),
+        ("a_b.com", false),
+    ] {
+        assert_eq!(accepts(&c, &format!("\"{name}\"")), valid, "{name}");
+        assert_eq!(check(name), valid, "{name}");
+    }
+    assert!(
+        !check(&format!("{}.com", vec!["a".repeat(63); 4].join("."))),
+        "over 253"
+    );
 }
 
 /// Random mask-guided walks under MaskBench schemas: every completed output validates.
