@@ -9,5 +9,6 @@ pub mod llg;
 pub mod load;
 pub mod maskbench;
 pub mod pyjson;
+pub mod recursion;
 pub mod stall;
 pub mod test_suite;

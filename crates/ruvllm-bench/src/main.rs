@@ -107,6 +107,20 @@ enum Cmd {
         /// Folder of NAME.gbnf + NAME.cases.json pairs (searched recursively).
         dir: PathBuf,
     },
+    /// Mask time along deep right, left and middle recursion (and a hand-written JSON
+    /// grammar whose strings recurse per character): the first and last masks of each
+    /// depth, and their ratio (flat is 1).
+    Recursion {
+        /// tokenizer.json of the vocabulary to use.
+        #[arg(long)]
+        tokenizer: PathBuf,
+        /// Depths (levels, one token each), comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "100,1000,10000")]
+        depths: Vec<usize>,
+        /// Where to write the rows as JSON.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
     /// The JSON Schema Test Suite (one draft's folder, optional/ included), token by token.
     TestSuite {
         /// tokenizer.json to use.
@@ -522,6 +536,24 @@ fn main() -> Result<()> {
                 q(0.99),
                 q(1.0)
             );
+            Ok(())
+        }
+        Cmd::Recursion {
+            tokenizer,
+            depths,
+            json,
+        } => {
+            let vocab = Arc::new(
+                Vocabulary::from_file(&tokenizer)
+                    .with_context(|| format!("loading {}", tokenizer.display()))?,
+            );
+            // The product's budgets: a mask over the default 500 ms is an error here too.
+            let rows = ruvllm_bench::recursion::run(vocab, &depths, &Limits::default())?;
+            print!("{}", ruvllm_bench::recursion::table(&rows));
+            if let Some(out) = json {
+                std::fs::write(&out, serde_json::to_string_pretty(&rows)?)
+                    .with_context(|| format!("writing {}", out.display()))?;
+            }
             Ok(())
         }
         Cmd::GrammarCases {

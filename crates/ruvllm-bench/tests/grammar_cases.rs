@@ -1,11 +1,12 @@
 //! The `grammar-cases` run for the llama3_1, gemma2 and llama2 vocabularies: every case
-//! judged right, at least 20 grammars and 400 strings.
+//! judged right, at least 20 grammars and 400 strings; and the recursion bench's families
+//! stay flat.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use ruvllm_bench::grammar_cases;
-use ruvllm_engine::{Limits, Vocabulary};
+use ruvllm_bench::{grammar_cases, recursion};
+use ruvllm_engine::{Engine, Limits, Vocabulary};
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -58,4 +59,37 @@ fn gemma2() {
 #[test]
 fn llama2() {
     run("llama2");
+}
+
+/// The recursion bench's families stay flat (issue 66): along 1,000 levels of right, left
+/// and middle recursion, and 1,000 characters of a JSON string whose rule recurses per
+/// character, the last masks cost what the first did (before right recursion was iterated,
+/// a mask there took 80-360 ms after 1,000 characters).
+#[test]
+fn deep_recursion_costs_the_same_per_mask() {
+    let path = repo().join("assets/tokenizers/llama3_1/tokenizer.json");
+    assert!(
+        path.exists(),
+        "{} is missing: run scripts/fetch-assets.sh",
+        path.display()
+    );
+    let vocab = Arc::new(Vocabulary::from_file(&path).unwrap());
+    let engine = Engine::new(vocab.clone());
+    let mut rows = Vec::new();
+    for f in recursion::FAMILIES {
+        rows.push(recursion::run_one(&engine, &vocab, f, 1000, &Limits::default()).unwrap());
+    }
+    let table = recursion::table(&rows);
+    println!("{table}");
+    for r in &rows {
+        assert!(r.error.is_none(), "{}: {:?}\n{table}", r.family, r.error);
+        // Medians of ten masks each; a level of linear work per mask would put the last
+        // ones hundreds of times above the first at this depth.
+        assert!(
+            r.ratio < 4.0,
+            "{}: the masks grow with the depth\n{table}",
+            r.family
+        );
+        assert!(r.last_us < 5_000.0, "{}: slow masks\n{table}", r.family);
+    }
 }

@@ -102,6 +102,8 @@ pub struct CompiledGrammar {
     /// Every byte a shortest completion can write (see
     /// [`CompiledGrammar::completion_bytes`]), computed on first use.
     completion_bytes: std::sync::OnceLock<crate::byteset::ByteSet>,
+    /// The source grammar's warnings ([`crate::GrammarWarning`]), for the caller to report.
+    pub(crate) warnings: Vec<crate::GrammarWarning>,
 }
 
 /// Size figures of a compiled grammar.
@@ -146,11 +148,27 @@ impl CompiledGrammar {
             pruned = p;
             &pruned
         };
+        // Right recursion as iteration (`A ::= α A | β` is `A ::= α* β`), which the parser
+        // runs in constant work per byte (see `grammar::tail`).
+        let iterated;
+        let g = match g.iterate_tail_recursion() {
+            Some(t) => {
+                iterated = t;
+                &iterated
+            }
+            None => g,
+        };
         // Copies of one rule (a schema's combinations of `required` sets) become one.
         match g.merge_equal_rules() {
             Some(m) => Lowerer::new(&m, limits, caches).run(),
             None => Lowerer::new(g, limits, caches).run(),
         }
+    }
+
+    /// What the front end accepted with a warning (an unknown JSON Schema `format`, read as
+    /// an annotation), carried from the source [`Grammar`]. Cost: O(1).
+    pub fn warnings(&self) -> &[crate::GrammarWarning] {
+        &self.warnings
     }
 
     /// Size figures.
@@ -843,6 +861,7 @@ mod key_tests {
             ],
             root: 2,
             checks: Vec::new(),
+            warnings: Vec::new(),
         }
     }
 

@@ -18,11 +18,12 @@ mod ir;
 pub(crate) mod json_string;
 mod print;
 mod regex;
+mod tail;
 pub mod text;
 
 pub use builtin::Builtin;
 pub(crate) use ir::visit_refs as visit_refs_pub;
-pub use ir::{Check, Expr, Grammar, KeyComplement, Rule, RuleId, ValueCheck};
+pub use ir::{Check, Expr, Grammar, GrammarWarning, KeyComplement, Rule, RuleId, ValueCheck};
 
 use crate::Limits;
 
