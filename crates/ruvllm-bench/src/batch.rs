@@ -47,8 +47,9 @@ pub fn run_file(
         closed_objects: false,
         number_digits: None,
         portable_values: false,
+        refuse_unknown_formats: false,
         registry: None,
-        plain_numbers: false,
+        grammar_only: false,
     };
     let Ok(g) = schema_to_grammar(&case.schema, &opts) else {
         return Ok(());

@@ -392,8 +392,9 @@ fn run_ruvllm_with(
         closed_objects: false,
         number_digits: None,
         portable_values: false,
+        refuse_unknown_formats: false,
         registry: case.registry.clone(),
-        plain_numbers: false,
+        grammar_only: false,
     };
     let t0 = Instant::now();
     let grammar = schema_to_grammar(&case.schema, &opts);

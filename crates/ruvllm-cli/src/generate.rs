@@ -322,6 +322,17 @@ pub fn run(
             std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
         let v: serde_json::Value =
             serde_json::from_str(&text).with_context(|| format!("{} is not JSON", p.display()))?;
+        // What the schema's compiler reads as annotation (unknown formats), said before
+        // generating: the runtime compiles the same schema with these options.
+        if let Ok(g) = ruvllm_engine::schema::schema_to_grammar(
+            &v,
+            &ruvllm_engine::schema::SchemaOptions {
+                registry: registry.clone(),
+                ..ruvllm_engine::schema::SchemaOptions::generation()
+            },
+        ) {
+            crate::schema::warn(&g, p);
+        }
         let schema = JsonSchema::from_value_with(v, registry.as_deref())
             .with_context(|| format!("in {}", p.display()))?;
         params.json_mode = Some(JsonModeConfig {

@@ -47,14 +47,14 @@ pub fn load_schema(
     load_schema_with(p, strict, any_order, registry, false)
 }
 
-/// [`load_schema`]; `plain_numbers` for a grammar without semantic checks on numbers
-/// (GBNF output: see `SchemaOptions::plain_numbers`).
+/// [`load_schema`]; `grammar_only` for a grammar without semantic checks on numbers
+/// (GBNF output: see `SchemaOptions::grammar_only`).
 fn load_schema_with(
     p: &PathBuf,
     strict: bool,
     any_order: bool,
     registry: Option<&Arc<SchemaRegistry>>,
-    plain_numbers: bool,
+    grammar_only: bool,
 ) -> Result<Grammar> {
     let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
     let v: serde_json::Value =
@@ -63,10 +63,20 @@ fn load_schema_with(
         strict,
         any_order,
         registry: registry.cloned(),
-        plain_numbers,
+        grammar_only,
         ..SchemaOptions::default()
     };
-    schema_to_grammar(&v, &opts).with_context(|| format!("in {}", p.display()))
+    let g = schema_to_grammar(&v, &opts).with_context(|| format!("in {}", p.display()))?;
+    warn(&g, p);
+    Ok(g)
+}
+
+/// Prints the grammar's warnings (unknown formats, read as annotations) on stderr, each
+/// with its pointer and the file.
+pub fn warn(g: &Grammar, p: &std::path::Path) {
+    for w in &g.warnings {
+        eprintln!("warning: {w} (in {})", p.display());
+    }
 }
 
 /// Runs a `ruvllm schema` command.

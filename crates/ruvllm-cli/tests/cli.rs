@@ -205,6 +205,37 @@ fn schema_compile_and_to_gbnf() {
     let (code, _, err) = ruvllm(&["schema", "to-gbnf", checked.to_str().unwrap()]);
     assert_eq!(code, 2);
     assert!(err.contains("semantic check"), "{err}");
+    // Formats: `date-time` is exported without leap seconds (the one thing its check
+    // decides); `email` keeps a check, refused with what it checks.
+    let when = dir.join("when.json");
+    std::fs::write(&when, r#"{"type": "string", "format": "date-time"}"#).unwrap();
+    let (code, gbnf, err) = ruvllm(&["schema", "to-gbnf", when.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let wfile = dir.join("when.gbnf");
+    std::fs::write(&wfile, &gbnf).unwrap();
+    for (text, want) in [
+        (r#""2024-05-01T12:30:00Z""#, 0),
+        (r#""2024-05-01T23:59:60Z""#, 1),
+        (r#""2024-02-30T12:30:00Z""#, 1),
+    ] {
+        let (c, _, _) = ruvllm(&[
+            "grammar",
+            "check",
+            "--gbnf",
+            wfile.to_str().unwrap(),
+            "--text",
+            text,
+        ]);
+        assert_eq!(c, want, "{text}");
+    }
+    let mail = dir.join("mail.json");
+    std::fs::write(&mail, r#"{"type": "string", "format": "email"}"#).unwrap();
+    let (code, _, err) = ruvllm(&["schema", "to-gbnf", mail.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("format \"email\": the domain's host-name rules"),
+        "{err}"
+    );
     // A reference to a document not in the registry is refused with its URI and pointer.
     let bad = dir.join("bad.json");
     std::fs::write(

@@ -38,6 +38,14 @@ impl std::fmt::Debug for Constraint {
 }
 
 impl Constraint {
+    /// The warnings of the grammar it was compiled from ([`CompiledGrammar::warnings`]).
+    /// Cost: O(1).
+    pub fn warnings(&self) -> &[crate::GrammarWarning] {
+        self.grammar.warnings()
+    }
+}
+
+impl Constraint {
     /// Compiles `g` and binds it to `vocab`, in an engine of its own: nothing is shared
     /// with other constraints. To share lexemes and token tables between constraints (a
     /// server's requests), create one [`Engine`] per vocabulary and use

@@ -81,7 +81,7 @@ pub use constraint::Constraint;
 pub use engine::{CacheUsage, Engine, EngineConfig};
 pub use error::{GrammarError, LimitKind, MatchError, VocabError};
 pub use facts::Completion;
-pub use grammar::{Builtin, Expr, Grammar, KeyComplement};
+pub use grammar::{Builtin, Expr, Grammar, GrammarWarning, KeyComplement};
 pub use matcher::{CheckResult, Matcher};
 pub use vocab::{TokenEncoder, Vocabulary};
 

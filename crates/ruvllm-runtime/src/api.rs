@@ -531,6 +531,9 @@ pub struct Generation {
     /// The reasoning section, apart from the answer in `text` (`None` when the generation
     /// had none).
     pub reasoning: Option<String>,
+    /// What the constraint's compiler accepted with a warning, each `POINTER: message`
+    /// (an unknown JSON Schema `format`, not enforced); empty for most requests.
+    pub warnings: Vec<String>,
 }
 
 /// A language model backend (the design record's trait).

@@ -605,6 +605,11 @@ impl Decoder {
             json,
             path,
             reasoning,
+            warnings: self
+                .constraint
+                .as_ref()
+                .map(|c| c.warnings().iter().map(ToString::to_string).collect())
+                .unwrap_or_default(),
         })
     }
 }

@@ -244,6 +244,7 @@ impl LlmBackend for HttpBackend {
                         path,
                         budget_closed: false,
                         reasoning: None,
+                        warnings: Vec::new(),
                     });
                 }
                 Err(why) => {

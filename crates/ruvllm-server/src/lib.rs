@@ -309,18 +309,31 @@ impl AppState {
 /// The `ruvllm` extension object every dialect adds to a finished answer (the last chunk
 /// of a stream): `budget_closed`, whether budget-aware decoding shaped the end of a
 /// complete output (see [`ruvllm_runtime::Generation::budget_closed`]), and
-/// `budget_steps`, at how many steps.
+/// `budget_steps`, at how many steps; and, when the constraint compiled with warnings
+/// (an unknown `format`, not enforced), `warnings`, each `POINTER: message`.
 pub fn extension(g: &ruvllm_runtime::Generation) -> Value {
-    json!({"budget_closed": g.budget_closed, "budget_steps": g.usage.budget_steps})
+    let mut v = json!({"budget_closed": g.budget_closed, "budget_steps": g.usage.budget_steps});
+    if !g.warnings.is_empty() {
+        v["warnings"] = json!(g.warnings);
+    }
+    v
 }
 
-/// Adds `x-ruvllm-budget-closed: true` to a non-streamed answer the budget closed.
+/// Adds `x-ruvllm-budget-closed: true` to a non-streamed answer the budget closed, and
+/// `x-ruvllm-warning` (the warnings joined by `; `) to one whose constraint compiled with
+/// warnings.
 pub fn with_budget_header(mut r: Response, g: &ruvllm_runtime::Generation) -> Response {
     if g.budget_closed {
         r.headers_mut().insert(
             "x-ruvllm-budget-closed",
             axum::http::HeaderValue::from_static("true"),
         );
+    }
+    if !g.warnings.is_empty() {
+        let text = g.warnings.join("; ").replace(['\r', '\n'], " ");
+        if let Ok(v) = axum::http::HeaderValue::from_str(&text) {
+            r.headers_mut().insert("x-ruvllm-warning", v);
+        }
     }
     r
 }

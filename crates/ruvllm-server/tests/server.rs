@@ -779,6 +779,42 @@ fn strict_tools_close_objects_and_require_every_property() {
     assert_eq!(v["error"]["param"], "tools[0].function.strict");
 }
 
+/// An unknown `format` is an annotation, never silently: the answer carries the warning
+/// with its pointer (a header, and `ruvllm.warnings` in the body; issue 66).
+#[test]
+fn unknown_formats_are_reported() {
+    let a = shared();
+    let schema = json!({"type": "object", "properties": {
+        "card": {"type": "string", "format": "credit-card", "maxLength": 4}},
+        "required": ["card"], "additionalProperties": false});
+    let body = json!({"messages": user("A card number as JSON."), "max_tokens": 24,
+        "temperature": 0, "response_format": {"type": "json_schema",
+            "json_schema": {"name": "c", "schema": schema}}});
+    let mut r = agent()
+        .post(&format!("http://{a}/v1/chat/completions"))
+        .header("Content-Type", "application/json")
+        .send(body.to_string().as_bytes())
+        .unwrap();
+    let header = r
+        .headers()
+        .get("x-ruvllm-warning")
+        .map(|h| h.to_str().unwrap().to_string());
+    let v: Value = serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap();
+    let want =
+        "#/properties/card/format: unknown format \"credit-card\": an annotation, not enforced";
+    assert_eq!(header.as_deref(), Some(want), "{v}");
+    assert_eq!(v["ruvllm"]["warnings"], json!([want]), "{v}");
+    // A schema without one has neither.
+    let body = json!({"messages": user("hi"), "max_tokens": 8,
+        "response_format": {"type": "json_object"}});
+    let r = agent()
+        .post(&format!("http://{a}/v1/chat/completions"))
+        .header("Content-Type", "application/json")
+        .send(body.to_string().as_bytes())
+        .unwrap();
+    assert!(r.headers().get("x-ruvllm-warning").is_none());
+}
+
 /// A schema shown in the system prompt constrains nothing unless asked for (a request's
 /// `prompt_schema`, or `--prompt-schema`); when it does, the response says so.
 #[test]

@@ -263,6 +263,7 @@ impl Lowerer<'_> {
             rule_check: self.rule_check,
             shortest: std::sync::OnceLock::new(),
             completion_bytes: std::sync::OnceLock::new(),
+            warnings: self.g.warnings.clone(),
         })
     }
 }

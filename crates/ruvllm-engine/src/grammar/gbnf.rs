@@ -98,6 +98,7 @@ pub(crate) fn parse(src: &str, limits: &Limits) -> Result<Grammar, GrammarError>
         rules,
         root,
         checks: Vec::new(),
+        warnings: Vec::new(),
     };
     g.prune_unproductive()?;
     Ok(g)

@@ -240,6 +240,23 @@ pub struct Rule {
     pub body: Expr,
 }
 
+/// Something a front end accepted but its user should know, with where it stands: a
+/// keyword read as an annotation that the user may have meant as an assertion (an unknown
+/// JSON Schema `format`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct GrammarWarning {
+    /// Where: a JSON pointer (`#/properties/card/format`).
+    pub at: String,
+    /// What, in a sentence.
+    pub message: String,
+}
+
+impl std::fmt::Display for GrammarWarning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.at, self.message)
+    }
+}
+
 /// A grammar: rules and the start rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Grammar {
@@ -250,6 +267,9 @@ pub struct Grammar {
     /// Semantic checks on rules (see [`ValueCheck`]); a checked rule is never inlined into
     /// a lexeme, so that the parser sees each of its completions.
     pub checks: Vec<(RuleId, Check)>,
+    /// What the front end accepted with a warning ([`GrammarWarning`]); the language does
+    /// not depend on it.
+    pub warnings: Vec<GrammarWarning>,
 }
 
 impl Grammar {
@@ -262,6 +282,7 @@ impl Grammar {
             }],
             root: 0,
             checks: Vec::new(),
+            warnings: Vec::new(),
         }
     }
 
@@ -350,6 +371,7 @@ impl Grammar {
         }
         self.checks
             .extend(other.checks.into_iter().map(|(r, c)| (r + off, c)));
+        self.warnings.extend(other.warnings);
         other.root + off
     }
 
@@ -486,6 +508,7 @@ impl Grammar {
                 .filter(|(r, _)| class[*r as usize] == *r)
                 .cloned()
                 .collect(),
+            warnings: self.warnings.clone(),
         })
     }
 }

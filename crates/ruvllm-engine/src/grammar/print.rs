@@ -12,9 +12,10 @@ impl Grammar {
     /// comes first. Parsing the output gives the same language. Grammars with semantic checks
     /// ([`super::ValueCheck`]) are refused.
     pub fn to_gbnf(&self) -> Result<String, String> {
-        if let Some((r, _)) = self.checks.first() {
+        if let Some((r, c)) = self.checks.first() {
             return Err(format!(
-                "rule {:?} carries a semantic check (uniqueItems, exclusive oneOf, not, ...) that GBNF cannot express",
+                "GBNF cannot express a semantic check: {} (rule {:?})",
+                c.0.describe(),
                 self.rules[*r as usize].name
             ));
         }

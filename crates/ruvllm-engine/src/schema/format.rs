@@ -134,7 +134,9 @@ fn idn_hostname() -> String {
 ///
 /// `portable` ([`super::SchemaOptions::portable_values`]): years from 0001 and at most 9
 /// digits of fractional seconds.
-pub(super) fn format_regex(f: &str, portable: bool) -> Option<String> {
+/// `grammar_only` ([`super::SchemaOptions::grammar_only`]): `time` and `date-time`
+/// without leap seconds, so that they need no check ([`format_check`]).
+pub(super) fn format_regex(f: &str, portable: bool, grammar_only: bool) -> Option<String> {
     let year = if portable {
         "(?:[0-9]{3}[1-9]|[0-9]{2}[1-9]0|[0-9][1-9]00|[1-9]000)"
     } else {
@@ -151,8 +153,10 @@ pub(super) fn format_regex(f: &str, portable: bool) -> Option<String> {
         .replace("YEAR", year)
         .replace("CENTURIES", centuries);
     // Seconds up to 60: a leap second, which the check allows at 23:59 UTC only.
-    let time = r"(?:(?:[01][0-9]|2[0-3]):[0-5][0-9]:(?:[0-5][0-9]|60)(?:\.[0-9]FRACTION)?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9]))"
-        .replace("FRACTION", fraction);
+    let leap = if grammar_only { "" } else { "|60" };
+    let time = r"(?:(?:[01][0-9]|2[0-3]):[0-5][0-9]:(?:[0-5][0-9]LEAP)(?:\.[0-9]FRACTION)?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9]))"
+        .replace("FRACTION", fraction)
+        .replace("LEAP", leap);
     Some(match f {
         "date" => date.clone(),
         "time" => time.clone(),
@@ -177,6 +181,8 @@ pub(super) fn format_regex(f: &str, portable: bool) -> Option<String> {
             format!("(?:{a}|{r})")
         }
         "json-pointer" => r"(?:/(?:[^~/]|~[01])*)*".into(),
+        // OpenAPI's `byte`: base64 (RFC 4648, padded), as `contentEncoding` reads it.
+        "byte" => encoding_regex("base64")?,
         "relative-json-pointer" => r"(?:0|[1-9][0-9]*)(?:#|(?:/(?:[^~/]|~[01])*)*)".into(),
         // RFC 3339 appendix A durations.
         "duration" => {
@@ -228,7 +234,7 @@ fn is_hostname(name: &str, a_label: &jsonschema::Validator) -> bool {
         })
 }
 
-/// The `hostname` format check that ruvllm's validators use ([`is_hostname`]), for
+/// The `hostname` format check that ruvllm's validators use (the same as the grammar's), for
 /// `jsonschema`'s `ValidationOptions::with_format("hostname", ...)`, so that what the
 /// grammar allows and what post-validation accepts are one language. Cost: one small
 /// validator build; each call is linear in the name.
@@ -260,13 +266,23 @@ impl ValueCheck for FormatCheck {
     }
 
     fn describe(&self) -> String {
-        format!("format {:?} (what its regex cannot say)", self.format)
+        let what = match self.format.as_str() {
+            "time" | "date-time" => "a leap second (:60) only at 23:59 UTC",
+            "hostname" => "at most 253 characters in all, and A-labels (xn--) that decode to valid IDNA labels",
+            "idn-hostname" => "IDNA 2008's contextual rules, A-labels and length",
+            "email" | "idn-email" => "the domain's host-name rules (length, A-labels)",
+            _ => "the IP literals (IPv6, IPvFuture) of its authority",
+        };
+        format!("format {:?}: {what}", self.format)
     }
 }
 
-/// The check of what `f`'s regex does not say (`None`: the regex says it all). Cost: one
-/// small validator build.
-pub(super) fn format_check(f: &str) -> Option<Check> {
+/// The check of what `f`'s regex does not say (`None`: the regex says it all, which it
+/// does for `time` and `date-time` under `grammar_only`). Cost: one small validator build.
+pub(super) fn format_check(f: &str, grammar_only: bool) -> Option<Check> {
+    if grammar_only && matches!(f, "time" | "date-time") {
+        return None;
+    }
     if !matches!(
         f,
         "time"

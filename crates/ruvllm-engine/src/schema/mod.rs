@@ -87,7 +87,7 @@ pub use format::hostname_format;
 use crate::grammar::json_string::{
     json_chars, json_chars_with, short_escapes, spelled_raw_only, PATTERN_U_ESCAPED,
 };
-use crate::grammar::{Check, Expr, Grammar, KeyComplement, Rule, RuleId};
+use crate::grammar::{Check, Expr, Grammar, GrammarWarning, KeyComplement, Rule, RuleId};
 use crate::{GrammarError, Limits};
 
 /// Where whitespace may appear between JSON tokens.
@@ -145,11 +145,13 @@ pub struct SchemaOptions {
     /// [`SchemaRegistry`]); nothing is ever fetched over the network. `None`: references
     /// resolve inside the document only.
     pub registry: Option<Arc<SchemaRegistry>>,
-    /// Numbers only in the spellings a grammar alone says: plain decimal notation for
-    /// bounded numbers, integers and number constants, without the exponent spellings that
-    /// need a check of the exact value. A subset of the valid documents, for grammars
-    /// that must carry no semantic check (`ruvllm schema to-gbnf`). Off by default.
-    pub plain_numbers: bool,
+    /// Only what a grammar alone says, for grammars that must carry no semantic check
+    /// (`ruvllm schema to-gbnf`): numbers in plain decimal notation where bounded, integers
+    /// and number constants (without the exponent spellings that need a check of the
+    /// exact value), and `time`/`date-time` without leap seconds (`:60` is valid only at
+    /// 23:59 UTC, which the check decides). A subset of the valid documents. Off by
+    /// default.
+    pub grammar_only: bool,
     /// Format values in the range every common reader represents, a subset of what the
     /// RFCs allow: years of `date`/`date-time` from 0001 (RFC 3339 allows 0000, which
     /// Python's `date`, python-jsonschema's format checker and Pydantic refuse), and at
@@ -158,6 +160,11 @@ pub struct SchemaOptions {
     /// digits, as [`SchemaOptions::number_digits`] keeps it from doing in numbers).
     /// Off by default (the exact language); generation turns it on.
     pub portable_values: bool,
+    /// Refuse a `format` that is neither one JSON Schema defines nor one of OpenAPI's
+    /// (`int32`, `int64`, `float`, `double`, `byte`), rather than read it as an annotation
+    /// (the spec's default, which compiles with a [`GrammarWarning`] naming it and its
+    /// pointer). Off by default.
+    pub refuse_unknown_formats: bool,
 }
 
 impl SchemaOptions {
@@ -175,8 +182,9 @@ impl SchemaOptions {
             unique_keys: true,
             number_digits: Some(20),
             registry: None,
-            plain_numbers: false,
+            grammar_only: false,
             portable_values: true,
+            refuse_unknown_formats: false,
         }
     }
 }
@@ -350,6 +358,7 @@ pub fn schema_to_grammar_limited(
         rules: c.rules,
         root,
         checks: c.checks,
+        warnings: c.warnings,
     };
     match g.prune_unproductive() {
         Err(GrammarError::EmptyLanguage { .. }) => Err(SchemaError::Unsatisfiable {
@@ -431,6 +440,8 @@ struct Compiler<'a> {
     /// [`Compiler::number_literal`]): a value met again (enums repeat `0`, `1`...) reuses
     /// its rules, so that its checked rule exists once.
     number_literals: HashMap<dec::Dec, Expr>,
+    /// Unknown formats met (each once): the grammar's warnings.
+    warnings: Vec<GrammarWarning>,
     limits: &'a Limits,
     started: std::time::Instant,
 }
@@ -452,6 +463,8 @@ fn relaxable(keyword: &str, reason: &str) -> bool {
         "$ref" => reason.contains("recursive"),
         "contentEncoding" | "contentMediaType" => reason == CONTENT_CHECKED,
         "$dynamicRef" | "$recursiveRef" | "contentSchema" => false,
+        // Refused on request: the validator's check would read it as an annotation.
+        "format" => !reason.starts_with("unknown format"),
         _ => true,
     }
 }
@@ -504,6 +517,29 @@ type Part = (Vec<Map<String, Value>>, Option<String>);
 type Located<'v> = (&'v Value, String);
 const MAX_BRANCHES: usize = 256;
 
+impl Compiler<'_> {
+    /// A `format` neither JSON Schema nor OpenAPI defines, at `ptr` (the schema's pointer):
+    /// refused under [`SchemaOptions::refuse_unknown_formats`], otherwise an annotation,
+    /// recorded once as a warning. Cost: a scan of the warnings so far.
+    fn unknown_format(&mut self, f: &str, ptr: &str) -> Result<(), SchemaError> {
+        if self.opts.refuse_unknown_formats {
+            return Err(unsupported(
+                "format",
+                &join(ptr, "format"),
+                format!("unknown format {f:?} (unknown formats are refused)"),
+            ));
+        }
+        let w = GrammarWarning {
+            at: pointer_or_root(&join(ptr, "format")),
+            message: format!("unknown format {f:?}: an annotation, not enforced"),
+        };
+        if !self.warnings.contains(&w) {
+            self.warnings.push(w);
+        }
+        Ok(())
+    }
+}
+
 impl<'a> Compiler<'a> {
     fn new(
         root: &'a Value,
@@ -531,6 +567,7 @@ impl<'a> Compiler<'a> {
             key_sets: HashMap::new(),
             patterns: [HashMap::new(), HashMap::new()],
             number_literals: HashMap::new(),
+            warnings: Vec::new(),
             limits,
             started: std::time::Instant::now(),
         })
@@ -867,6 +904,9 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// OpenAPI's formats of numbers, each a range (see `numbers`).
+const NUMBER_FORMATS: &[&str] = &["int32", "int64", "float", "double"];
+
 const KNOWN_FORMATS: &[&str] = &[
     "date-time",
     "date",
@@ -887,6 +927,12 @@ const KNOWN_FORMATS: &[&str] = &[
     "json-pointer",
     "relative-json-pointer",
     "regex",
+    // OpenAPI's: ranges of numbers (`numbers`), base64 strings.
+    "int32",
+    "int64",
+    "float",
+    "double",
+    "byte",
 ];
 
 #[cfg(test)]

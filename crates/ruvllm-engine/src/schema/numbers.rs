@@ -72,6 +72,29 @@ impl Compiler<'_> {
         if let Some(v) = num("exclusiveMaximum")? {
             tighten_hi(&mut hi, v, true);
         }
+        // OpenAPI's numeric formats: the range of the type they name (a `format` JSON Schema
+        // defines says nothing of numbers; any other is an annotation, with a warning).
+        if let Some(f) = m.get("format").and_then(Value::as_str) {
+            let range = match f {
+                "int32" => Some(("-2147483648", "2147483647")),
+                "int64" => Some(("-9223372036854775808", "9223372036854775807")),
+                "float" => Some((
+                    "-340282346638528859811704183484516925440",
+                    "340282346638528859811704183484516925440",
+                )),
+                "double" => Some(("-1.7976931348623157e308", "1.7976931348623157e308")),
+                _ => None,
+            };
+            if let Some((a, b)) = range {
+                let (a, b) = (dec::Dec::parse(a.as_bytes()), dec::Dec::parse(b.as_bytes()));
+                if let Some((a, b)) = a.zip(b) {
+                    tighten_lo(&mut lo, a, false);
+                    tighten_hi(&mut hi, b, false);
+                }
+            } else if !KNOWN_FORMATS.contains(&f) {
+                self.unknown_format(f, ptr)?;
+            }
+        }
         check.lo = lo.clone();
         check.hi = hi.clone();
         // The bounds as integers a digit automaton can take: for `integer`, the least and
@@ -94,7 +117,7 @@ impl Compiler<'_> {
             }
         };
         let exact_bounds = as_int(&lo, false).zip(as_int(&hi, true));
-        let exact_language = self.opts.number_digits.is_none() && !self.opts.plain_numbers;
+        let exact_language = self.opts.number_digits.is_none() && !self.opts.grammar_only;
         let plain_int = integer_only && (self.draft == 4 || self.opts.plain_integers);
         let bounded = lo.is_some() || hi.is_some();
         let body = match exact_bounds {
@@ -216,7 +239,7 @@ impl Compiler<'_> {
                     min: 0,
                     max: Some(1),
                 };
-                let exact_language = self.opts.number_digits.is_none() && !self.opts.plain_numbers;
+                let exact_language = self.opts.number_digits.is_none() && !self.opts.grammar_only;
                 return self.common("integer", move |c| {
                     let plain = Expr::Seq(vec![minus, uint(), frac0(), exp]);
                     if !exact_language {

@@ -19,11 +19,13 @@ impl Compiler<'_> {
         let format = m.get("format").and_then(|f| f.as_str());
         let quote = || Expr::Literal(b"\"".to_vec());
         // Formats we have no rule for: refused if the standard defines them (a validator may
-        // assert them), ignored otherwise (unknown formats are annotations).
+        // assert them), ignored otherwise (unknown formats are annotations, with a warning,
+        // or refused on request); OpenAPI's numeric formats say nothing of strings.
         let fmt_re = match format {
             None => None,
-            Some(f) => match format_regex(f, self.opts.portable_values) {
+            Some(f) => match format_regex(f, self.opts.portable_values, self.opts.grammar_only) {
                 Some(r) => Some(r),
+                None if NUMBER_FORMATS.contains(&f) => None,
                 None if KNOWN_FORMATS.contains(&f) => {
                     return Err(unsupported(
                         "format",
@@ -31,7 +33,10 @@ impl Compiler<'_> {
                         format!("format {f:?} is not supported yet"),
                     ))
                 }
-                None => None,
+                None => {
+                    self.unknown_format(f, ptr)?;
+                    None
+                }
             },
         };
         let body = match (pattern, fmt_re) {
@@ -97,7 +102,7 @@ impl Compiler<'_> {
                 let body = self.pattern(&re, &join(ptr, "format"), true)?;
                 let value = Expr::Seq(vec![quote(), body, quote()]);
                 // What the format's regex cannot say, checked on the decoded string.
-                if let Some(c) = format.and_then(format_check) {
+                if let Some(c) = format.and_then(|f| format_check(f, self.opts.grammar_only)) {
                     return Ok(self.checked_rule(
                         &format!("format{}", ptr.replace('/', "-")),
                         value,

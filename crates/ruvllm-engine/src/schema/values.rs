@@ -219,7 +219,7 @@ impl Compiler<'_> {
                     i.len() + f.len() <= 400
                 });
                 if let Some(d) =
-                    exact.filter(|_| self.opts.number_digits.is_none() && !self.opts.plain_numbers)
+                    exact.filter(|_| self.opts.number_digits.is_none() && !self.opts.grammar_only)
                 {
                     if !(self.opts.plain_integers && d.is_integer()) {
                         return self.number_literal(d);

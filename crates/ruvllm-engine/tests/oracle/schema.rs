@@ -744,8 +744,9 @@ fn whitespace_policies() {
             closed_objects: false,
             number_digits: None,
             portable_values: false,
+            refuse_unknown_formats: false,
             registry: None,
-            plain_numbers: false,
+            grammar_only: false,
         },
     )
     .unwrap();
@@ -833,6 +834,78 @@ fn hostnames_follow_rfc_1123() {
         !check(&format!("{}.com", vec!["a".repeat(63); 4].join("."))),
         "over 253"
     );
+}
+
+/// Formats beyond JSON Schema's (issue 66): OpenAPI's numeric formats are the ranges they
+/// name and `byte` is base64; an unknown format compiles as an annotation with a warning
+/// naming it and its pointer, or is refused on request.
+#[test]
+fn openapi_and_unknown_formats() {
+    for (schema, good, bad) in [
+        (
+            json!({"type": "integer", "format": "int32"}),
+            vec!["2147483647", "-2147483648", "0"],
+            vec!["2147483648", "-2147483649"],
+        ),
+        (
+            json!({"type": "integer", "format": "int64", "minimum": 0}),
+            vec!["9223372036854775807", "0"],
+            vec!["9223372036854775808", "-1"],
+        ),
+        (
+            json!({"type": "number", "format": "float"}),
+            vec!["3.4e38", "-1.5", "0"],
+            vec!["3.5e38", "-1e39"],
+        ),
+        (
+            json!({"type": "string", "format": "byte"}),
+            vec!["\"aGk=\"", "\"\"", "\"aGVsbG8=\""],
+            vec!["\"aGk\"", "\"a=Gk\"", "\"!!!!\""],
+        ),
+        // A numeric format says nothing of strings.
+        (
+            json!({"type": "string", "format": "int32"}),
+            vec!["\"abc\""],
+            vec![],
+        ),
+    ] {
+        let c = compile(&schema);
+        for t in good {
+            assert!(accepts(&c, t), "{schema}: {t}");
+        }
+        for t in bad {
+            assert!(!accepts(&c, t), "{schema}: {t}");
+        }
+    }
+    let card = json!({"type": "object", "properties": {
+        "cc": {"type": "string", "format": "credit-card"},
+        "n": {"format": "credit-card"}}});
+    let g = schema_to_grammar(&card, &SchemaOptions::default()).unwrap();
+    let warnings: Vec<String> = g.warnings.iter().map(|w| w.to_string()).collect();
+    assert_eq!(
+        warnings,
+        [
+            "#/properties/cc/format: unknown format \"credit-card\": an annotation, not enforced",
+            "#/properties/n/format: unknown format \"credit-card\": an annotation, not enforced",
+        ],
+        "{warnings:?}"
+    );
+    let strict = SchemaOptions {
+        refuse_unknown_formats: true,
+        ..SchemaOptions::default()
+    };
+    let e = schema_to_grammar(&card, &strict).unwrap_err().to_string();
+    assert!(
+        e.contains("#/properties/cc/format") && e.contains("credit-card"),
+        "{e}"
+    );
+    // Known formats compile without a warning.
+    let g = schema_to_grammar(
+        &json!({"format": "date", "type": ["string", "integer"]}),
+        &strict,
+    )
+    .unwrap();
+    assert!(g.warnings.is_empty());
 }
 
 /// Random mask-guided walks under MaskBench schemas: every completed output validates.
