@@ -803,6 +803,12 @@ fn main() -> Result<()> {
                     f("tbm_us", "mean"), f("tbm_us", "p50"), f("tbm_us", "p99"), f("tbm_us", "p999"), f("tbm_us", "max"),
                     f("ttfm_us", "mean"), f("ttfm_us", "p99")
                 );
+                if name == "ruvllm-budget" {
+                    println!(
+                        "            no completion from the start: {} {}",
+                        v["no_start_completion"], v["no_start_completion_files"]
+                    );
+                }
                 report.push((name.clone(), v.clone(), caches));
                 out.insert(name.clone(), v);
                 details.push((name.clone(), errors, fa, fr));

@@ -470,6 +470,7 @@ fn complete<B: LlmBackend + ModelBackend>(
         return Err(Incomplete {
             max_tokens: a.max_tokens,
             budget: !a.no_budget,
+            shortest: g.usage.start_completion,
         }
         .into());
     }
@@ -482,6 +483,8 @@ fn complete<B: LlmBackend + ModelBackend>(
 pub struct Incomplete {
     max_tokens: usize,
     budget: bool,
+    /// The shortest completion from the start, in tokens (`None`: none was found).
+    shortest: Option<usize>,
 }
 
 impl Incomplete {
@@ -491,18 +494,28 @@ impl Incomplete {
 
 impl std::fmt::Display for Incomplete {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.budget {
-            write!(
-                f,
-                "the output is incomplete: --max-tokens {} is below the shortest completion \
-                 of the constraint; raise it",
-                self.max_tokens
-            )
-        } else {
+        if !self.budget {
             write!(
                 f,
                 "the output is incomplete: --max-tokens {} cut it (budget-aware decoding is \
                  off: drop --no-budget to have it closed in time)",
+                self.max_tokens
+            )
+        } else if let Some(n) = self.shortest.filter(|&n| n > self.max_tokens) {
+            write!(
+                f,
+                "the output is incomplete: --max-tokens {} is below the shortest completion \
+                 of the constraint ({n} tokens); raise it",
+                self.max_tokens
+            )
+        } else {
+            // Said only when true: with no completion found from the start, budget-aware
+            // decoding could promise nothing.
+            write!(
+                f,
+                "the output is incomplete: --max-tokens {} cut it; budget-aware decoding was \
+                 off because no completion of the constraint was found from the start (a \
+                 semantic check the completion search could not get past)",
                 self.max_tokens
             )
         }
@@ -510,3 +523,31 @@ impl std::fmt::Display for Incomplete {
 }
 
 impl std::error::Error for Incomplete {}
+
+#[cfg(test)]
+mod tests {
+    use super::Incomplete;
+
+    /// "Below the shortest completion" only when it is true (issue 66): with no completion
+    /// found from the start, the message says that instead.
+    #[test]
+    fn the_incomplete_message_says_what_happened() {
+        let msg = |budget, shortest| {
+            Incomplete {
+                max_tokens: 256,
+                budget,
+                shortest,
+            }
+            .to_string()
+        };
+        assert!(msg(true, Some(300))
+            .contains("below the shortest completion of the constraint (300 tokens)"));
+        let none = msg(true, None);
+        assert!(!none.contains("below"), "{none}");
+        assert!(
+            none.contains("no completion of the constraint was found"),
+            "{none}"
+        );
+        assert!(msg(false, Some(3)).contains("--no-budget"));
+    }
+}

@@ -461,7 +461,9 @@ fn generate_keeps_max_tokens_complete() {
     ]);
     assert_eq!(code, 3, "{err}");
     assert!(
-        err.contains("incomplete") && err.contains("below the shortest completion"),
+        err.contains("incomplete")
+            && err.contains("below the shortest completion")
+            && err.contains(&format!("({n} tokens)")),
         "{err}"
     );
     // One token above it: complete with the budget, cut without.

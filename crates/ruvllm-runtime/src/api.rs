@@ -459,6 +459,11 @@ pub struct Usage {
     /// Sampled tokens refused after the fact because no completion was found within the
     /// budget after them (only under semantic checks; each was sampled again).
     pub budget_refusals: usize,
+    /// The shortest completion from the start, in tokens, as budget-aware decoding
+    /// found it before the first token (`None`: no constraint, budget-aware decoding not
+    /// asked for, or no completion found: the search for a way past a semantic check
+    /// gave up). Budget-aware decoding is on exactly when it is at most `max_tokens`.
+    pub start_completion: Option<usize>,
     /// Per sampled step of a budget-aware generation: the seconds its mask took, and
     /// whether the end of the budget was near (the budget mask then narrowed the exact
     /// one token by token and computed the shortest completion). For benchmarks.

@@ -708,12 +708,11 @@ impl Decoder {
         let max_tokens = params.max_tokens.min(ctx - ids.len());
         // Budget-aware decoding keeps a promise only a budget at least the shortest
         // completion can keep; below it, the output ends `length`, as without it.
-        let budget = match (&mut matcher, params.budget_aware) {
-            (Some(m), true) => m
-                .shortest_completion()?
-                .is_some_and(|w| w.len() <= max_tokens),
-            _ => false,
+        let start_completion = match (&mut matcher, params.budget_aware) {
+            (Some(m), true) => m.shortest_completion()?.map(|w| w.len()),
+            _ => None,
         };
+        let budget = start_completion.is_some_and(|n| n <= max_tokens);
         let seed = params.seed.unwrap_or_else(rand::random);
         let prompt_tokens = ids.len();
         Ok(Decoder {
@@ -722,6 +721,7 @@ impl Decoder {
             seed,
             usage: Usage {
                 prompt_tokens,
+                start_completion,
                 ..Default::default()
             },
             mask: vec![0u32; inner.engine.vocab().mask_words()],

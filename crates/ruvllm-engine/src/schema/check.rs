@@ -197,6 +197,7 @@ impl<'a> CheckBuilder<'a> {
             .with_draft(self.draft)
             .should_validate_formats(true)
             .with_format("hostname", super::hostname_format())
+            .with_format("uri-template", super::uri_template_format())
             .with_registry(&self.registry)
             .build(schema)
             .map_err(|e| e.to_string())

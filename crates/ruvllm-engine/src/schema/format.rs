@@ -101,6 +101,23 @@ fn uri_parts(iri: bool) -> (String, String) {
     (absolute, relative)
 }
 
+/// RFC 6570 URI templates (levels 1-4): literals (any character but controls, space,
+/// `"%<>\^`{|}`, except as `%HH`) and expressions `{op var,var:3,list*}`. `'` is a
+/// literal: the published ABNF leaves it out (`%x26 / %x28-3B`), which verified erratum
+/// 6937 corrects to `%x26-3B` (the RFC's own example `'{var}'` needs it; the JSON Schema
+/// Test Suite has "an apostrophe in a literal is valid").
+fn uri_template() -> String {
+    let pct = "%[0-9A-Fa-f]{2}";
+    let literal = format!(
+        r"(?:[\x21\x23\x24\x26-\x3B\x3D\x3F-\x5B\x5D\x5F\x61-\x7A\x7E{}\x{{E000}}-\x{{F8FF}}\x{{F0000}}-\x{{FFFFD}}\x{{100000}}-\x{{10FFFD}}]|{pct})",
+        ucschar(true)
+    );
+    let varchar = format!("(?:[A-Za-z0-9_]|{pct})");
+    let varspec = format!(r"{varchar}(?:\.?{varchar})*(?::[1-9][0-9]{{0,3}}|\*)?");
+    let expression = format!(r"\{{[+#./;?&=,!@|]?{varspec}(?:,{varspec})*\}}");
+    format!("(?:{literal}|{expression})*")
+}
+
 /// RFC 5321's `Local-part` (`idn`: RFC 6531's, with UTF-8 beyond ASCII) and the address
 /// literals of its `Domain`.
 fn email(idn: bool) -> String {
@@ -129,11 +146,11 @@ fn idn_hostname() -> String {
 }
 
 /// The regex (over decoded characters, anchored) of each format enforced by grammar;
-/// `None` for a format it cannot say at all (`regex`, `uri-template`: a check of the whole
-/// value then) or an unknown one.
+/// `None` for a format it cannot say at all (`regex`: a check of the whole value then) or
+/// an unknown one.
 ///
-/// `portable` ([`super::SchemaOptions::portable_values`]): years from 0001 and at most 9
-/// digits of fractional seconds.
+/// `portable` ([`super::SchemaOptions::portable_values`]): years from 0001, at most 9
+/// digits of fractional seconds and 20 in each number of a duration.
 /// `grammar_only` ([`super::SchemaOptions::grammar_only`]): `time` and `date-time`
 /// without leap seconds, so that they need no check ([`format_check`]).
 pub(super) fn format_regex(f: &str, portable: bool, grammar_only: bool) -> Option<String> {
@@ -181,15 +198,22 @@ pub(super) fn format_regex(f: &str, portable: bool, grammar_only: bool) -> Optio
             format!("(?:{a}|{r})")
         }
         "json-pointer" => r"(?:/(?:[^~/]|~[01])*)*".into(),
+        "uri-template" => uri_template(),
         // OpenAPI's `byte`: base64 (RFC 4648, padded), as `contentEncoding` reads it.
         "byte" => encoding_regex("base64")?,
         "relative-json-pointer" => r"(?:0|[1-9][0-9]*)(?:#|(?:/(?:[^~/]|~[01])*)*)".into(),
-        // RFC 3339 appendix A durations.
+        // RFC 3339 appendix A durations (each number at most 20 digits when portable, as
+        // numbers are under generation).
         "duration" => {
             let time = r"T(?:[0-9]+H(?:[0-9]+M(?:[0-9]+S)?)?|[0-9]+M(?:[0-9]+S)?|[0-9]+S)";
-            format!(
+            let d = format!(
                 r"P(?:(?:[0-9]+Y(?:[0-9]+M(?:[0-9]+D)?)?|[0-9]+M(?:[0-9]+D)?|[0-9]+D)(?:{time})?|{time}|[0-9]+W)"
-            )
+            );
+            if portable {
+                d.replace("[0-9]+", "[0-9]{1,20}")
+            } else {
+                d
+            }
         }
         _ => return None,
     })
@@ -244,6 +268,16 @@ pub fn hostname_format() -> impl Fn(&str) -> bool + Send + Sync + 'static {
         .build(&json!({ "format": "hostname" }))
         .expect("the format schema is valid");
     move |name: &str| is_hostname(name, &a_label)
+}
+
+/// The `uri-template` format check for ruvllm's validators: RFC 6570's grammar (with
+/// erratum 6937), the same regex as the grammar's, so that what the mask allows and what
+/// post-validation accepts are one language. Cost: one regex build; each call linear in
+/// the text.
+pub fn uri_template_format() -> impl Fn(&str) -> bool + Send + Sync + 'static {
+    let re = regex_automata::meta::Regex::new(&format!(r"\A(?:{})\z", uri_template()))
+        .expect("the URI template regex is valid");
+    move |s: &str| re.is_match(s)
 }
 
 impl ValueCheck for FormatCheck {

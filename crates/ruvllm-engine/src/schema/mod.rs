@@ -82,7 +82,7 @@ use serde_json::{Map, Value};
 use thiserror::Error;
 
 pub use bundle::{bundle, needs_bundle, RegistryError, SchemaRegistry, DOCS_KEY};
-pub use format::hostname_format;
+pub use format::{hostname_format, uri_template_format};
 
 use crate::grammar::json_string::{
     json_chars, json_chars_with, short_escapes, spelled_raw_only, PATTERN_U_ESCAPED,
@@ -157,7 +157,8 @@ pub struct SchemaOptions {
     /// Python's `date`, python-jsonschema's format checker and Pydantic refuse), and at
     /// most 9 digits of fractional seconds in `time`/`date-time` (nanoseconds, what
     /// those readers and Rust's chrono keep; without it a model can run on writing
-    /// digits, as [`SchemaOptions::number_digits`] keeps it from doing in numbers).
+    /// digits, as [`SchemaOptions::number_digits`] keeps it from doing in numbers), and
+    /// at most 20 digits in each number of a `duration`.
     /// Off by default (the exact language); generation turns it on.
     pub portable_values: bool,
     /// Refuse a `format` that is neither one JSON Schema defines nor one of OpenAPI's

@@ -797,6 +797,11 @@ fn generation_writes_portable_format_values() {
         assert!(accepts(&t0, text), "{text}: the default options refuse it");
         assert_eq!(accepts(&t, text), portable, "{text}");
     }
+    let dur = json!({"type": "string", "format": "duration"});
+    let (du, du0) = (compile_with(&dur, &gen), compile(&dur));
+    let long = format!("\"P{}D\"", "9".repeat(21));
+    assert!(accepts(&du0, &long) && !accepts(&du, &long));
+    assert!(accepts(&du, &format!("\"P{}DT1H\"", "9".repeat(20))));
     // What budget closing writes: before, `"0000-01-01"`, which Python's `date` refuses.
     let g = schema_to_grammar(&date, &gen).unwrap();
     let c = Constraint::new(&g, common::llama3(), &Limits::default()).unwrap();

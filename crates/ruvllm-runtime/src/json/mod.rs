@@ -158,6 +158,7 @@ impl JsonSchema {
         let validator = jsonschema::options()
             .should_validate_formats(true)
             .with_format("hostname", ruvllm_engine::schema::hostname_format())
+            .with_format("uri-template", ruvllm_engine::schema::uri_template_format())
             .build(&schema)
             .map_err(|e| JsonSchemaError::Invalid {
                 pointer: pointer_or_root(e.instance_path().as_str()),
