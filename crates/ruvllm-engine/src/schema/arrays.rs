@@ -14,7 +14,15 @@ impl Compiler<'_> {
     ) -> Result<Expr, SchemaError> {
         let min = get_uint(m, "minItems", ptr)?.unwrap_or(0);
         let max = get_uint(m, "maxItems", ptr)?;
+        let need = contains_need(m, ptr)?;
         if m.get("uniqueItems") == Some(&Value::Bool(true)) {
+            if need.is_some() {
+                return Err(unsupported(
+                    "contains",
+                    ptr,
+                    "contains beside uniqueItems is checked, not counted in the grammar",
+                ));
+            }
             if let Some(values) = small_value_set(m) {
                 return self.unique_array(&values, min, max, ptr, depth);
             }
@@ -52,11 +60,19 @@ impl Compiler<'_> {
                 (None, Some(x)) => (vec![], Some((x, join(ptr, "items")))),
                 (None, None) => (vec![], None),
             };
+        if need.is_some() && !prefix.is_empty() {
+            return Err(unsupported(
+                "contains",
+                ptr,
+                "contains beside prefixItems is checked, not counted in the grammar",
+            ));
+        }
         let mut prefix_e = Vec::new();
         for (x, p) in &prefix {
             prefix_e.push(self.compile(x, p, depth + 1)?);
         }
         let rest_empty = matches!(rest, Some((Value::Bool(false), _)));
+        let rest_value = rest.as_ref().map(|(x, _)| (*x).clone());
         let rest_e = match rest {
             Some((x, p)) => self.compile(x, &p, depth + 1)?,
             None => self.any_value(),
@@ -72,6 +88,11 @@ impl Compiler<'_> {
         };
         if min > max_total.unwrap_or(usize::MAX) {
             return Ok(Expr::Alt(vec![]));
+        }
+        if let Some(need) = need {
+            let items = rest_value.unwrap_or(Value::Bool(true));
+            let bounds = (min, max_total);
+            return self.contains_array(m, items, rest_e, need, bounds, ptr, depth);
         }
         let item_at = |i: usize| {
             if i < k {
@@ -122,6 +143,118 @@ impl Compiler<'_> {
             None
         };
         Ok(array_frame(&ws, min == 0, first))
+    }
+
+    /// An array of `items` with at least `need` of them valid against `contains` too
+    /// (`minContains`, 1 by default), exactly in the grammar: a rule per (items written,
+    /// matches still needed), each offering any item or, while matches are needed, an item
+    /// of `items ∧ contains`. Every valid array parses (its matching items in the second
+    /// role), and the shortest completion writes the matches it needs instead of stopping
+    /// at an array a check would refuse. `maxContains` stays a semantic check (it needs
+    /// the items that do not match, a complement). Cost: at most
+    /// [`MAX_CONTAINS_STATES`] rules, else the old relaxed grammar and a check.
+    #[allow(clippy::too_many_arguments)]
+    fn contains_array(
+        &mut self,
+        m: &Map<String, Value>,
+        items: Value,
+        item: Expr,
+        need: usize,
+        (min, max): (usize, Option<usize>),
+        ptr: &str,
+        depth: usize,
+    ) -> Result<Expr, SchemaError> {
+        if max.is_some_and(|x| need > x) {
+            return Ok(Expr::Alt(vec![]));
+        }
+        // Items written, capped where the count stops mattering: at maxItems, or (no
+        // maxItems) at minItems and at least 1 (from there on an item follows a comma).
+        let cap = max.unwrap_or(min.max(1));
+        let states = (cap + 1).saturating_mul(need);
+        if states > MAX_CONTAINS_STATES {
+            return Err(unsupported(
+                "minContains",
+                ptr,
+                format!(
+                    "counting {need} contains matches among {cap} items needs {states} rules \
+                     (at most {MAX_CONTAINS_STATES} in the grammar; checked instead)"
+                ),
+            ));
+        }
+        let contains = m.get("contains").cloned().unwrap_or(Value::Bool(true));
+        let matching = self.compile(
+            &intersect::and_schema(items, contains),
+            &join(ptr, "contains"),
+            depth + 1,
+        )?;
+        let sep = self.comma();
+        let next = |i: usize| {
+            if max.is_some() {
+                i + 1
+            } else {
+                (i + 1).min(cap)
+            }
+        };
+        let pre = |i: usize, e: Expr| {
+            if i == 0 {
+                e
+            } else {
+                Expr::Seq(vec![sep.clone(), e])
+            }
+        };
+        // done(i): the rest once no match is needed, `i` items written.
+        let done = |i: usize| -> Expr {
+            let more = max.map(|x| (x - i) as u32);
+            let rmin = min.saturating_sub(i) as u32;
+            let rest = |lo: u32, hi: Option<u32>| Expr::Repeat {
+                e: Box::new(Expr::Seq(vec![sep.clone(), item.clone()])),
+                min: lo,
+                max: hi,
+            };
+            if i > 0 {
+                return rest(rmin, more);
+            }
+            let mut alts = Vec::new();
+            if min == 0 {
+                alts.push(Expr::Empty);
+            }
+            if more != Some(0) {
+                let one = Expr::Seq(vec![
+                    item.clone(),
+                    rest(rmin.saturating_sub(1), more.map(|x| x - 1)),
+                ]);
+                alts.push(one);
+            }
+            Expr::Alt(alts)
+        };
+        // rule[(i, c)]: the rest with `i` items written and `c` >= 1 matches needed.
+        let mut rule = HashMap::new();
+        for c in 1..=need {
+            for i in 0..=cap {
+                if max.is_none_or(|x| x - i >= c) {
+                    rule.insert((i, c), self.reserve("contains-items"));
+                }
+            }
+        }
+        let state = |i: usize, c: usize| -> Expr {
+            if c == 0 {
+                return done(i);
+            }
+            rule.get(&(i, c))
+                .map_or(Expr::Alt(vec![]), |&r| Expr::Ref(r))
+        };
+        let mut bodies = Vec::with_capacity(rule.len());
+        for (&(i, c), &r) in &rule {
+            let j = next(i);
+            let any = pre(i, Expr::Seq(vec![item.clone(), state(j, c)]));
+            let hit = pre(i, Expr::Seq(vec![matching.clone(), state(j, c - 1)]));
+            bodies.push((r, Expr::Alt(vec![any, hit])));
+        }
+        for (r, body) in bodies {
+            self.set(r, body);
+        }
+        let ws = self.ws();
+        Ok(array_frame(&ws, false, Some(state(0, need))))
     }
 
     /// `uniqueItems` over a small set of values, exactly in the grammar: one rule per set
@@ -185,4 +318,20 @@ impl Compiler<'_> {
         });
         Ok(array_frame(&ws, min == 0, first))
     }
+}
+
+/// Most rules [`Compiler::contains_array`] makes for one array (items written times
+/// matches needed); past it, `contains` is a semantic check over a relaxed grammar.
+const MAX_CONTAINS_STATES: usize = 4096;
+
+/// How many items must match `contains` (`minContains`, 1 by default), or `None` when
+/// `contains` asks nothing of the grammar: absent, or `minContains: 0` (then only
+/// `maxContains` constrains, and it is refused into a check). `minContains` is a keyword
+/// from 2019-09 on; the draft filter has removed it from older schemas.
+fn contains_need(m: &Map<String, Value>, ptr: &str) -> Result<Option<usize>, SchemaError> {
+    if !m.contains_key("contains") {
+        return Ok(None);
+    }
+    let need = get_uint(m, "minContains", ptr)?.unwrap_or(1);
+    Ok((need > 0).then_some(need))
 }

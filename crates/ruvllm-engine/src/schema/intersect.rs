@@ -17,6 +17,17 @@ pub(super) fn merge(
     // An object's `properties` and `additionalProperties` are rebuilt below from both
     // sides whenever either side has one: they are not copied first (deep copies of every
     // property's schema, thrown away).
+    // `minContains` and `maxContains` count the matches of their own side's `contains`:
+    // two sides that both say something about it cannot be merged key by key.
+    const CONTAINS: [&str; 3] = ["contains", "minContains", "maxContains"];
+    let counts = |x: &Map<String, Value>| CONTAINS.iter().any(|k| x.contains_key(*k));
+    if counts(a) && counts(b) && CONTAINS.iter().any(|k| a.get(*k) != b.get(*k)) {
+        return Err(unsupported(
+            "contains",
+            ptr,
+            "cannot intersect two different contains (allOf or siblings)",
+        ));
+    }
     let objects = a.contains_key("properties")
         || b.contains_key("properties")
         || a.contains_key("additionalProperties")

@@ -34,8 +34,8 @@ pub(super) const REFUSED: &[&str] = &[
     "if",
     "then",
     "else",
-    "contains",
-    "minContains",
+    // `contains` and `minContains` are counted in the grammar (`arrays.rs`); `maxContains`
+    // needs the items that do not match, a complement, and is checked.
     "maxContains",
     "patternProperties",
     "propertyNames",

@@ -500,6 +500,9 @@ fn strip_for(keyword: &str, reason: &str) -> Vec<&'static str> {
         "minLength" | "maxLength" => vec!["minLength", "maxLength"],
         "contentEncoding" | "contentMediaType" => vec!["contentEncoding", "contentMediaType"],
         "minItems" | "maxItems" => vec!["minItems", "maxItems"],
+        // maxContains alone: the grammar still counts the minimum.
+        "maxContains" => vec!["maxContains"],
+        "contains" | "minContains" => vec!["contains", "minContains", "maxContains"],
         "anyOf" => vec!["anyOf"],
         "items" | "prefixItems" | "additionalItems" => {
             vec!["items", "prefixItems", "additionalItems"]
@@ -840,7 +843,8 @@ fn check_keywords(m: &Map<String, Value>, ptr: &str) -> Result<(), SchemaError> 
             continue;
         }
         if REFUSED.contains(&k) {
-            let trivial = matches!(k, "minContains") && v == &Value::from(1)
+            // `maxContains` without `contains` is ignored by every draft.
+            let trivial = k == "maxContains" && !m.contains_key("contains")
                 || matches!(k, "if" | "then" | "else") && v == &Value::Bool(true)
                 || matches!(
                     k,

@@ -415,3 +415,48 @@ fn overlapping_one_of_completes_with_member_hints() {
     assert!(st.no_completion.is_empty(), "{st:?}");
     assert_eq!(st.walks, st.complete, "{st:?}");
 }
+
+/// `contains` with `minContains: 2` and `maxContains: 3` over integers (issue 66): the
+/// completion search used to find nothing (the relaxed grammar let `[]` close, and the
+/// check's search over digits never reached two numbers of at least 10), so budget-aware
+/// decoding was off and a sampled walk wrote small integers until `max_tokens`. The
+/// grammar now counts the matches: a completion from the start (`[10,10]`, three tokens
+/// of Llama 3.1), valid, and budget walks end complete and valid.
+#[test]
+fn contains_counts_complete_from_the_start() {
+    let vocab = common::llama3();
+    let limits = Limits::default();
+    let s = serde_json::json!({"$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "array", "items": {"type": "integer"},
+        "contains": {"minimum": 10}, "minContains": 2, "maxContains": 3});
+    let g = schema_to_grammar(&s, &SchemaOptions::default()).unwrap();
+    let c = Constraint::new(&g, vocab.clone(), &limits).unwrap();
+    let mut m = Matcher::new(&c).unwrap();
+    let w = m
+        .shortest_completion()
+        .unwrap()
+        .expect("a completion from the start");
+    assert_eq!(String::from_utf8_lossy(w.text()), "[10,10]");
+    let v = jsonschema::validator_for(&s).unwrap();
+    let mut rng = common::Rng(66);
+    let mut st = WalkStats::default();
+    for extra in [0, 1, 3, 12, 40, 100] {
+        budget_walk(&c, &mut rng, extra, "contains", &mut st);
+    }
+    assert!(st.no_completion.is_empty(), "{st:?}");
+    assert_eq!(st.walks, st.complete, "{st:?}");
+    // After text a model wrote: small numbers first, the matches still to come.
+    let mut m = Matcher::new(&c).unwrap();
+    for t in vocab.fewest_tokens(b"[1, 2, 3").unwrap() {
+        m.commit_token(t).unwrap();
+    }
+    let w = m
+        .shortest_completion()
+        .unwrap()
+        .expect("a completion mid-array");
+    let whole = format!("[1, 2, 3{}", String::from_utf8_lossy(w.text()));
+    assert!(
+        v.is_valid(&serde_json::from_str(&whole).unwrap()),
+        "{whole}"
+    );
+}

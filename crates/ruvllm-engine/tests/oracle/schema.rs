@@ -446,7 +446,8 @@ fn checks_of_one_schema_keep_to_their_own_values() {
         "type": "object",
         "$defs": {"n": {"type": "integer", "minimum": 0}},
         "properties": {
-            "a": {"type": "array", "items": {"$ref": "#/$defs/n"}, "contains": {"const": 2}},
+            "a": {"type": "array", "items": {"$ref": "#/$defs/n"}, "contains": {"const": 2},
+                  "maxContains": 1},
             "b": {"type": "object", "patternProperties": {"^x": {"$ref": "#/$defs/n"}}},
             "c": {"oneOf": [{"type": "integer"}, {"minimum": 0}]},
             "d": {"type": "string", "pattern": "^[a-z]+$", "minLength": 2}
@@ -1150,6 +1151,89 @@ fn unique_items_over_small_enums_are_in_the_grammar() {
     let g = schema_to_grammar(&s, &SchemaOptions::default()).unwrap();
     let c = Constraint::new(&g, dummy_vocab(), &Limits::default());
     assert!(c.is_err() || !accepts(&c.unwrap(), r#"["a","b"]"#));
+}
+
+/// `contains` and `minContains` are counted in the grammar (an array must hold the
+/// matches it needs before it can close); `maxContains`, and `contains` beside
+/// `uniqueItems` or two different `contains` in an `allOf`, stay semantic checks. Every
+/// array of up to four items from a pool is judged as the validator judges it.
+#[test]
+fn contains_counts_are_exact() {
+    let d2020 = "https://json-schema.org/draft/2020-12/schema";
+    let d7 = "http://json-schema.org/draft-07/schema#";
+    let schemas = [
+        json!({"$schema": d2020, "type": "array", "items": {"type": "integer"},
+               "contains": {"minimum": 10}, "minContains": 2, "maxContains": 3}),
+        json!({"$schema": d7, "type": "array", "items": {"type": "integer", "maximum": 20},
+               "contains": {"minimum": 10}, "maxItems": 3}),
+        json!({"$schema": d2020, "contains": {"const": "x"}, "minContains": 2, "minItems": 3}),
+        json!({"$schema": d2020, "type": "array", "contains": {"type": "string"},
+               "minContains": 0, "maxContains": 1}),
+        json!({"$schema": d2020, "type": "array", "allOf": [
+            {"contains": {"const": 1}}, {"contains": {"const": 12}, "minContains": 2}]}),
+        json!({"$schema": d2020, "type": "array", "contains": {"type": "integer"},
+               "uniqueItems": true, "minItems": 2}),
+        json!({"$schema": d2020, "type": "array", "items": {"type": "integer"},
+               "contains": {"minimum": 10}, "minContains": 2, "maxItems": 1}),
+        json!({"$schema": d2020, "type": "array", "contains": false}),
+        json!({"$schema": d2020, "type": "array", "minItems": 1,
+               "allOf": [{"contains": {"const": 1}}, {"minContains": 2}]}),
+    ];
+    let pool = ["1", "10", "12", "\"x\"", "25"];
+    let mut texts = vec!["[]".to_string()];
+    let mut layer = vec![Vec::<&str>::new()];
+    for _ in 0..4 {
+        let mut next = Vec::new();
+        for xs in &layer {
+            for p in pool {
+                let mut ys = xs.clone();
+                ys.push(p);
+                texts.push(format!("[{}]", ys.join(", ")));
+                next.push(ys);
+            }
+        }
+        layer = next;
+    }
+    for s in &schemas {
+        let v = oracle(s);
+        let c = match schema_to_grammar(s, &SchemaOptions::default()) {
+            Ok(g) => Constraint::new(&g, dummy_vocab(), &Limits::default()).unwrap(),
+            // Nothing is valid: then no text may be.
+            Err(SchemaError::Unsatisfiable { .. }) => {
+                assert!(texts
+                    .iter()
+                    .all(|t| !v.is_valid(&serde_json::from_str(t).unwrap())));
+                continue;
+            }
+            Err(e) => panic!("{s}: {e}"),
+        };
+        let mut valid = 0;
+        for t in &texts {
+            let want = v.is_valid(&serde_json::from_str(t).unwrap());
+            valid += want as usize;
+            assert_eq!(accepts(&c, t), want, "{s}: {t}");
+        }
+        assert!(
+            valid > 0 || s["maxItems"] == 1 || s["contains"] == false,
+            "{s}"
+        );
+    }
+    // Without maxContains the count is the grammar's alone: no check.
+    let g = schema_to_grammar(&schemas[1], &SchemaOptions::default()).unwrap();
+    let described: Vec<String> = g.checks.iter().map(|(_, c)| c.0.describe()).collect();
+    assert!(
+        described
+            .iter()
+            .all(|d| d.starts_with("number (exact decimal)")),
+        "{described:?}"
+    );
+    // A prefix with one match too few cannot close.
+    let c = compile(&schemas[0]);
+    let mut m = Matcher::new(&c).unwrap();
+    assert!(matches!(
+        m.check_bytes(b"[10, 3]").unwrap(),
+        CheckResult::Rejected { at: 6, .. }
+    ));
 }
 
 /// Long bounded strings are counted lexemes: a `maxLength: 32767` string compiles in
