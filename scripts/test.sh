@@ -114,8 +114,8 @@ wait_for $prepare_py "Python package" target/prepare-py.log
 # saved (the SmolLM2 client tests, 192 s alone, took 852 s; the server's inference threads
 # need both cores).
 df -h . | tail -n 1 | awk '{print "test: disk before the Python package tests: " $4 " free of " $2}'
-# The wheel in the test build's profile (its dependencies compiled already; `--release`
-# would compile them all again, about 2 minutes more).
-RUVLLM_WHEEL_PROFILE=test bash crates/ruvllm-py/run-tests.sh target/debug/ruvllm
+# The wheel in the dev profile, whose dependencies the test build compiled already
+# (`--release` would compile them all again, about 2 minutes more).
+RUVLLM_WHEEL_PROFILE=dev bash crates/ruvllm-py/run-tests.sh target/debug/ruvllm
 phase ""
 echo "test: all phases: $((SECONDS - start_all)) s (cpu $(cpu_s) s)"

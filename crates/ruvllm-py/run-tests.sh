@@ -4,7 +4,7 @@
 # torch brings about 5.6 GB and 85 s of downloads), vLLM and SGLang without their GPU
 # dependencies, llama-cpp-python (its source package, built with the cmake and ninja
 # wheels: about 2 minutes on 2 cores, once per venv), the package itself built from this
-# checkout (one abi3 wheel from `maturin build --release`, or the test profile's, first
+# checkout (one abi3 wheel from `maturin build --release`, or the dev profile's, first
 # installed and imported in a clean venv without Rust on PATH) and the C ABI's library,
 # then pytest, with the `ruvllm` binary to compare masks with.
 # Usage: crates/ruvllm-py/run-tests.sh PATH/TO/ruvllm [pytest args]
@@ -49,11 +49,12 @@ fi
 [ "$bin" = --prepare ] && exit 0
 # The package as users get it: `maturin build --release` makes one abi3 wheel (any CPython
 # 3.11 or later). It must install and import in a clean venv with no Rust toolchain on
-# PATH; the tests below then run the same wheel. RUVLLM_WHEEL_PROFILE=test (what
-# scripts/test.sh sets) builds it in the test build's profile instead: the same abi3 wheel
-# from the same sources and features, at the tests' optimization level, reusing what the
-# test build compiled (the workspace-hack crate keeps the package's dependency features
-# those of the workspace): about 45 s on 2 cores against 170 s for --release.
+# PATH; the tests below then run the same wheel. RUVLLM_WHEEL_PROFILE=dev (what
+# scripts/test.sh sets) builds it in the profile the test build's dependencies share (the
+# test profile inherits dev; `--profile test` itself would link the library as a test
+# harness, an executable): the same abi3 wheel from the same sources and features,
+# reusing what the test build compiled (the workspace-hack crate keeps the package's
+# dependency features those of the workspace) instead of about 170 s for --release.
 wheel_profile="${RUVLLM_WHEEL_PROFILE:-release}"
 profile_args=(--release)
 [ "$wheel_profile" = release ] || profile_args=(--profile "$wheel_profile")
