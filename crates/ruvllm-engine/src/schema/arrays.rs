@@ -187,6 +187,9 @@ impl Compiler<'_> {
             &join(ptr, "contains"),
             depth + 1,
         )?;
+        // Each is referenced from every counting rule: one rule each, not copies.
+        let item = self.rule("contains-any", item);
+        let matching = self.rule("contains-match", matching);
         let sep = self.comma();
         let next = |i: usize| {
             if max.is_some() {
