@@ -48,6 +48,7 @@ pub fn run_file(
         number_digits: None,
         portable_values: false,
         refuse_unknown_formats: false,
+        annotate_openapi_formats: false,
         registry: None,
         grammar_only: false,
     };

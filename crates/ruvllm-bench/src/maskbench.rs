@@ -399,6 +399,9 @@ fn run_ruvllm_with(
         number_digits: None,
         portable_values: false,
         refuse_unknown_formats: false,
+        // As the validator that labels the instances (python-jsonschema): OpenAPI's
+        // formats are annotations there.
+        annotate_openapi_formats: true,
         registry: case.registry.clone(),
         grammar_only: false,
     };

@@ -76,6 +76,7 @@ impl Compiler<'_> {
         // defines says nothing of numbers; any other is an annotation, with a warning).
         if let Some(f) = m.get("format").and_then(Value::as_str) {
             let range = match f {
+                _ if self.openapi_annotation(f) => None,
                 "int32" => Some(("-2147483648", "2147483647")),
                 "int64" => Some(("-9223372036854775808", "9223372036854775807")),
                 "float" => Some((
@@ -91,7 +92,7 @@ impl Compiler<'_> {
                     tighten_lo(&mut lo, a, false);
                     tighten_hi(&mut hi, b, false);
                 }
-            } else if !KNOWN_FORMATS.contains(&f) {
+            } else if !KNOWN_FORMATS.contains(&f) || self.openapi_annotation(f) {
                 self.unknown_format(f, ptr)?;
             }
         }

@@ -23,6 +23,10 @@ impl Compiler<'_> {
         // or refused on request); OpenAPI's numeric formats say nothing of strings.
         let fmt_re = match format {
             None => None,
+            Some(f) if self.openapi_annotation(f) => {
+                self.unknown_format(f, ptr)?;
+                None
+            }
             Some(f) => match format_regex(f, self.opts.portable_values, self.opts.grammar_only) {
                 Some(r) => Some(r),
                 None if NUMBER_FORMATS.contains(&f) => None,

@@ -746,6 +746,7 @@ fn whitespace_policies() {
             number_digits: None,
             portable_values: false,
             refuse_unknown_formats: false,
+            annotate_openapi_formats: false,
             registry: None,
             grammar_only: false,
         },
@@ -898,6 +899,7 @@ fn openapi_and_unknown_formats() {
     );
     let strict = SchemaOptions {
         refuse_unknown_formats: true,
+        annotate_openapi_formats: false,
         ..SchemaOptions::default()
     };
     let e = schema_to_grammar(&card, &strict).unwrap_err().to_string();
@@ -1151,6 +1153,32 @@ fn unique_items_over_small_enums_are_in_the_grammar() {
     let g = schema_to_grammar(&s, &SchemaOptions::default()).unwrap();
     let c = Constraint::new(&g, dummy_vocab(), &Limits::default());
     assert!(c.is_err() || !accepts(&c.unwrap(), r#"["a","b"]"#));
+}
+
+/// Under `annotate_openapi_formats` (the benches' validator view) OpenAPI's formats are
+/// annotations with a warning, as python-jsonschema reads them; enforced otherwise.
+#[test]
+fn openapi_formats_as_annotations_on_request() {
+    let opts = SchemaOptions {
+        annotate_openapi_formats: true,
+        ..SchemaOptions::default()
+    };
+    for (schema, text) in [
+        (
+            json!({"type": "string", "format": "byte"}),
+            "\"base64 encoded certificate\"",
+        ),
+        (json!({"type": "integer", "format": "int32"}), "2147483648"),
+    ] {
+        let g = schema_to_grammar(&schema, &opts).unwrap();
+        assert_eq!(g.warnings.len(), 1, "{schema}");
+        let c = Constraint::new(&g, dummy_vocab(), &Limits::default()).unwrap();
+        assert!(accepts(&c, text), "{schema}: {text}");
+        assert!(
+            !accepts(&compile(&schema), text),
+            "{schema}: {text} (enforced by default)"
+        );
+    }
 }
 
 /// `contains` and `minContains` are counted in the grammar (an array must hold the
