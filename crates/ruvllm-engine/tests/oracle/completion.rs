@@ -359,6 +359,21 @@ fn budget_walks_end_complete_within_the_budget() {
     assert_eq!(st.walks, st.complete);
 }
 
+/// `prefix` (committed as its fewest tokens) followed by the shortest completion from
+/// there, or `None` when none is found.
+fn completed_after(c: &Arc<Constraint>, prefix: &[u8]) -> Option<String> {
+    let mut m = Matcher::new(c).unwrap();
+    for t in c.vocab().fewest_tokens(prefix).unwrap() {
+        m.commit_token(t).unwrap();
+    }
+    let w = m.shortest_completion().unwrap()?;
+    Some(format!(
+        "{}{}",
+        String::from_utf8_lossy(prefix),
+        String::from_utf8_lossy(w.text())
+    ))
+}
+
 /// An exclusive `oneOf` whose branches overlap (MaskBench's `Github_easy---o13129`): `{}`
 /// matches both, so only an object with a member that tells them apart passes. The
 /// check's member hints find one from the start and after text the model wrote, and
@@ -387,20 +402,7 @@ fn overlapping_one_of_completes_with_member_hints() {
     assert!(valid(&text), "{text}");
     // Mid-value, after text the model wrote: the first field is told apart already, the
     // second must be repaired.
-    let at = |text: &[u8]| {
-        let mut m = Matcher::new(&c).unwrap();
-        for t in vocab.fewest_tokens(text).unwrap() {
-            m.commit_token(t).unwrap();
-        }
-        let w = m.shortest_completion().unwrap();
-        w.map(|w| {
-            format!(
-                "{}{}",
-                String::from_utf8_lossy(text),
-                String::from_utf8_lossy(w.text())
-            )
-        })
-    };
+    let at = |text: &[u8]| completed_after(&c, text);
     let whole = at(br#"{"source":{"type":"callback","options":{"x":[1"#).expect("a completion");
     assert!(valid(&whole), "{whole}");
     // Properties come in schema order, additional ones last: after an additional key no
@@ -446,15 +448,7 @@ fn contains_counts_complete_from_the_start() {
     assert!(st.no_completion.is_empty(), "{st:?}");
     assert_eq!(st.walks, st.complete, "{st:?}");
     // After text a model wrote: small numbers first, the matches still to come.
-    let mut m = Matcher::new(&c).unwrap();
-    for t in vocab.fewest_tokens(b"[1, 2, 3").unwrap() {
-        m.commit_token(t).unwrap();
-    }
-    let w = m
-        .shortest_completion()
-        .unwrap()
-        .expect("a completion mid-array");
-    let whole = format!("[1, 2, 3{}", String::from_utf8_lossy(w.text()));
+    let whole = completed_after(&c, b"[1, 2, 3").expect("a completion mid-array");
     assert!(
         v.is_valid(&serde_json::from_str(&whole).unwrap()),
         "{whole}"
