@@ -143,6 +143,7 @@ class RustValidator:
         self.dir = tempfile.mkdtemp(prefix="cmp-llg-")
         self.files: dict[str, str] = {}
         self.memo: dict[tuple[str, bytes], tuple[bool, str]] = {}
+        self.proc: tuple[str, subprocess.Popen] | None = None
 
     def check(self, schema: dict, doc: bytes) -> tuple[bool, str]:
         key = json.dumps(schema, sort_keys=True)
@@ -151,10 +152,44 @@ class RustValidator:
             path = self.files[key] = os.path.join(self.dir, f"{len(self.files)}.json")
             Path(path).write_text(key)
         if (path, doc) not in self.memo:
+            self.memo[(path, doc)] = self.ask(path, doc)
+        return self.memo[(path, doc)]
+
+    def ask(self, path: str, doc: bytes) -> tuple[bool, str]:
+        """The running `ruvllm validate --lines` of this schema (started on its first
+        document), asked one line at a time; a document that is not one line of UTF-8 gets a
+        run of its own."""
+        try:
+            line = doc.decode("utf-8")
+        except UnicodeDecodeError:
+            line = None
+        if line is None or "\n" in line or "\r" in line:
             r = subprocess.run([self.binary, "validate", "--schema", path, "-"], input=doc,
                                capture_output=True, timeout=60)
-            self.memo[(path, doc)] = (r.returncode == 0, r.stdout.decode("utf-8", "replace").strip()[:120])
-        return self.memo[(path, doc)]
+            return r.returncode == 0, r.stdout.decode("utf-8", "replace").strip()[:120]
+        if not line.strip():
+            return False, "empty document"
+        if self.proc is None or self.proc[0] != path:
+            self.close()
+            self.proc = (path, subprocess.Popen(
+                [self.binary, "validate", "--lines", "--schema", path, "-"],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, encoding="utf-8"))
+        p = self.proc[1]
+        p.stdin.write(line + "\n")
+        p.stdin.flush()
+        answer = p.stdout.readline()
+        if not answer:
+            raise RuntimeError(f"ruvllm validate --lines on {path} ended (status {p.wait()})")
+        verdict = answer.split(": ", 1)[1].strip()
+        return verdict == "valid", verdict.removeprefix("invalid: ")[:120]
+
+    def close(self) -> None:
+        """Ends the running `ruvllm validate --lines` (the documents of one schema are asked
+        together: one process at a time)."""
+        if self.proc is not None:
+            self.proc[1].stdin.close()
+            self.proc[1].wait(timeout=60)
+            self.proc = None
 
 
 def python_check(schema: dict, value) -> tuple[bool, str]:
@@ -240,6 +275,7 @@ def compare(e: Engines, files: list[Path], instances: int, max_judged: int = 4) 
                 if pos < len(ids):
                     if not (r.consume(ids[pos]) and l.consume(ids[pos])):
                         break
+    e.rust.close()
     return report
 
 

@@ -8,7 +8,9 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use ruvllm_engine::schema::SchemaRegistry;
-use ruvllm_engine::{Builtin, CheckResult, Engine, Grammar, Limits, Matcher, Vocabulary};
+use ruvllm_engine::{
+    Builtin, CheckResult, Constraint, Engine, Grammar, Limits, Matcher, Vocabulary,
+};
 
 use crate::schema::load_schema;
 
@@ -33,9 +35,11 @@ pub enum GrammarCmd {
         /// tokenizer.json, GGUF model, or *.tiktoken file.
         #[arg(long)]
         tokenizer: PathBuf,
-        /// Output so far (raw text, need not end on a token boundary).
-        #[arg(long, default_value = "")]
-        prefix: String,
+        /// Output so far (raw text, need not end on a token boundary). Repeat it for the
+        /// masks after several prefixes from one load of the grammar and the tokenizer:
+        /// each block then starts with `prefix N: "..."`.
+        #[arg(long)]
+        prefix: Vec<String>,
         /// How many allowed tokens to list.
         #[arg(long, default_value_t = 20)]
         sample: usize,
@@ -95,20 +99,36 @@ fn matcher_after(
     limits: &Limits,
     registry: Option<&Arc<SchemaRegistry>>,
 ) -> Result<(Arc<Vocabulary>, Matcher)> {
+    let (vocab, c) = constraint_for(grammar, tokenizer, limits, registry)?;
+    Ok((vocab, matcher_at(&c, prefix)?))
+}
+
+/// The grammar compiled against the tokenizer's vocabulary.
+fn constraint_for(
+    grammar: &GrammarArgs,
+    tokenizer: &PathBuf,
+    limits: &Limits,
+    registry: Option<&Arc<SchemaRegistry>>,
+) -> Result<(Arc<Vocabulary>, Arc<Constraint>)> {
     let g = grammar.load(limits, registry)?;
     let vocab = Arc::new(
         Vocabulary::from_file(tokenizer)
             .with_context(|| format!("loading {}", tokenizer.display()))?,
     );
     let c = Engine::new(vocab.clone()).constraint(&g, limits)?;
-    let mut m = Matcher::new(&c)?;
+    Ok((vocab, c))
+}
+
+/// A matcher of `c` that has read `prefix`; an error when the grammar rejects it.
+fn matcher_at(c: &Arc<Constraint>, prefix: &str) -> Result<Matcher> {
+    let mut m = Matcher::new(c)?;
     if let CheckResult::Rejected { at, expected } = m.check_bytes(prefix.as_bytes())? {
         bail!(
-            "the prefix is rejected at byte {at}; expected: {}",
+            "the prefix {prefix:?} is rejected at byte {at}; expected: {}",
             expected.join(" | ")
         );
     }
-    Ok((vocab, m))
+    Ok(m)
 }
 
 impl GrammarArgs {
@@ -219,12 +239,27 @@ fn check(
 fn mask(
     grammar: &GrammarArgs,
     tokenizer: &PathBuf,
-    prefix: &str,
+    prefixes: &[String],
     sample: usize,
     limits: &Limits,
     reg: Option<&Arc<SchemaRegistry>>,
 ) -> Result<ExitCode> {
-    let (vocab, mut m) = matcher_after(grammar, tokenizer, prefix, limits, reg)?;
+    let (vocab, c) = constraint_for(grammar, tokenizer, limits, reg)?;
+    if prefixes.len() < 2 {
+        let prefix = prefixes.first().map_or("", String::as_str);
+        print_mask(&vocab, matcher_at(&c, prefix)?, sample)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    for (i, prefix) in prefixes.iter().enumerate() {
+        println!("prefix {}: {prefix:?}", i + 1);
+        print_mask(&vocab, matcher_at(&c, prefix)?, sample)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Prints the count of allowed tokens, whether EOS is among them, the mask's time and the
+/// first `sample` allowed tokens.
+fn print_mask(vocab: &Vocabulary, mut m: Matcher, sample: usize) -> Result<()> {
     let mut mask = vec![0u32; vocab.mask_words()];
     let t0 = std::time::Instant::now();
     m.compute_mask(&mut mask)?;
@@ -249,7 +284,7 @@ fn mask(
     if allowed.len() > sample {
         println!("... and {} more", allowed.len() - sample);
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 /// `ruvllm grammar complete`: the shortest completion after a prefix.

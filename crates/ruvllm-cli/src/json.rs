@@ -66,6 +66,74 @@ pub fn validate(schema: PathBuf, input: String, reg: Option<&SchemaRegistry>) ->
     }
 }
 
+/// `ruvllm validate --lines`: one verdict line per non-blank input line, each written and
+/// flushed before the next line is read (so a caller can hold the process open and ask line
+/// by line); exit status 1 when any document is invalid. The schema is compiled once;
+/// each document costs its parse and one validation.
+pub fn validate_lines(
+    schema: PathBuf,
+    input: String,
+    reg: Option<&SchemaRegistry>,
+) -> Result<ExitCode> {
+    use std::io::{BufRead, Write};
+    let s = load_json_schema(&schema, reg)?;
+    let reader: Box<dyn BufRead> = if input == "-" {
+        Box::new(std::io::stdin().lock())
+    } else {
+        let f = std::fs::File::open(&input).with_context(|| format!("reading {input}"))?;
+        Box::new(std::io::BufReader::new(f))
+    };
+    let mut out = std::io::stdout().lock();
+    let mut all_valid = true;
+    for (i, line) in reader.split(b'\n').enumerate() {
+        let line = line.with_context(|| format!("reading {input}"))?;
+        let n = i + 1;
+        let Ok(text) = std::str::from_utf8(&line) else {
+            anyhow::bail!("{input}:{n}: not UTF-8");
+        };
+        if text.trim().is_empty() {
+            continue;
+        }
+        let verdict = lines_verdict(&s, text);
+        all_valid &= verdict.is_none();
+        match verdict {
+            None => writeln!(out, "{n}: valid"),
+            Some(why) => writeln!(out, "{n}: invalid: {why}"),
+        }
+        .and_then(|()| out.flush())
+        .context("writing to stdout")?;
+    }
+    Ok(if all_valid {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// Why one line's document is invalid, on one line (every violation, `; `-separated), or
+/// `None` when it is valid.
+fn lines_verdict(s: &JsonSchema, text: &str) -> Option<String> {
+    let v: serde_json::Value = match serde_json::from_str(text) {
+        Ok(v) => v,
+        Err(e) => return Some(format!("invalid JSON: {e}")),
+    };
+    let e = s.validate(&v).err()?;
+    let each: Vec<String> = e
+        .violations
+        .iter()
+        .map(|x| {
+            let at = if x.instance_pointer.is_empty() {
+                "(root)"
+            } else {
+                &x.instance_pointer
+            };
+            format!("{at}: {} [schema {}]", x.message, x.schema_pointer)
+        })
+        .collect();
+    // One line whatever the messages hold.
+    Some(each.join("; ").replace(['\n', '\r'], " "))
+}
+
 /// `ruvllm repair`: exit status 0 when repaired, 1 when it cannot be.
 pub fn repair(
     schema: Option<PathBuf>,

@@ -91,6 +91,13 @@ enum Cmd {
         /// The document: a file, or `-` (the default) for stdin.
         #[arg(default_value = "-")]
         input: String,
+        /// JSON Lines: every line of the input is one document (blank lines are skipped),
+        /// and each gets one verdict line, `N: valid` or `N: invalid: ...` (N the line
+        /// number), printed as soon as its line is read: a program can keep one
+        /// `ruvllm validate --lines` running and ask it document by document. Exit
+        /// status 1 when any document is invalid.
+        #[arg(long)]
+        lines: bool,
     },
     /// Repair model output into JSON (code fences, prose, trailing commas, single quotes,
     /// unquoted keys, Python literals, comments, cut-off output) and print it. With
@@ -143,7 +150,16 @@ fn run() -> Result<ExitCode> {
             pull::run(a)?;
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Validate { schema, input } => json::validate(schema, input, reg.as_deref()),
+        Cmd::Validate {
+            schema,
+            input,
+            lines: false,
+        } => json::validate(schema, input, reg.as_deref()),
+        Cmd::Validate {
+            schema,
+            input,
+            lines: true,
+        } => json::validate_lines(schema, input, reg.as_deref()),
         Cmd::Repair { schema, input } => json::repair(schema, input, reg.as_deref()),
         Cmd::Schema(cmd) => schema::run(cmd, &limits, reg.as_ref()),
         Cmd::Grammar(cmd) => grammar::run(cmd, &limits, reg.as_ref()),

@@ -133,6 +133,55 @@ fn grammar_mask_lists_tokens() {
         "{out}"
     );
     assert!(out.contains("\"ue\""), "{out}");
+    // Several prefixes from one load: one block each, in order, each as the single-prefix
+    // run prints it.
+    let (code, many, err) = ruvllm(&[
+        "grammar",
+        "mask",
+        "--gbnf",
+        JSON,
+        "--tokenizer",
+        tok.to_str().unwrap(),
+        "--prefix",
+        r#"{"a": tr"#,
+        "--prefix",
+        r#"{"a": true}"#,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let blocks: Vec<&str> = many.split("prefix ").skip(1).collect();
+    assert_eq!(blocks.len(), 2, "{many}");
+    assert!(
+        blocks[0].starts_with("1: \"{\\\"a\\\": tr\"\n2 of 128256"),
+        "{many}"
+    );
+    let strip_time = |t: &str| {
+        t.lines()
+            .map(|l| l.split("; computed").next().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(strip_time(blocks[0])[1..], strip_time(&out)[..]);
+    assert!(
+        blocks[1].starts_with("2: ") && blocks[1].contains("EOS allowed"),
+        "{many}"
+    );
+    // A prefix the grammar rejects is named.
+    let (code, _, err) = ruvllm(&[
+        "grammar",
+        "mask",
+        "--gbnf",
+        JSON,
+        "--tokenizer",
+        tok.to_str().unwrap(),
+        "--prefix",
+        "{",
+        "--prefix",
+        "]",
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("the prefix \"]\" is rejected at byte 0"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -325,6 +374,57 @@ fn validate_and_repair() {
     // A missing schema file is an error (exit 2).
     let (code, _, err) = ruvllm(&["validate", "--schema", "/nonexistent.json", "-"]);
     assert_eq!(code, 2, "{err}");
+    validate_lines(s);
+}
+
+/// `validate --lines`: one verdict per document line, numbered by input line, and each
+/// written before the next line is read (asked one at a time through open pipes).
+fn validate_lines(schema: &str) {
+    use std::io::{BufRead, BufReader, Write};
+    let input =
+        "{\"name\": \"Ada\", \"age\": 36}\n\n{\"name\": \"Ada\", \"age\": -2}\n{\"name\": \n";
+    let (code, out, err) = ruvllm_stdin(&["validate", "--lines", "--schema", schema], input);
+    assert_eq!(code, 1, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    assert_eq!(lines[0], "1: valid");
+    assert!(
+        lines[1].starts_with("3: invalid: /age: ") && lines[1].contains("/properties/age/minimum"),
+        "{out}"
+    );
+    assert!(lines[2].starts_with("4: invalid: invalid JSON"), "{out}");
+    let (code, out, _) = ruvllm_stdin(
+        &["validate", "--lines", "--schema", schema],
+        "{\"name\": \"A\", \"age\": 1}\n{\"name\": \"B\", \"age\": 2}",
+    );
+    assert_eq!((code, out.as_str()), (0, "1: valid\n2: valid\n"));
+    // Line by line through open pipes: each answer comes before the next question.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ruvllm"))
+        .args(["validate", "--lines", "--schema", schema])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    for (i, (doc, want)) in [
+        ("{\"name\": \"Ada\", \"age\": 36}", "valid"),
+        ("{\"age\": 36}", "invalid: (root): "),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        writeln!(stdin, "{doc}").unwrap();
+        stdin.flush().unwrap();
+        let mut answer = String::new();
+        stdout.read_line(&mut answer).unwrap();
+        assert!(
+            answer.starts_with(&format!("{}: {want}", i + 1)),
+            "{answer}"
+        );
+    }
+    drop(stdin);
+    assert_eq!(child.wait().unwrap().code(), Some(1));
 }
 
 #[test]

@@ -6,26 +6,22 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import jsonschema
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import ruvllm
 from ruvllm.hf import RuvllmLogitsProcessor
 
-MODELS = Path(__file__).resolve().parents[3] / "assets/models"
-GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MAX_NEW = 96
 
 
 @pytest.fixture(scope="module")
-def hf():
-    assert (MODELS / GGUF).exists(), "the default model is missing: run scripts/fetch-assets.sh"
-    tok = AutoTokenizer.from_pretrained(MODELS, gguf_file=GGUF)
-    model = AutoModelForCausalLM.from_pretrained(MODELS, gguf_file=GGUF)
+def hf(smollm2):
+    """The session's model (conftest.py: loading it from the GGUF takes about 15 s) and an
+    engine over its tokenizer."""
+    tok, model = smollm2
     vocab = ruvllm.vocabulary_from_hf_tokenizer(tok, n_vocab=model.config.vocab_size)
     return tok, model, ruvllm.Engine(vocab)
 

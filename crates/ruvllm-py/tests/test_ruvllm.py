@@ -164,10 +164,20 @@ def test_batch_fill_on_two_threads_equals_sequential(engine, vocab, tok):
 def compare_with_cli(vocab: Vocabulary, positions: list[tuple[str, Path, str, str, list[int]]]):
     """Asserts that each position's Python mask (`ok`, the allowed ids) equals the binary's:
     `positions` holds (name, grammar file, kind, prefix, ok). The binary runs once per
-    position, as many at a time as there are cores (each run loads the 128k-token
-    tokenizer: most of a run's time, spent waiting here)."""
+    grammar file with all of that file's prefixes (each run loads the 128k-token tokenizer:
+    most of a run's time), as many runs at a time as there are cores."""
+    groups: dict[tuple[Path, str], list[int]] = {}
+    for i, (_, grammar, kind, _, _) in enumerate(positions):
+        groups.setdefault((grammar, kind), []).append(i)
+    cli: list = [None] * len(positions)
+
+    def run(item):
+        (grammar, kind), idx = item
+        for i, answer in zip(idx, cli_masks(grammar, [positions[i][3] for i in idx], kind)):
+            cli[i] = answer
+
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        cli = list(pool.map(lambda p: cli_mask(p[1], p[3], p[2]), positions))
+        list(pool.map(run, groups.items()))
     eos_ids = set(vocab.eos_token_ids)
     for (name, _, _, _, ok), (count, first, eos) in zip(positions, cli):
         assert len(ok) == count, name
@@ -175,17 +185,23 @@ def compare_with_cli(vocab: Vocabulary, positions: list[tuple[str, Path, str, st
         assert eos == bool(eos_ids & set(ok)), name
 
 
-def cli_mask(gbnf: Path, prefix: str, kind: str = "--gbnf") -> tuple[int, list[int], bool]:
-    """The `ruvllm grammar mask` binary's count, first 50 allowed ids, and EOS, for a
-    grammar file of `kind` (`--gbnf` or `--schema`)."""
-    out = subprocess.run(
-        [os.environ["RUVLLM_BIN"], "grammar", "mask", kind, str(gbnf), "--tokenizer",
-         str(TOKENIZER), "--prefix", prefix, "--sample", "50"],
-        capture_output=True, text=True, check=True,
-    ).stdout
-    head = re.match(r"(\d+) of \d+ tokens allowed; EOS (allowed|not allowed)", out)
-    ids = [int(l.split()[0]) for l in out.splitlines()[1:] if re.match(r"\s*\d+\s", l)]
-    return int(head.group(1)), ids, head.group(2) == "allowed"
+def cli_masks(grammar: Path, prefixes: list[str], kind: str = "--gbnf") -> list[tuple[int, list[int], bool]]:
+    """The `ruvllm grammar mask` binary's count, first 50 allowed ids, and EOS after each of
+    `prefixes`, for a grammar file of `kind` (`--gbnf` or `--schema`), from one run."""
+    args = [os.environ["RUVLLM_BIN"], "grammar", "mask", kind, str(grammar), "--tokenizer",
+            str(TOKENIZER), "--sample", "50"]
+    for p in prefixes:
+        args += ["--prefix", p]
+    out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
+    # With two or more prefixes each block is headed `prefix N: "..."`.
+    blocks = re.split(r"^prefix \d+: .*\n", out, flags=re.M)[1:] if len(prefixes) > 1 else [out]
+    assert len(blocks) == len(prefixes), out[:2000]
+    res = []
+    for block in blocks:
+        head = re.match(r"(\d+) of \d+ tokens allowed; EOS (allowed|not allowed)", block)
+        ids = [int(l.split()[0]) for l in block.splitlines()[1:] if re.match(r"\s*\d+\s", l)]
+        res.append((int(head.group(1)), ids, head.group(2) == "allowed"))
+    return res
 
 
 def test_masks_equal_the_rust_binary_on_the_grammar_cases(engine, vocab):
