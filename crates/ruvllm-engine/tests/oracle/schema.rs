@@ -916,35 +916,36 @@ fn openapi_and_unknown_formats() {
     assert!(g.warnings.is_empty());
 }
 
-/// Random mask-guided walks under MaskBench schemas: every completed output validates.
-#[test]
-fn random_walks_under_maskbench_schemas_validate() {
-    let dir = common::shared_data().join("maskbench/data");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    files.sort();
+/// What a run of [`random_walks`] saw.
+#[derive(Default, Debug)]
+struct WalkStats {
+    schemas: usize,
+    checked_schemas: usize,
+    completed: usize,
+    out_of_range: usize,
+    dead_ends: usize,
+}
+
+/// Random mask-guided walks (two a schema) under the first `want` MaskBench schemas of
+/// `files` that compile (with `only_checked`, of those that need semantic checks): every
+/// completed output validates.
+fn random_walks<'a>(
+    files: impl Iterator<Item = &'a std::path::PathBuf>,
+    want: usize,
+    only_checked: bool,
+    mut seed: u64,
+) -> WalkStats {
     let vocab = common::llama3();
     let mut mask = vec![0u32; vocab.mask_words()];
-    let (mut schemas, mut completed, mut out_of_range) = (0, 0, 0);
-    let (mut checked_schemas, mut dead_ends) = (0, 0);
-    let mut seed = 0x1234_5678_9abc_def1u64;
+    let mut st = WalkStats::default();
     let mut rnd = move || {
         seed ^= seed << 13;
         seed ^= seed >> 7;
         seed ^= seed << 17;
         seed
     };
-    // 200 schemas spread over the corpus, then 40 more among those that need semantic
-    // checks (a fifth of MaskBench, but rare at its start).
-    for f in files
-        .iter()
-        .step_by(7)
-        .chain(files.iter().skip(3).step_by(5))
-    {
-        let phase2 = schemas >= 200;
-        if phase2 && checked_schemas >= 40 {
+    for f in files {
+        if st.schemas >= want {
             break;
         }
         let doc: Value = serde_json::from_str(&std::fs::read_to_string(f).unwrap()).unwrap();
@@ -952,7 +953,7 @@ fn random_walks_under_maskbench_schemas_validate() {
         let Ok(g) = schema_to_grammar(&schema, &SchemaOptions::default()) else {
             continue;
         };
-        if phase2 && g.checks.is_empty() {
+        if only_checked && g.checks.is_empty() {
             continue;
         }
         let Ok(v) = jsonschema::options()
@@ -965,9 +966,9 @@ fn random_walks_under_maskbench_schemas_validate() {
             Ok(c) => c,
             Err(_) => continue,
         };
-        schemas += 1;
+        st.schemas += 1;
         if !g.checks.is_empty() {
-            checked_schemas += 1;
+            st.checked_schemas += 1;
         }
         for _walk in 0..2 {
             let mut m = Matcher::new(&c).unwrap();
@@ -991,7 +992,7 @@ fn random_walks_under_maskbench_schemas_validate() {
                     // without them never.
                     if !m.is_accepting() {
                         assert!(!g.checks.is_empty(), "{}: dead end", f.display());
-                        dead_ends += 1;
+                        st.dead_ends += 1;
                         break;
                     }
                     done = true;
@@ -1022,7 +1023,7 @@ fn random_walks_under_maskbench_schemas_validate() {
                 // Valid JSON whose numbers do not fit an f64 (e.g. `1E797093848`): the
                 // oracle cannot represent it; the grammar follows the JSON spec here.
                 Err(e) if e.to_string().contains("number out of range") => {
-                    out_of_range += 1;
+                    st.out_of_range += 1;
                     continue;
                 }
                 Err(e) => panic!("{}: not JSON: {text:?}: {e}", f.display()),
@@ -1032,21 +1033,63 @@ fn random_walks_under_maskbench_schemas_validate() {
                 "{}: output does not validate: {text}",
                 f.display()
             );
-            completed += 1;
+            st.completed += 1;
         }
     }
-    eprintln!(
-        "{schemas} schemas ({checked_schemas} with semantic checks), {completed} walks completed, {dead_ends} dead ends"
+    st
+}
+
+/// The corpus, sorted.
+fn maskbench_files() -> Vec<std::path::PathBuf> {
+    let dir = common::shared_data().join("maskbench/data");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    files
+}
+
+/// Random walks under 200 schemas spread over the corpus, in two tests that run side by
+/// side (every 14th file from the first, every 14th from the seventh).
+#[test]
+fn random_walks_under_maskbench_schemas_validate() {
+    let files = maskbench_files();
+    let st = random_walks(files.iter().step_by(14), 100, false, 0x1234_5678_9abc_def1);
+    eprintln!("{st:?}");
+    assert_eq!(st.schemas, 100, "{st:?}");
+    assert!(st.completed >= 40, "{st:?}");
+}
+
+/// The other half of the spread of [`random_walks_under_maskbench_schemas_validate`].
+#[test]
+fn random_walks_under_more_maskbench_schemas_validate() {
+    let files = maskbench_files();
+    let st = random_walks(
+        files.iter().skip(7).step_by(14),
+        100,
+        false,
+        0x0f1e_2d3c_4b5a_6978,
     );
-    assert!(schemas >= 200, "only {schemas} schemas compiled");
-    assert!(
-        checked_schemas >= 40,
-        "only {checked_schemas} schemas use checks"
+    eprintln!("{st:?}");
+    assert_eq!(st.schemas, 100, "{st:?}");
+    assert!(st.completed >= 40, "{st:?}");
+}
+
+/// Random walks under 40 schemas that need semantic checks (a fifth of MaskBench, but rare
+/// at its start), where a prefix can be a dead end.
+#[test]
+fn random_walks_under_checked_maskbench_schemas_validate() {
+    let files = maskbench_files();
+    let st = random_walks(
+        files.iter().skip(3).step_by(5),
+        40,
+        true,
+        0x2468_ace0_1357_9bdf,
     );
-    assert!(
-        completed >= 100,
-        "only {completed} walks completed ({out_of_range} had out-of-range numbers)"
-    );
+    eprintln!("{st:?}");
+    assert_eq!((st.schemas, st.checked_schemas), (40, 40), "{st:?}");
+    assert!(st.completed >= 15, "{st:?}");
 }
 
 /// `plain_integers`: integers only as plain digits; the default keeps the exact language
