@@ -564,11 +564,24 @@ struct ObjectKeys {
     required: Vec<String>,
     min: usize,
     max: usize,
+    /// Members the completion search may add (`super::hints::object_members`).
+    hints: Vec<String>,
 }
 
-/// A check of an object's keys (see [`super::SchemaOptions::any_order`]).
-pub(crate) fn object_keys(required: Vec<String>, min: usize, max: usize) -> Check {
-    Check(Arc::new(ObjectKeys { required, min, max }))
+/// A check of an object's keys (see [`super::SchemaOptions::any_order`]), with the member
+/// hints that let the completion search write its required keys.
+pub(crate) fn object_keys(
+    required: Vec<String>,
+    min: usize,
+    max: usize,
+    hints: Vec<String>,
+) -> Check {
+    Check(Arc::new(ObjectKeys {
+        required,
+        min,
+        max,
+        hints,
+    }))
 }
 
 impl ValueCheck for ObjectKeys {
@@ -587,6 +600,10 @@ impl ValueCheck for ObjectKeys {
         self.required
             .iter()
             .all(|r| sorted.binary_search(&r.as_str()).is_ok())
+    }
+
+    fn member_hints(&self) -> &[String] {
+        &self.hints
     }
 
     fn describe(&self) -> String {
@@ -674,7 +691,7 @@ mod tests {
 
     #[test]
     fn object_keys_check_counts_requires_and_refuses_duplicates_through_escapes() {
-        let c = object_keys(vec!["a".into(), "é".into()], 2, 3);
+        let c = object_keys(vec!["a".into(), "é".into()], 2, 3, Vec::new());
         assert!(c.0.accepts(r#"{"a": 1, "é": 2}"#.as_bytes()));
         assert!(c.0.accepts(br#"{"\u00e9": 2, "a": {"b": 1}}"#));
         // "\u0061" is "a": a duplicate key.

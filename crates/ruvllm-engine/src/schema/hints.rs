@@ -12,6 +12,10 @@
 //! that passes; the check and the grammar still judge every candidate, so a hint is only
 //! ever a suggestion.
 //!
+//! A `required` set of several keys is one hint of its own (with keys in any order,
+//! `required` is a check, and inserting one member at a time never satisfies it), and an
+//! object-valued example holds its own required members.
+//!
 //! Limits: at most [`MAX_HINTS`] hints per check, references followed [`MAX_DEPTH`]
 //! deep; only local references (`#/...`) are followed.
 
@@ -26,16 +30,73 @@ const MAX_DEPTH: usize = 6;
 /// Example values per property.
 const PER_PROPERTY: usize = 3;
 
-/// The member hints of `schema` (references resolved in `root`), shortest first, each a
-/// compact `"key":value` text. Cost: one walk of the sub-schema and the definitions it
-/// reaches, bounded by [`MAX_DEPTH`] and [`MAX_HINTS`].
+/// Example values built per [`members`] call (objects filled with their required members
+/// nest, so this bounds the work whatever the schema): past it an object's example is `{}`.
+const EXAMPLE_BUDGET: usize = 512;
+
+/// The member hints of `schema` (references resolved in `root`), each a compact
+/// `"key":value` text: first the whole `required` set of each (sub-)schema that names two
+/// keys or more, as one hint (`"a":0,"b":null`: no single member satisfies it, and with
+/// keys in any order `required` is a check), then every member alone, shortest first.
+/// Cost: one walk of the sub-schema and the definitions it reaches, bounded by
+/// [`MAX_DEPTH`] and [`MAX_HINTS`].
 pub(crate) fn members(schema: &Value, root: &Value) -> Vec<String> {
     let mut out = Vec::new();
-    walk(schema, root, 0, &mut out);
+    let mut sets = Vec::new();
+    let mut budget = EXAMPLE_BUDGET;
+    walk(schema, root, 0, &mut out, &mut sets, &mut budget);
+    ordered(sets, out)
+}
+
+/// The member hints of an object whose keys come in any order (`required` a check): its
+/// `required` set as one hint when it names two keys or more, then each property alone,
+/// shortest first, as [`members`] orders them. Cost: the examples of each property, bounded
+/// as in [`members`].
+pub(crate) fn object_members<'v>(
+    props: impl Iterator<Item = (&'v str, &'v Value)> + Clone,
+    required: &[String],
+    root: &Value,
+) -> Vec<String> {
+    let mut budget = EXAMPLE_BUDGET;
+    let mut out = Vec::new();
+    for (k, ps) in props.clone() {
+        let key = Value::String(k.to_string()).to_string();
+        for v in examples(ps, root, 0, &mut budget) {
+            out.push(format!("{key}:{v}"));
+        }
+        if out.len() >= MAX_HINTS * 4 {
+            break;
+        }
+    }
+    let mut sets = Vec::new();
+    if required.len() >= 2 {
+        let set: Vec<String> = required
+            .iter()
+            .take(MAX_HINTS)
+            .map(|r| {
+                let v = props
+                    .clone()
+                    .find(|(k, _)| k == r)
+                    .and_then(|(_, ps)| examples(ps, root, 1, &mut budget).into_iter().next())
+                    .unwrap_or_else(|| "null".to_string());
+                format!("{}:{v}", Value::String(r.clone()))
+            })
+            .collect();
+        sets.push(set.join(","));
+    }
+    ordered(sets, out)
+}
+
+/// The required sets first (shortest first), then the single members (shortest first),
+/// without repeats, at most [`MAX_HINTS`].
+fn ordered(mut sets: Vec<String>, mut out: Vec<String>) -> Vec<String> {
     out.sort_by_key(String::len);
-    out.dedup();
-    out.truncate(MAX_HINTS);
-    out
+    sets.sort_by_key(String::len);
+    sets.extend(out);
+    let mut seen = std::collections::HashSet::new();
+    sets.retain(|h| seen.insert(h.clone()));
+    sets.truncate(MAX_HINTS);
+    sets
 }
 
 fn resolve<'a>(s: &'a Value, root: &'a Value) -> &'a Value {
@@ -75,7 +136,16 @@ fn decode_pointer(p: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-fn walk(schema: &Value, root: &Value, depth: usize, out: &mut Vec<String>) {
+/// Collects the members of `schema` into `out` and its `required` sets of two keys or
+/// more into `sets` (one hint each), through its branches.
+fn walk(
+    schema: &Value,
+    root: &Value,
+    depth: usize,
+    out: &mut Vec<String>,
+    sets: &mut Vec<String>,
+    budget: &mut usize,
+) {
     if depth > MAX_DEPTH || out.len() >= MAX_HINTS * 4 {
         return;
     }
@@ -86,31 +156,62 @@ fn walk(schema: &Value, root: &Value, depth: usize, out: &mut Vec<String>) {
     if let Some(props) = m.get("properties").and_then(Value::as_object) {
         for (k, ps) in props {
             let key = Value::String(k.clone()).to_string();
-            for v in examples(ps, root) {
+            for v in examples(ps, root, depth, budget) {
                 out.push(format!("{key}:{v}"));
             }
         }
     }
+    if let Some(set) = required_members(s, root, depth, budget) {
+        if set.len() >= 2 {
+            sets.push(set.join(","));
+        }
+    }
     for key in ["allOf", "anyOf", "oneOf"] {
         for b in m.get(key).and_then(Value::as_array).into_iter().flatten() {
-            walk(b, root, depth + 1, out);
+            walk(b, root, depth + 1, out, sets, budget);
         }
     }
     for key in ["if", "then", "else"] {
         if let Some(b) = m.get(key) {
-            walk(b, root, depth + 1, out);
+            walk(b, root, depth + 1, out, sets, budget);
         }
     }
     if let Some(d) = m.get("dependentSchemas").and_then(Value::as_object) {
         for b in d.values() {
-            walk(b, root, depth + 1, out);
+            walk(b, root, depth + 1, out, sets, budget);
         }
     }
 }
 
+/// One `"key":value` per key of `s`'s `required` (the value its property's first
+/// example, `null` for a key without one), or `None` when it has no `required` list.
+fn required_members(
+    s: &Value,
+    root: &Value,
+    depth: usize,
+    budget: &mut usize,
+) -> Option<Vec<String>> {
+    let req = s.get("required")?.as_array()?;
+    let props = s.get("properties").and_then(Value::as_object);
+    let set = req
+        .iter()
+        .filter_map(Value::as_str)
+        .take(MAX_HINTS)
+        .map(|k| {
+            let v = props
+                .and_then(|p| p.get(k))
+                .and_then(|ps| examples(ps, root, depth + 1, budget).into_iter().next())
+                .unwrap_or_else(|| "null".to_string());
+            format!("{}:{v}", Value::String(k.to_string()))
+        })
+        .collect();
+    Some(set)
+}
+
 /// A few values a property's schema may accept, simplest first (a guess the check
-/// judges).
-fn examples(schema: &Value, root: &Value) -> Vec<String> {
+/// judges); an object holds its `required` members, [`MAX_DEPTH`] levels down.
+fn examples(schema: &Value, root: &Value, depth: usize, budget: &mut usize) -> Vec<String> {
+    *budget = budget.saturating_sub(1);
     let s = resolve(schema, root);
     if let Some(c) = s.get("const") {
         return vec![c.to_string()];
@@ -143,6 +244,12 @@ fn examples(schema: &Value, root: &Value) -> Vec<String> {
                     .unwrap_or(0)
                     .min(16);
                 Value::String("a".repeat(n as usize)).to_string()
+            }
+            "object" if depth < MAX_DEPTH && *budget > 0 => {
+                match required_members(s, root, depth + 1, budget) {
+                    Some(set) if !set.is_empty() => format!("{{{}}}", set.join(",")),
+                    _ => "{}".to_string(),
+                }
             }
             "object" => "{}".to_string(),
             "array" => "[]".to_string(),
@@ -187,6 +294,27 @@ mod tests {
         assert!(m.iter().any(|h| h == r#""type":"callback""#), "{m:?}");
         assert!(members(&json!({"$ref": "#/nowhere"}), &root).is_empty());
         assert!(members(&json!(true), &root).is_empty());
+    }
+
+    #[test]
+    fn required_sets_are_one_hint_and_objects_hold_their_required_members() {
+        let root = json!({"type": "object", "required": ["call"], "properties": {
+            "call": {"type": "object", "required": ["controller", "parent"],
+                     "properties": {"controller": {}, "parent": {"type": "integer", "minimum": 3}}}
+        }});
+        let m = members(&root, &root);
+        assert_eq!(m[0], r#""call":{"controller":null,"parent":3}"#, "{m:?}");
+        let inner = members(&root["properties"]["call"], &root);
+        assert_eq!(inner[0], r#""controller":null,"parent":3"#, "{inner:?}");
+        assert!(inner.contains(&r#""parent":3"#.to_string()), "{inner:?}");
+        // A schema that requires itself: bounded.
+        let root = json!({"$defs": {"n": {"type": "object", "required": ["next", "x"],
+            "properties": {"next": {"$ref": "#/$defs/n"}, "x": {"const": 1}}}}});
+        let m = members(&json!({"$ref": "#/$defs/n"}), &root);
+        assert!(
+            m[0].starts_with(r#""next":{"next":{"#) && m.len() <= MAX_HINTS,
+            "{m:?}"
+        );
     }
 
     #[test]

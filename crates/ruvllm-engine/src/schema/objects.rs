@@ -162,7 +162,7 @@ impl Compiler<'_> {
         if let Some(c) = self.check_memo.get(&key) {
             return c.clone();
         }
-        let c = check::object_keys(Vec::new(), 0, usize::MAX);
+        let c = check::object_keys(Vec::new(), 0, usize::MAX, Vec::new());
         self.check_memo.insert(key, c.clone());
         c
     }
@@ -220,11 +220,16 @@ impl Compiler<'_> {
             };
             Expr::Seq(vec![lit("{"), ws.clone(), inner, ws.clone(), lit("}")])
         };
-        let key = format!("object keys\n{min}\n{max}\n{required:?}");
+        let hints = super::hints::object_members(
+            props.iter().map(|(k, v)| (k.as_str(), v.as_ref())),
+            &required,
+            self.root,
+        );
+        let key = format!("object keys\n{min}\n{max}\n{required:?}\n{hints:?}");
         let c = match self.check_memo.get(&key) {
             Some(c) => c.clone(),
             None => {
-                let c = check::object_keys(required, min, max);
+                let c = check::object_keys(required, min, max, hints);
                 self.check_memo.insert(key, c.clone());
                 c
             }

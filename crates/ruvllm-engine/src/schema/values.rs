@@ -318,7 +318,12 @@ impl Compiler<'_> {
                     Expr::Literal(b"}".to_vec()),
                 ]);
                 let keys: Vec<String> = o.keys().cloned().collect();
-                let c = check::object_keys(keys, o.len(), o.len());
+                // The whole constant as the hint: all its members, in its order.
+                let all: Vec<String> = o
+                    .iter()
+                    .map(|(k, x)| format!("{}:{x}", Value::String(k.clone())))
+                    .collect();
+                let c = check::object_keys(keys, o.len(), o.len(), vec![all.join(",")]);
                 self.checked_rule("const-object", body, c)
             }
             Value::Object(o) => {
