@@ -686,10 +686,10 @@ impl Matcher {
             };
             let mut next = None;
             for h in f.check.0.member_hints() {
-                match hint_key(h) {
-                    Some(k) if !present.contains_key(&k) => {}
-                    _ => continue,
-                }
+                // Only the members the value lacks (a hint may be a whole required set).
+                let Some(h) = missing_members(h, present) else {
+                    continue;
+                };
                 if !budget.spend() {
                     return Ok(None);
                 }
@@ -796,11 +796,21 @@ impl RepairBudget {
     }
 }
 
-/// The key of a member hint (`"key":value`).
-fn hint_key(h: &str) -> Option<String> {
+/// The members of hint `h` (`"key":value`, or several joined by commas) whose keys
+/// `present` lacks, as hint text in `h`'s order; `None` when there are none or `h` is not
+/// members.
+fn missing_members(
+    h: &str,
+    present: &serde_json::Map<String, serde_json::Value>,
+) -> Option<String> {
     let m: serde_json::Map<String, serde_json::Value> =
         serde_json::from_str(&format!("{{{h}}}")).ok()?;
-    m.keys().next().cloned()
+    let parts: Vec<String> = m
+        .iter()
+        .filter(|(k, _)| !present.contains_key(*k))
+        .map(|(k, v)| format!("{}:{v}", serde_json::Value::String(k.clone())))
+        .collect();
+    (!parts.is_empty()).then(|| parts.join(","))
 }
 
 /// Ways the output (whose last bytes are `tail`) may go on with the member `h`: the rest

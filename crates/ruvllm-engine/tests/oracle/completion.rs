@@ -457,36 +457,63 @@ fn contains_counts_complete_from_the_start() {
 
 /// Keys in any order (`SchemaOptions::any_order`, what MaskBench's validator view uses):
 /// `required` is a check there, and the search writes the required keys with the check's
-/// member hints (the set of them as one hint): a tool call whose arguments object requires
-/// two keys (MaskBench's `BFCL_java_0`) completes from the start and from inside the
-/// arguments, and the result validates.
+/// member hints (the set of them as one hint, less the keys already written): a tool call
+/// whose arguments object requires two or three keys (MaskBench's `BFCL_java_0`,
+/// `BFCL_java_2`) completes from the start and from inside the arguments, and the result
+/// validates.
 #[test]
 fn any_order_required_keys_complete_with_member_hints() {
     let vocab = common::llama3();
-    let schema = serde_json::json!({"type": "object", "properties": {
-        "GeometryPresentation.createPresentation": {"type": "object",
-            "properties": {"controller": {}, "parent": {}},
-            "required": ["controller", "parent"], "additionalProperties": false}},
-        "required": ["GeometryPresentation.createPresentation"],
-        "additionalProperties": false});
+    let call = |name: &str, args: serde_json::Value, required: serde_json::Value| {
+        serde_json::json!({"type": "object", "properties": {
+            name: {"type": "object", "properties": args, "required": required,
+                   "additionalProperties": false}},
+            "required": [name], "additionalProperties": false})
+    };
     let opts = SchemaOptions {
         any_order: true,
         ..SchemaOptions::default()
     };
-    let g = schema_to_grammar(&schema, &opts).unwrap();
-    assert!(!g.checks.is_empty());
-    let c = Constraint::new(&g, vocab, &Limits::default()).unwrap();
-    let valid = |text: &str| {
-        let v: serde_json::Value = serde_json::from_str(text).unwrap();
-        jsonschema::validator_for(&schema).unwrap().is_valid(&v)
-    };
-    for prefix in [
-        &b""[..],
-        br#"{"GeometryPresentation.createPresentation":{"#,
-        br#"{"GeometryPresentation.createPresentation":{"parent":[1,2],"#,
-    ] {
-        let whole = completed_after(&c, prefix)
-            .unwrap_or_else(|| panic!("no completion after {:?}", String::from_utf8_lossy(prefix)));
-        assert!(valid(&whole), "{whole}");
+    // BFCL_java_0 (two required keys) and BFCL_java_2 (three, one of them written first).
+    let cases = [
+        (
+            call(
+                "GeometryPresentation.createPresentation",
+                serde_json::json!({"controller": {}, "parent": {}}),
+                serde_json::json!(["controller", "parent"]),
+            ),
+            vec![
+                &b""[..],
+                br#"{"GeometryPresentation.createPresentation":{"#,
+                br#"{"GeometryPresentation.createPresentation":{"parent":[1,2],"#,
+            ],
+        ),
+        (
+            call(
+                "FireBirdUtils.getViewSourceWithHeader",
+                serde_json::json!({"monitor": {}, "view": {}, "source": {"type": "string"}}),
+                serde_json::json!(["monitor", "view", "source"]),
+            ),
+            vec![
+                &b""[..],
+                br#"{"FireBirdUtils.getViewSourceWithHeader":{"source":"x","#,
+                br#"{"FireBirdUtils.getViewSourceWithHeader":{"view":1"#,
+            ],
+        ),
+    ];
+    for (schema, prefixes) in cases {
+        let g = schema_to_grammar(&schema, &opts).unwrap();
+        assert!(!g.checks.is_empty());
+        let c = Constraint::new(&g, vocab.clone(), &Limits::default()).unwrap();
+        let valid = |text: &str| {
+            let v: serde_json::Value = serde_json::from_str(text).unwrap();
+            jsonschema::validator_for(&schema).unwrap().is_valid(&v)
+        };
+        for prefix in prefixes {
+            let whole = completed_after(&c, prefix).unwrap_or_else(|| {
+                panic!("no completion after {:?}", String::from_utf8_lossy(prefix))
+            });
+            assert!(valid(&whole), "{whole}");
+        }
     }
 }
