@@ -30,6 +30,9 @@ const MAX_DEPTH: usize = 6;
 /// Example values per property.
 const PER_PROPERTY: usize = 3;
 
+/// The longest string example (a `minLength` above it makes a hint the check refuses).
+const MAX_EXAMPLE_CHARS: u64 = 256;
+
 /// Example values built per [`members`] call (objects filled with their required members
 /// nest, so this bounds the work whatever the schema): past it an object's example is `{}`.
 const EXAMPLE_BUDGET: usize = 512;
@@ -219,6 +222,20 @@ fn examples(schema: &Value, root: &Value, depth: usize, budget: &mut usize) -> V
     if let Some(e) = s.get("enum").and_then(Value::as_array) {
         return e.iter().take(PER_PROPERTY).map(Value::to_string).collect();
     }
+    // An intersection (`allOf`, as the compiler writes a property that two schemas
+    // constrain): a member's `const` or `enum` names the values, else a member's type.
+    if let Some(all) = s.get("allOf").and_then(Value::as_array) {
+        if depth < MAX_DEPTH {
+            let members: Vec<&Value> = all.iter().map(|b| resolve(b, root)).collect();
+            let pick = members
+                .iter()
+                .find(|b| b.get("const").is_some() || b.get("enum").is_some())
+                .or_else(|| members.iter().find(|b| b.get("type").is_some()));
+            if let Some(b) = pick {
+                return examples(b, root, depth + 1, budget);
+            }
+        }
+    }
     let types: Vec<&str> = match s.get("type") {
         Some(Value::String(t)) => vec![t.as_str()],
         Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).collect(),
@@ -242,7 +259,7 @@ fn examples(schema: &Value, root: &Value, depth: usize, budget: &mut usize) -> V
                     .get("minLength")
                     .and_then(Value::as_u64)
                     .unwrap_or(0)
-                    .min(16);
+                    .min(MAX_EXAMPLE_CHARS);
                 Value::String("a".repeat(n as usize)).to_string()
             }
             "object" if depth < MAX_DEPTH && *budget > 0 => {
@@ -315,6 +332,17 @@ mod tests {
             m[0].starts_with(r#""next":{"next":{"#) && m.len() <= MAX_HINTS,
             "{m:?}"
         );
+    }
+
+    #[test]
+    fn intersections_and_long_strings_give_values_that_pass() {
+        let root = json!({"type": "object", "required": ["g", "s"], "properties": {
+            "g": {"allOf": [{"type": "string"}, {"enum": ["client_credentials", "x"]}]},
+            "s": {"type": "string", "minLength": 30}
+        }});
+        let m = members(&root, &root);
+        let want = format!(r#""g":"client_credentials","s":"{}""#, "a".repeat(30));
+        assert_eq!(m[0], want, "{m:?}");
     }
 
     #[test]
