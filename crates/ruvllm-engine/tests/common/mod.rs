@@ -49,6 +49,17 @@ pub fn shared_data() -> PathBuf {
     p
 }
 
+/// MaskBench's files (`../shared/data/maskbench/data`), sorted by name.
+pub fn maskbench_files() -> Vec<PathBuf> {
+    let dir = shared_data().join("maskbench/data");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    files
+}
+
 /// Llama 3.1's vocabulary, loaded once per test binary.
 pub fn llama3() -> Arc<Vocabulary> {
     static V: OnceLock<Arc<Vocabulary>> = OnceLock::new();

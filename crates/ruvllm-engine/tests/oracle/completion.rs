@@ -327,12 +327,7 @@ fn budget_walks_end_complete_within_the_budget() {
             Grammar::builtin(b, &limits).unwrap(),
         ));
     }
-    let dir = common::shared_data().join("maskbench/data");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    files.sort();
+    let files = common::maskbench_files();
     let mut schemas = 0;
     for f in files.iter().step_by(97) {
         let doc: serde_json::Value =

@@ -1039,22 +1039,11 @@ fn random_walks<'a>(
     st
 }
 
-/// The corpus, sorted.
-fn maskbench_files() -> Vec<std::path::PathBuf> {
-    let dir = common::shared_data().join("maskbench/data");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    files.sort();
-    files
-}
-
 /// Random walks under 200 schemas spread over the corpus, in two tests that run side by
 /// side (every 14th file from the first, every 14th from the seventh).
 #[test]
 fn random_walks_under_maskbench_schemas_validate() {
-    let files = maskbench_files();
+    let files = common::maskbench_files();
     let st = random_walks(files.iter().step_by(14), 100, false, 0x1234_5678_9abc_def1);
     eprintln!("{st:?}");
     assert_eq!(st.schemas, 100, "{st:?}");
@@ -1064,7 +1053,7 @@ fn random_walks_under_maskbench_schemas_validate() {
 /// The other half of the spread of [`random_walks_under_maskbench_schemas_validate`].
 #[test]
 fn random_walks_under_more_maskbench_schemas_validate() {
-    let files = maskbench_files();
+    let files = common::maskbench_files();
     let st = random_walks(
         files.iter().skip(7).step_by(14),
         100,
@@ -1080,7 +1069,7 @@ fn random_walks_under_more_maskbench_schemas_validate() {
 /// at its start), where a prefix can be a dead end.
 #[test]
 fn random_walks_under_checked_maskbench_schemas_validate() {
-    let files = maskbench_files();
+    let files = common::maskbench_files();
     let st = random_walks(
         files.iter().skip(3).step_by(5),
         40,
