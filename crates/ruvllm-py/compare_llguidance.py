@@ -1,4 +1,4 @@
-"""Token masks from ruvllm and from the llguidance wheel, compared position by position on
+r"""Token masks from ruvllm and from the llguidance wheel, compared position by position on
 MaskBench schemas both compile, and every disagreement judged.
 
 The two engines are set to the same policy: properties in the schema's order, unique keys,

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The Python package's tests: a venv with numpy, pytest, tokenizers, jsonschema, and torch,
+# The Python package's tests: a venv with numpy, pytest, tokenizers, jsonschema with its
+# format checkers' packages (`format-nongpl`), pydantic with email-validator, and torch,
 # transformers, accelerate and gguf for the transformers adapter (installed by name with pip;
 # torch brings about 5.6 GB and 85 s of downloads), vLLM and SGLang without their GPU
 # dependencies, llama-cpp-python (its source package, built with the cmake and ninja
@@ -22,7 +23,7 @@ if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
     "$venv/bin/python" -m pip install --quiet --upgrade pip
 fi
-"$venv/bin/python" -m pip install --quiet numpy pytest tokenizers jsonschema llguidance torch torchvision transformers accelerate gguf
+"$venv/bin/python" -m pip install --quiet numpy pytest tokenizers "jsonschema[format-nongpl]" "pydantic[email]" llguidance torch torchvision transformers accelerate gguf
 # vLLM and SGLang, whose adapters the tests drive through the real packages as far as they
 # run on a CPU: the packages themselves without their dependencies (their wheels pin GPU
 # builds of torch and kernels a CPU cannot load), then the modules the tested code paths

@@ -53,9 +53,12 @@ pub enum GrammarCmd {
         /// tokenizer.json, GGUF model, or *.tiktoken file.
         #[arg(long)]
         tokenizer: PathBuf,
-        /// Output so far (raw text, need not end on a token boundary).
-        #[arg(long, default_value = "")]
-        prefix: String,
+        /// Output so far (raw text, need not end on a token boundary). Repeat it for the
+        /// completions after several prefixes from one load of the grammar and the
+        /// tokenizer: each block then starts with `prefix N: "..."`, and the exit status
+        /// is 1 when any has none.
+        #[arg(long)]
+        prefix: Vec<String>,
     },
 }
 
@@ -88,19 +91,6 @@ pub struct GrammarArgs {
     /// With --schema: accept object properties in any order (default: schema order).
     #[arg(long, requires = "schema")]
     any_order: bool,
-}
-
-/// A matcher of `grammar` over the vocabulary in `tokenizer`, after the raw text
-/// `prefix` (an error naming the byte where the grammar refuses it).
-fn matcher_after(
-    grammar: &GrammarArgs,
-    tokenizer: &PathBuf,
-    prefix: &str,
-    limits: &Limits,
-    registry: Option<&Arc<SchemaRegistry>>,
-) -> Result<(Arc<Vocabulary>, Matcher)> {
-    let (vocab, c) = constraint_for(grammar, tokenizer, limits, registry)?;
-    Ok((vocab, matcher_at(&c, prefix)?))
 }
 
 /// The grammar compiled against the tokenizer's vocabulary.
@@ -245,16 +235,35 @@ fn mask(
     reg: Option<&Arc<SchemaRegistry>>,
 ) -> Result<ExitCode> {
     let (vocab, c) = constraint_for(grammar, tokenizer, limits, reg)?;
+    for_each_prefix(&c, prefixes, |m| {
+        print_mask(&vocab, m, sample)?;
+        Ok(true)
+    })
+}
+
+/// Runs `f` on a matcher after each prefix (after the empty output when there is none),
+/// each block headed `prefix N: "..."` when there are several. Exit status 1 when `f`
+/// returned false for any.
+fn for_each_prefix(
+    c: &Arc<Constraint>,
+    prefixes: &[String],
+    mut f: impl FnMut(Matcher) -> Result<bool>,
+) -> Result<ExitCode> {
+    let mut all = true;
     if prefixes.len() < 2 {
         let prefix = prefixes.first().map_or("", String::as_str);
-        print_mask(&vocab, matcher_at(&c, prefix)?, sample)?;
-        return Ok(ExitCode::SUCCESS);
+        all = f(matcher_at(c, prefix)?)?;
+    } else {
+        for (i, prefix) in prefixes.iter().enumerate() {
+            println!("prefix {}: {prefix:?}", i + 1);
+            all &= f(matcher_at(c, prefix)?)?;
+        }
     }
-    for (i, prefix) in prefixes.iter().enumerate() {
-        println!("prefix {}: {prefix:?}", i + 1);
-        print_mask(&vocab, matcher_at(&c, prefix)?, sample)?;
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(if all {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 /// Prints the count of allowed tokens, whether EOS is among them, the mask's time and the
@@ -287,15 +296,21 @@ fn print_mask(vocab: &Vocabulary, mut m: Matcher, sample: usize) -> Result<()> {
     Ok(())
 }
 
-/// `ruvllm grammar complete`: the shortest completion after a prefix.
+/// `ruvllm grammar complete`: the shortest completion after each prefix.
 fn complete(
     grammar: &GrammarArgs,
     tokenizer: &PathBuf,
-    prefix: &str,
+    prefixes: &[String],
     limits: &Limits,
     reg: Option<&Arc<SchemaRegistry>>,
 ) -> Result<ExitCode> {
-    let (vocab, mut m) = matcher_after(grammar, tokenizer, prefix, limits, reg)?;
+    let (vocab, c) = constraint_for(grammar, tokenizer, limits, reg)?;
+    for_each_prefix(&c, prefixes, |m| print_completion(&vocab, m))
+}
+
+/// Prints the shortest completion from `m` (its token count, bytes and time, its text on
+/// one line, its tokens), or that none was found (then false).
+fn print_completion(vocab: &Vocabulary, mut m: Matcher) -> Result<bool> {
     let t0 = std::time::Instant::now();
     let w = m.shortest_completion()?;
     let elapsed = t0.elapsed();
@@ -305,7 +320,7 @@ fn complete(
              search past one gave up); {:.1} us",
             elapsed.as_secs_f64() * 1e6
         );
-        return Ok(ExitCode::from(1));
+        return Ok(false);
     };
     println!(
         "shortest completion: {} tokens, {} bytes; computed in {:.1} us",
@@ -320,5 +335,5 @@ fn complete(
         .map(|&t| format!("{:?}", String::from_utf8_lossy(vocab.token_bytes(t))))
         .collect();
     println!("tokens: {}", pieces.join(" "));
-    Ok(ExitCode::SUCCESS)
+    Ok(true)
 }

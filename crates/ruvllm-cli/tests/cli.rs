@@ -113,6 +113,13 @@ fn grammar_errors_are_reported() {
     );
 }
 
+/// The lines of a mask or completion report without their timing.
+fn strip_time(t: &str) -> Vec<String> {
+    t.lines()
+        .map(|l| l.split("; computed").next().unwrap().to_string())
+        .collect()
+}
+
 #[test]
 fn grammar_mask_lists_tokens() {
     let tok = repo().join("assets/tokenizers/llama3_1/tokenizer.json");
@@ -154,11 +161,6 @@ fn grammar_mask_lists_tokens() {
         blocks[0].starts_with("1: \"{\\\"a\\\": tr\"\n2 of 128256"),
         "{many}"
     );
-    let strip_time = |t: &str| {
-        t.lines()
-            .map(|l| l.split("; computed").next().unwrap().to_string())
-            .collect::<Vec<_>>()
-    };
     assert_eq!(strip_time(blocks[0])[1..], strip_time(&out)[..]);
     assert!(
         blocks[1].starts_with("2: ") && blocks[1].contains("EOS allowed"),
@@ -181,6 +183,44 @@ fn grammar_mask_lists_tokens() {
     assert!(
         err.contains("the prefix \"]\" is rejected at byte 0"),
         "{err}"
+    );
+}
+
+#[test]
+fn grammar_complete_after_several_prefixes() {
+    let tok = repo().join("assets/tokenizers/llama3_1/tokenizer.json");
+    assert!(tok.exists(), "run scripts/fetch-assets.sh");
+    let args = |prefixes: &[&str]| {
+        let mut a = vec![
+            "grammar".to_string(),
+            "complete".into(),
+            "--regex".into(),
+            "(ab|cd)+!".into(),
+            "--tokenizer".into(),
+            tok.to_str().unwrap().into(),
+        ];
+        for p in prefixes {
+            a.push("--prefix".into());
+            a.push(p.to_string());
+        }
+        a
+    };
+    let run = |prefixes: &[&str]| {
+        let a = args(prefixes);
+        ruvllm(&a.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let (code, one, err) = run(&["abc"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(one.contains("\nd!\n"), "{one}");
+    // One block per prefix, each as the single-prefix run prints it.
+    let (code, many, err) = run(&["abc", "ab!"]);
+    assert_eq!(code, 0, "{err}");
+    let blocks: Vec<&str> = many.split("prefix ").skip(1).collect();
+    assert_eq!(blocks.len(), 2, "{many}");
+    assert_eq!(strip_time(blocks[0])[1..], strip_time(&one)[..]);
+    assert!(
+        blocks[1].starts_with("2: \"ab!\"\nshortest completion: 0 tokens"),
+        "{many}"
     );
 }
 

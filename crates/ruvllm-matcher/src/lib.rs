@@ -404,6 +404,18 @@ impl SeqMatcher {
         self.m.forced_tokens()
     }
 
+    /// The shortest completion from here: the fewest tokens found after which the output
+    /// is complete (what a budget-aware mask needs at least; see
+    /// [`eng::Matcher::shortest_completion`] for how exact the count is), empty when
+    /// complete or stopped; `None` when none is found. Cost: microseconds, more past a
+    /// semantic check (a bounded search); kept until the state changes.
+    pub fn shortest_completion(&mut self) -> Result<Option<Vec<u32>>, eng::MatchError> {
+        if self.is_stopped() {
+            return Ok(Some(vec![]));
+        }
+        Ok(self.m.shortest_completion()?.map(|w| w.tokens().to_vec()))
+    }
+
     /// The bytes the constraint forces next, possibly none; none when stopped.
     pub fn forced_bytes(&mut self) -> Result<Vec<u8>, eng::MatchError> {
         if self.is_stopped() {

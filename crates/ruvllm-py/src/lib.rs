@@ -410,6 +410,14 @@ impl Matcher {
         py.detach(|| s.forced_tokens()).map_err(match_err)
     }
 
+    /// The shortest completion from here: the fewest tokens found after which the output
+    /// is complete (what `tokens_left` must be at least for a budget-aware mask to close
+    /// in time), `[]` when complete; `None` when none is found.
+    fn shortest_completion(&mut self, py: Python<'_>) -> PyResult<Option<Vec<u32>>> {
+        let s = &mut self.inner;
+        py.detach(|| s.shortest_completion()).map_err(match_err)
+    }
+
     /// The bytes the grammar forces next, possibly none.
     fn compute_ff_bytes<'py>(
         &mut self,

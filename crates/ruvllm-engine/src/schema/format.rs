@@ -13,6 +13,11 @@
 //! as the JSON Schema Test Suite does (see docs/JSON_SCHEMA.md for the one place it does
 //! not, and what ruvllm does there).
 //!
+//! Generation narrows a few of them to what the common readers take as well
+//! ([`super::SchemaOptions::portable_values`]: no year 0000 or leap second, upper-case
+//! `T`/`Z`, bounded fractions and durations, e-mail addresses as `email-validator` reads
+//! them); those are subsets, never supersets, of the RFC's language.
+//!
 //! Part of the schema front end. Owns: the format grammars and checks. Uses: the IR.
 
 use std::sync::Arc;
@@ -137,6 +142,54 @@ fn email(idn: bool) -> String {
     format!("(?:{dot_atom}|{quoted})@(?:{domain}|{literal})")
 }
 
+/// The e-mail addresses that the common readers take as well as RFC 5321 (the portable
+/// subset, [`super::SchemaOptions::portable_values`]): what Pydantic's `EmailStr` (the
+/// `email-validator` package, whose JSON Schema is `format: email`) accepts besides the
+/// RFC: a dot-atom local part (no quoted one), a domain name (no address literal) of at
+/// least two labels, no label with `--` in its third and fourth places but an A-label's
+/// `xn--`, and a top-level label of letters that is not a special-use name (`arpa`,
+/// `invalid`, `local`, `localhost`, `onion`, `test`). Lengths stay the format check's.
+fn portable_email() -> String {
+    let atext = "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]";
+    let (a, h) = ("[A-Za-z0-9]", "[A-Za-z0-9-]");
+    // Labels of 1-3, 4 and 5-63 characters; from 5 on the third and fourth are not both
+    // hyphens unless the label starts with `xn`.
+    let label = format!(
+        "(?:{a}(?:{h}?{a})?|{a}{h}{h}{a}|{a}{h}(?:-{a}|{a}{h}){h}{{0,58}}{a}|[xX][nN]--{h}{{0,58}}{a})"
+    );
+    let tld = letters_except(&["arpa", "invalid", "local", "localhost", "onion", "test"]);
+    format!(r"{atext}+(?:\.{atext}+)*@(?:{label}\.)+{tld}")
+}
+
+/// A regex of the nonempty strings of ASCII letters that are none of `words` (lower case;
+/// compared in any case). Cost: one alternative per node of the words' trie.
+fn letters_except(words: &[&str]) -> String {
+    fn node(words: &[&[u8]], root: bool) -> String {
+        let ends = words.iter().any(|w| w.is_empty());
+        let mut firsts: Vec<u8> = words.iter().filter_map(|w| w.first().copied()).collect();
+        firsts.sort_unstable();
+        firsts.dedup();
+        let others: String = (b'a'..=b'z')
+            .filter(|c| !firsts.contains(c))
+            .flat_map(|c| [c as char, c.to_ascii_uppercase() as char])
+            .collect();
+        let mut alts = vec![format!("[{others}][A-Za-z]*")];
+        for &c in &firsts {
+            let rest: Vec<&[u8]> = words
+                .iter()
+                .filter(|w| w.first() == Some(&c))
+                .map(|w| &w[1..])
+                .collect();
+            let (lo, up) = (c as char, c.to_ascii_uppercase() as char);
+            alts.push(format!("[{lo}{up}]{}", node(&rest, false)));
+        }
+        let optional = if ends || root { "" } else { "?" };
+        format!("(?:{}){optional}", alts.join("|"))
+    }
+    let words: Vec<&[u8]> = words.iter().map(|w| w.as_bytes()).collect();
+    node(&words, true)
+}
+
 /// The regular superset of IDNA 2008 host names: labels of letters, digits, hyphens and
 /// characters beyond ASCII, separated by the four dots IDNA maps to `.`.
 fn idn_hostname() -> String {
@@ -150,7 +203,9 @@ fn idn_hostname() -> String {
 /// an unknown one.
 ///
 /// `portable` ([`super::SchemaOptions::portable_values`]): years from 0001, at most 9
-/// digits of fractional seconds and 20 in each number of a duration.
+/// digits of fractional seconds, `T` and `Z` in upper case and no leap second, at most 6
+/// digits in each number of a duration, e-mail addresses as `email-validator` takes them
+/// ([`portable_email`]) and relative JSON pointers as python-jsonschema reads them.
 /// `grammar_only` ([`super::SchemaOptions::grammar_only`]): `time` and `date-time`
 /// without leap seconds, so that they need no check ([`format_check`]).
 pub(super) fn format_regex(f: &str, portable: bool, grammar_only: bool) -> Option<String> {
@@ -169,15 +224,24 @@ pub(super) fn format_regex(f: &str, portable: bool, grammar_only: bool) -> Optio
     let date = r"(?:YEAR-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-8]))|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:CENTURIES)00)-02-29)"
         .replace("YEAR", year)
         .replace("CENTURIES", centuries);
-    // Seconds up to 60: a leap second, which the check allows at 23:59 UTC only.
-    let leap = if grammar_only { "" } else { "|60" };
-    let time = r"(?:(?:[01][0-9]|2[0-3]):[0-5][0-9]:(?:[0-5][0-9]LEAP)(?:\.[0-9]FRACTION)?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9]))"
+    // Seconds up to 60: a leap second, which the check allows at 23:59 UTC only (and
+    // which Python's `time` and Pydantic refuse: not in the portable subset).
+    let leap = if grammar_only || portable { "" } else { "|60" };
+    // `t` and `z` in either case, as RFC 3339 allows; Python's `fromisoformat` reads
+    // upper case only.
+    let (t, z) = if portable {
+        ("T", "Z")
+    } else {
+        ("[Tt]", "[Zz]")
+    };
+    let time = r"(?:(?:[01][0-9]|2[0-3]):[0-5][0-9]:(?:[0-5][0-9]LEAP)(?:\.[0-9]FRACTION)?(?:ZULU|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9]))"
         .replace("FRACTION", fraction)
-        .replace("LEAP", leap);
+        .replace("LEAP", leap)
+        .replace("ZULU", z);
     Some(match f {
         "date" => date.clone(),
         "time" => time.clone(),
-        "date-time" => format!("{date}[Tt]{time}"),
+        "date-time" => format!("{date}{t}{time}"),
         "uuid" => {
             "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}".into()
         }
@@ -185,6 +249,7 @@ pub(super) fn format_regex(f: &str, portable: bool, grammar_only: bool) -> Optio
         "ipv6" => ipv6(),
         "hostname" => format!(r"{LABEL}(?:\.{LABEL})*"),
         "idn-hostname" => idn_hostname(),
+        "email" if portable => portable_email(),
         "email" => email(false),
         "idn-email" => email(true),
         "uri" => uri_parts(false).0,
@@ -201,16 +266,22 @@ pub(super) fn format_regex(f: &str, portable: bool, grammar_only: bool) -> Optio
         "uri-template" => uri_template(),
         // OpenAPI's `byte`: base64 (RFC 4648, padded), as `contentEncoding` reads it.
         "byte" => encoding_regex("base64")?,
-        "relative-json-pointer" => r"(?:0|[1-9][0-9]*)(?:#|(?:/(?:[^~/]|~[01])*)*)".into(),
-        // RFC 3339 appendix A durations (each number at most 20 digits when portable, as
-        // numbers are under generation).
+        // Portable: no digit after a 0 in the number (python-jsonschema refuses `100/a`:
+        // it reads any 0 before a digit as a leading zero).
+        "relative-json-pointer" => {
+            let n = if portable { "[1-9]+0?" } else { "[1-9][0-9]*" };
+            format!(r"(?:0|{n})(?:#|(?:/(?:[^~/]|~[01])*)*)")
+        }
+        // RFC 3339 appendix A durations; portable: each number at most 6 digits, which
+        // keeps every duration within Python's `timedelta` (999,999,999 days; Pydantic
+        // also refuses 8 digits of hours).
         "duration" => {
             let time = r"T(?:[0-9]+H(?:[0-9]+M(?:[0-9]+S)?)?|[0-9]+M(?:[0-9]+S)?|[0-9]+S)";
             let d = format!(
                 r"P(?:(?:[0-9]+Y(?:[0-9]+M(?:[0-9]+D)?)?|[0-9]+M(?:[0-9]+D)?|[0-9]+D)(?:{time})?|{time}|[0-9]+W)"
             );
             if portable {
-                d.replace("[0-9]+", "[0-9]{1,20}")
+                d.replace("[0-9]+", "[0-9]{1,6}")
             } else {
                 d
             }
@@ -312,9 +383,10 @@ impl ValueCheck for FormatCheck {
 }
 
 /// The check of what `f`'s regex does not say (`None`: the regex says it all, which it
-/// does for `time` and `date-time` under `grammar_only`). Cost: one small validator build.
-pub(super) fn format_check(f: &str, grammar_only: bool) -> Option<Check> {
-    if grammar_only && matches!(f, "time" | "date-time") {
+/// does for `time` and `date-time` without leap seconds: `no_leap`, under
+/// `grammar_only` or `portable_values`). Cost: one small validator build.
+pub(super) fn format_check(f: &str, no_leap: bool) -> Option<Check> {
+    if no_leap && matches!(f, "time" | "date-time") {
         return None;
     }
     if !matches!(

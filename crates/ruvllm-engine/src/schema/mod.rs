@@ -152,13 +152,16 @@ pub struct SchemaOptions {
     /// 23:59 UTC, which the check decides). A subset of the valid documents. Off by
     /// default.
     pub grammar_only: bool,
-    /// Format values in the range every common reader represents, a subset of what the
-    /// RFCs allow: years of `date`/`date-time` from 0001 (RFC 3339 allows 0000, which
-    /// Python's `date`, python-jsonschema's format checker and Pydantic refuse), and at
-    /// most 9 digits of fractional seconds in `time`/`date-time` (nanoseconds, what
-    /// those readers and Rust's chrono keep; without it a model can run on writing
-    /// digits, as [`SchemaOptions::number_digits`] keeps it from doing in numbers), and
-    /// at most 20 digits in each number of a `duration`.
+    /// Format values that every common reader takes (Python's `datetime`, Pydantic's
+    /// types, python-jsonschema's format checker, Rust's chrono), a subset of what the
+    /// RFCs allow: years of `date`/`date-time` from 0001 (RFC 3339 allows 0000); at most
+    /// 9 digits of fractional seconds in `time`/`date-time` (nanoseconds; without it a
+    /// model can run on writing digits, as [`SchemaOptions::number_digits`] keeps it from
+    /// doing in numbers), `T` and `Z` in upper case and no leap second; at most 6 digits
+    /// in each number of a `duration` (within `timedelta`); `email` as Pydantic's
+    /// `EmailStr` takes it (a dot-atom local part, a domain of two labels or more whose
+    /// last is letters and no special-use name); `relative-json-pointer` without a digit
+    /// after a 0 (python-jsonschema reads one as a leading zero).
     /// Off by default (the exact language); generation turns it on.
     pub portable_values: bool,
     /// Refuse a `format` that is neither one JSON Schema defines nor one of OpenAPI's

@@ -106,7 +106,9 @@ impl Compiler<'_> {
                 let body = self.pattern(&re, &join(ptr, "format"), true)?;
                 let value = Expr::Seq(vec![quote(), body, quote()]);
                 // What the format's regex cannot say, checked on the decoded string.
-                if let Some(c) = format.and_then(|f| format_check(f, self.opts.grammar_only)) {
+                if let Some(c) = format.and_then(|f| {
+                    format_check(f, self.opts.grammar_only || self.opts.portable_values)
+                }) {
                     return Ok(self.checked_rule(
                         &format!("format{}", ptr.replace('/', "-")),
                         value,

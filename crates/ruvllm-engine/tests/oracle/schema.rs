@@ -757,9 +757,11 @@ fn whitespace_policies() {
     assert!(accepts(&make(Whitespace::Bounded), "{\"b\": 1}"));
 }
 
-/// Generation's portable format values (issue 66): years from 0001 and at most 9 digits of
-/// fractional seconds, a subset of what the oracle accepts; the default options keep the
-/// RFC's language. The shortest completion of a date is then one Python reads.
+/// Generation's portable format values (issue 66): years from 0001, at most 9 digits of
+/// fractional seconds, `T`/`Z` in upper case and no leap second, durations in `timedelta`'s
+/// range, e-mail addresses Pydantic takes, relative JSON pointers python-jsonschema takes:
+/// subsets of what the oracle accepts; the default options keep the RFC's language. The
+/// shortest completion of a date is then one Python reads.
 #[test]
 fn generation_writes_portable_format_values() {
     let date = json!({"type": "string", "format": "date"});
@@ -799,11 +801,56 @@ fn generation_writes_portable_format_values() {
         assert!(accepts(&t0, text), "{text}: the default options refuse it");
         assert_eq!(accepts(&t, text), portable, "{text}");
     }
+    for (text, portable) in [
+        ("\"2024-01-01t12:30:00z\"", false),
+        ("\"2016-12-31T23:59:60Z\"", false),
+    ] {
+        assert!(oracle(&time).is_valid(&serde_json::from_str(text).unwrap()));
+        assert!(accepts(&t0, text), "{text}: the default options refuse it");
+        assert_eq!(accepts(&t, text), portable, "{text}");
+    }
     let dur = json!({"type": "string", "format": "duration"});
     let (du, du0) = (compile_with(&dur, &gen), compile(&dur));
-    let long = format!("\"P{}D\"", "9".repeat(21));
+    let long = format!("\"P{}D\"", "9".repeat(7));
     assert!(accepts(&du0, &long) && !accepts(&du, &long));
-    assert!(accepts(&du, &format!("\"P{}DT1H\"", "9".repeat(20))));
+    assert!(accepts(
+        &du,
+        "\"P999999Y999999M999999DT999999H999999M999999S\""
+    ));
+    // E-mail addresses as Pydantic's EmailStr (email-validator) takes them, and relative
+    // JSON pointers as python-jsonschema reads them: subsets of the RFC's language.
+    for (f, text, portable) in [
+        ("email", "\"john.doe@example.com\"", true),
+        ("email", "\"a@b.c\"", true),
+        ("email", "\"a@xn--bcher-kva.example\"", true),
+        ("email", "\"a@ab-cd.testing\"", true),
+        ("email", "\"a@localhosts.org\"", true),
+        ("email", "\"a@b.Tests\"", true),
+        ("email", "\"a@b.tes\"", true),
+        ("email", "\"a@localhost\"", false),
+        ("email", "\"a@b.test\"", false),
+        ("email", "\"a@b.TEST\"", false),
+        ("email", "\"a@b.onion\"", false),
+        ("email", "\"a@b.arpa\"", false),
+        ("email", "\"a@b.c1\"", false),
+        ("email", "\"\\\"a b\\\"@b.com\"", false),
+        ("email", "\"a@[127.0.0.1]\"", false),
+        ("relative-json-pointer", "\"10/a\"", true),
+        ("relative-json-pointer", "\"0#\"", true),
+        ("relative-json-pointer", "\"100/a\"", false),
+        ("relative-json-pointer", "\"101\"", false),
+    ] {
+        let s = json!({"type": "string", "format": f});
+        assert!(
+            oracle(&s).is_valid(&serde_json::from_str(text).unwrap()),
+            "{text}"
+        );
+        assert!(
+            accepts(&compile(&s), text),
+            "{text}: the default options refuse it"
+        );
+        assert_eq!(accepts(&compile_with(&s, &gen), text), portable, "{text}");
+    }
     // What budget closing writes: before, `"0000-01-01"`, which Python's `date` refuses.
     let g = schema_to_grammar(&date, &gen).unwrap();
     let c = Constraint::new(&g, common::llama3(), &Limits::default()).unwrap();
