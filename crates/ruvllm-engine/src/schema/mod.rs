@@ -426,6 +426,13 @@ struct Compiler<'a> {
     checked_by_value: HashMap<(u64, u64), RuleId>,
     /// The keys of `checked_by_value` in insertion order (to undo a failed attempt).
     checked_log: Vec<(u64, u64)>,
+    /// Sub-schemas with combinators met deep in the schema ([`MEMO_DEPTH`]), by
+    /// [`value_key`]: an intersection of recursive references (`allOf: [{$ref: A},
+    /// {$ref: B}]` inside `A`) meets itself again and becomes a recursive rule instead of
+    /// being unrolled until the depth limit.
+    combined_by_value: HashMap<(u64, u64), RuleId>,
+    /// The keys of `combined_by_value` in insertion order (to undo a failed attempt).
+    combined_log: Vec<(u64, u64)>,
     anchors: HashMap<String, String>,
     common: HashMap<&'static str, RuleId>,
     /// Semantic checks attached to rules (see [`check`]).
@@ -485,6 +492,12 @@ fn relaxable(keyword: &str, reason: &str) -> bool {
 /// (deterministic). Equal values get equal keys; two different sub-schemas sharing one
 /// has odds of 2^-128. Cheaper than serializing the value (no allocation, no number
 /// formatting), which mattered: a checked sub-schema may contain most of the schema.
+/// The nesting from which sub-schemas with combinators are compiled once per distinct
+/// value (`Compiler::combined_by_value`): a recursion through them repeats within a few
+/// levels, and above it no value is hashed (schemas with many `allOf`s near the root
+/// compile as before).
+const MEMO_DEPTH: usize = 8;
+
 fn value_key(v: &Value) -> (u64, u64) {
     use std::hash::{Hash, Hasher};
     let mut a = std::collections::hash_map::DefaultHasher::new();
@@ -581,6 +594,8 @@ impl<'a> Compiler<'a> {
             queue: Vec::new(),
             checked_by_value: HashMap::new(),
             checked_log: Vec::new(),
+            combined_by_value: HashMap::new(),
+            combined_log: Vec::new(),
             anchors,
             common: HashMap::new(),
             checks: Vec::new(),
@@ -772,6 +787,44 @@ impl<'a> Compiler<'a> {
         if !has_combinator(m) {
             return self.simple(m, ptr, depth);
         }
+        if depth < MEMO_DEPTH {
+            return self.combined(m, ptr, depth);
+        }
+        // Deep: one rule per distinct value (references are pointers into the root, so
+        // equal values mean the same wherever they are), which ends the unrolling of a
+        // recursive intersection.
+        let key = value_key(s);
+        if let Some(&r) = self.combined_by_value.get(&key) {
+            return Ok(Expr::Ref(r));
+        }
+        let r = self.reserve(&format!("allof{}", ptr.replace('/', "-")));
+        let mark = self.combined_log.len();
+        self.combined_by_value.insert(key, r);
+        self.combined_log.push(key);
+        match self.combined(m, ptr, depth) {
+            Ok(body) => {
+                self.set(r, body);
+                Ok(Expr::Ref(r))
+            }
+            Err(e) => {
+                // A caller may retry with a looser schema (a check): no rule of this
+                // failed attempt (empty, or referring to one that is) may be found again.
+                for k in self.combined_log.drain(mark..) {
+                    self.combined_by_value.remove(&k);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// A schema with combinators: the union of its flattened branches, each compiled as
+    /// a combinator-free schema.
+    fn combined(
+        &mut self,
+        m: &Map<String, Value>,
+        ptr: &str,
+        depth: usize,
+    ) -> Result<Expr, SchemaError> {
         let branches = self.flatten(m, ptr, 0)?;
         let mut alts = Vec::new();
         for b in &branches {

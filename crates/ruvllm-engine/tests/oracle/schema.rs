@@ -1687,3 +1687,48 @@ fn numbers_strings_and_separators_are_one_rule_each() {
         assert_eq!(accepts(&c, text), valid, "{text}");
     }
 }
+
+/// An `allOf` of recursive references inside its own target (MaskBench's
+/// `Github_easy---o17683`: `Foo.childFoos` is `allOf: [Foo, ChildFoo]`) meets the same
+/// intersection at every level: it becomes one recursive rule, exact at any depth,
+/// instead of being unrolled until the nesting limit (issue 66).
+#[test]
+fn recursive_intersections_compile_to_recursive_rules() {
+    let schema = |required: bool| {
+        let mut foo = json!({
+            "type": "object",
+            "properties": {"childFoos": {"allOf": [
+                {"$ref": "#/definitions/Foo"}, {"$ref": "#/definitions/ChildFoo"}
+            ]}}
+        });
+        if required {
+            foo["required"] = json!(["childFoos"]);
+        }
+        json!({
+            "definitions": {"ChildFoo": {"type": "object"}, "Foo": foo},
+            "type": "object",
+            "properties": {"Foo": {"$ref": "#/definitions/Foo"}},
+            "required": ["Foo"]
+        })
+    };
+    let s = schema(false);
+    let c = compile(&s);
+    let nested = |depth: usize, inner: &str| {
+        format!(
+            "{{\"Foo\":{}{inner}{}}}",
+            "{\"childFoos\":".repeat(depth),
+            "}".repeat(depth)
+        )
+    };
+    for (depth, inner) in [(3, "{}"), (100, "{}"), (100, "1"), (100, "[]")] {
+        let text = nested(depth, inner);
+        let valid = oracle(&s).is_valid(&serde_json::from_str(&text).unwrap());
+        assert_eq!(accepts(&c, &text), valid, "{depth} {inner}");
+    }
+    // With `childFoos` required at every level no value ends: the compiler says so.
+    let e = schema_to_grammar(&schema(true), &SchemaOptions::default()).unwrap_err();
+    assert!(
+        matches!(e, ruvllm_engine::schema::SchemaError::Unsatisfiable { .. }),
+        "{e}"
+    );
+}
