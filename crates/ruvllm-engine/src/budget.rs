@@ -168,13 +168,30 @@ impl<K: std::hash::Hash + Eq, V: Clone> Bounded<K, V> {
 pub(crate) struct BudgetCache {
     states: Mutex<Bounded<u32, Arc<StateBudget>>>,
     tables: Mutex<Bounded<(u32, u32), Arc<BudgetTable>>>,
+    closes: Mutex<Bounded<(u32, u32), Arc<LexemeClose>>>,
 }
 
 impl BudgetCache {
-    /// Approximate heap bytes (each cache at most [`MAX_BYTES`]). Cost: two locks.
+    /// Approximate heap bytes (each cache at most [`MAX_BYTES`]). Cost: three locks.
     pub(crate) fn memory(&self) -> usize {
-        self.states.lock().map_or(0, |m| m.bytes) + self.tables.lock().map_or(0, |m| m.bytes)
+        self.states.lock().map_or(0, |m| m.bytes)
+            + self.tables.lock().map_or(0, |m| m.bytes)
+            + self.closes.lock().map_or(0, |m| m.bytes)
     }
+}
+
+/// Lexeme states a token search ([`Matcher::lexeme_close`]) visits at most: each costs
+/// a budget table (one trie walk, kept).
+const CLOSE_STATES: usize = 32;
+
+/// The fewest tokens found that take a lexeme from one state to its end: `steps`, tokens
+/// that stay inside the lexeme, then from the state `end` where they stop, the lexeme's
+/// shortest text in its fewest tokens; `count` in all.
+#[derive(Debug)]
+pub(crate) struct LexemeClose {
+    pub(crate) count: u32,
+    pub(crate) steps: Vec<u32>,
+    pub(crate) end: u32,
 }
 
 /// Walks the token trie over the sorted, disjoint node `ranges` with the real parser (no
@@ -629,6 +646,78 @@ impl Matcher {
             .iter()
             .map(|l| by_token.get(&l.token).copied().unwrap_or((INF, INF)))
             .collect())
+    }
+
+    /// The fewest tokens found that finish lexeme `l` from its state `s` (see
+    /// [`LexemeClose`]): a breadth-first search over the lexeme's states whose edges are
+    /// the tokens that stay inside it (the budget tables), each state reached after `d`
+    /// tokens closed by its shortest text's fewest tokens. The shortest text in bytes is
+    /// not always the one in the fewest tokens: `[a-z ]{30}` is `aaaa…` (8 tokens of a
+    /// real vocabulary) or two 15-letter tokens. Exact for the lexeme alone when the
+    /// search ends within [`CLOSE_STATES`] states; an upper bound with a witness always.
+    /// Kept per constraint. Cost on a miss: up to that many budget tables.
+    pub(crate) fn lexeme_close(&self, l: u32, s: u32) -> Arc<LexemeClose> {
+        let c = &self.c;
+        if let Some(t) = c.budget.closes.lock().ok().and_then(|m| m.get(&(l, s))) {
+            return t;
+        }
+        let lexeme = &c.grammar.lexemes[l as usize];
+        let spell = |q: u32| {
+            let mut text = Vec::new();
+            lexeme.complete_into(q, &mut text);
+            c.vocab.fewest_token_count(&text).map_or(INF, |n| n as u32)
+        };
+        let mut best = LexemeClose {
+            count: spell(s),
+            steps: Vec::new(),
+            end: s,
+        };
+        let mut seen: crate::util::FastSet<u32> = Default::default();
+        seen.insert(s);
+        let mut layer: Vec<(u32, Vec<u32>)> = vec![(s, Vec::new())];
+        let mut d = 0u32;
+        // A state `d + 1` tokens away improves on the best only if `d + 1` is below it.
+        while !layer.is_empty() && d + 1 < best.count && seen.len() < CLOSE_STATES {
+            let mut next = Vec::new();
+            for (q, path) in &layer {
+                // Full, or a state reached at this depth with nothing left to write: no
+                // better count remains to find.
+                if seen.len() >= CLOSE_STATES || best.count <= d + 1 {
+                    break;
+                }
+                let table = self.budget_table(l, *q);
+                for grp in &table.groups {
+                    if seen.len() >= CLOSE_STATES {
+                        break;
+                    }
+                    if !seen.insert(grp.state) {
+                        continue;
+                    }
+                    let Some(t) = grp.tokens.first() else {
+                        continue;
+                    };
+                    let rest = *grp.fewest.get_or_init(|| spell(grp.state));
+                    let mut steps = path.clone();
+                    steps.push(t);
+                    if add(d + 1, rest) < best.count {
+                        best = LexemeClose {
+                            count: d + 1 + rest,
+                            steps: steps.clone(),
+                            end: grp.state,
+                        };
+                    }
+                    next.push((grp.state, steps));
+                }
+            }
+            layer = next;
+            d += 1;
+        }
+        let size = 64 + best.steps.len() * 4;
+        let best = Arc::new(best);
+        if let Ok(mut m) = c.budget.closes.lock() {
+            m.insert((l, s), best.clone(), size);
+        }
+        best
     }
 
     /// The budget table of lexeme `l`'s state `s` (see the module docs): kept per

@@ -148,8 +148,15 @@ impl Shortest {
 
     /// Appends a shortest text of the symbols from position `pos` to the end of its
     /// alternative (nothing when that is [`INF`]). Cost: O(bytes appended + positions
-    /// visited), with an explicit stack.
-    pub(crate) fn suffix_text(&self, g: &CompiledGrammar, pos: u32, out: &mut Vec<u8>) {
+    /// visited), with an explicit stack. Each lexeme's text is written by `lexeme` (given the lexeme's index; it must
+    /// append a text of the lexeme's language: its shortest, for the shortest text).
+    pub(crate) fn suffix_text_with(
+        &self,
+        g: &CompiledGrammar,
+        pos: u32,
+        out: &mut Vec<u8>,
+        lexeme: &mut dyn FnMut(u32, &mut Vec<u8>),
+    ) {
         if self.suffix[pos as usize] == INF {
             return;
         }
@@ -158,8 +165,7 @@ impl Shortest {
             match g.syms[p as usize] {
                 Sym::End(_) => {}
                 Sym::Lex(l) => {
-                    let d = &g.lexemes[l.ix()];
-                    d.complete_into(d.start(), out);
+                    lexeme(l.0, out);
                     stack.push(p + 1);
                 }
                 Sym::Rule(r) => {
@@ -202,7 +208,10 @@ mod tests {
             let s = g.shortest();
             let root = g.root.ix();
             let mut out = Vec::new();
-            s.suffix_text(&g, s.alt[root], &mut out);
+            s.suffix_text_with(&g, s.alt[root], &mut out, &mut |l, out| {
+                let d = &g.lexemes[l as usize];
+                d.complete_into(d.start(), out);
+            });
             assert_eq!(String::from_utf8(out).unwrap(), want, "{gbnf}");
             assert_eq!(
                 s.suffix[s.alt[root] as usize] as usize,

@@ -90,6 +90,22 @@ impl TokenSet {
         }
     }
 
+    /// The lowest token of the set, if any. Cost: O(1) sparse, O(words) as a bitmap.
+    pub fn first(&self) -> Option<u32> {
+        let lowest = |words: &[u32], drop: &[(u32, u32)]| {
+            words.iter().enumerate().find_map(|(i, &w)| {
+                let gone = drop.iter().find(|d| d.0 as usize == i).map_or(0, |d| d.1);
+                let w = w & !gone;
+                (w != 0).then(|| (i as u32) * 32 + w.trailing_zeros())
+            })
+        };
+        match self {
+            TokenSet::Sparse(ids) => ids.iter().min().copied(),
+            TokenSet::Dense(words) => lowest(words, &[]),
+            TokenSet::Minus(words, drop) => lowest(words, drop),
+        }
+    }
+
     /// Heap bytes of the set (a shared bitmap counted where it was built). Cost: O(1).
     pub fn memory(&self) -> usize {
         match self {

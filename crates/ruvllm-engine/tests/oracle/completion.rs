@@ -170,6 +170,83 @@ v ::= "0" | "12" | "true" | "[" v ( "," v )* "]""#, &Limits::default())
     assert!(states > 40);
 }
 
+/// Llama 3's first `n` tokens (every byte, then the most frequent merges) and an EOS.
+fn cut_llama3(n: u32) -> Arc<Vocabulary> {
+    let full = common::llama3();
+    let mut toks: Vec<Vec<u8>> = (0..n).map(|t| full.token_bytes(t).to_vec()).collect();
+    toks.push(b"<eos>".to_vec());
+    let mut special = vec![false; n as usize];
+    special.push(true);
+    Arc::new(Vocabulary::new("llama3-cut", toks, special, vec![n]).unwrap())
+}
+
+/// Where the shortest text in bytes is not the one in the fewest tokens (long runs of
+/// letters, spaces or any characters, which a real vocabulary spells with long tokens),
+/// the shortest completion is the fewest tokens: equal to a brute-force search over the
+/// tokens of a real vocabulary cut to its first 3,000 (issue 66: `[a-z ]{30}` took 8
+/// tokens of SmolLM2's where 2 suffice).
+#[test]
+fn fewest_tokens_on_a_cut_real_vocabulary() {
+    let vocab = cut_llama3(3000);
+    let limits = Limits::default();
+    let cases: Vec<(Grammar, Vec<&str>)> = vec![
+        (
+            Grammar::from_regex("[a-z ]{30}", &limits).unwrap(),
+            vec!["", "the", "the quick"],
+        ),
+        (
+            Grammar::from_regex(".{24}", &limits).unwrap(),
+            vec!["", "x"],
+        ),
+        (
+            Grammar::from_regex("[a-z]{16}!", &limits).unwrap(),
+            vec!["", "abc"],
+        ),
+        (
+            schema_to_grammar(
+                &serde_json::json!({"type": "string", "minLength": 20}),
+                &SchemaOptions::default(),
+            )
+            .unwrap(),
+            vec!["", "\"in"],
+        ),
+        (
+            schema_to_grammar(
+                &serde_json::json!({"type": "object", "properties": {
+                    "name": {"type": "string", "minLength": 12}}, "required": ["name"]}),
+                &SchemaOptions::generation(),
+            )
+            .unwrap(),
+            vec!["", "{\"name\":\"ab"],
+        ),
+    ];
+    let mut checked = 0;
+    for (g, prefixes) in cases {
+        let c = Constraint::new(&g, vocab.clone(), &limits).unwrap();
+        for p in prefixes {
+            let mut m = Matcher::new(&c).unwrap();
+            for t in vocab.fewest_tokens(p.as_bytes()).unwrap() {
+                m.commit_token(t).unwrap();
+            }
+            let got = m.shortest_completion().unwrap().expect("a completion");
+            let want = brute_force(&m, &vocab, 12, false).expect("within 12 tokens");
+            assert_eq!(
+                got.len(),
+                want,
+                "after {p:?}: {:?} is not the fewest",
+                String::from_utf8_lossy(got.text())
+            );
+            let mut x = m.clone();
+            for &t in got.tokens() {
+                x.commit_token(t).unwrap();
+            }
+            assert!(x.is_accepting(), "after {p:?}");
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 11);
+}
+
 /// What the walks saw.
 #[derive(Default, Debug)]
 struct WalkStats {
