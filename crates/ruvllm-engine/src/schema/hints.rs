@@ -63,31 +63,58 @@ pub(crate) fn object_members<'v>(
     let mut budget = EXAMPLE_BUDGET;
     let mut out = Vec::new();
     for (k, ps) in props.clone() {
-        let key = Value::String(k.to_string()).to_string();
-        for v in examples(ps, root, 0, &mut budget) {
-            out.push(format!("{key}:{v}"));
-        }
+        property_examples(k, ps, root, 0, &mut budget, &mut out);
         if out.len() >= MAX_HINTS * 4 {
             break;
         }
     }
     let mut sets = Vec::new();
     if required.len() >= 2 {
-        let set: Vec<String> = required
-            .iter()
-            .take(MAX_HINTS)
-            .map(|r| {
-                let v = props
-                    .clone()
-                    .find(|(k, _)| k == r)
-                    .and_then(|(_, ps)| examples(ps, root, 1, &mut budget).into_iter().next())
-                    .unwrap_or_else(|| "null".to_string());
-                format!("{}:{v}", Value::String(r.clone()))
-            })
-            .collect();
+        let lookup = |r: &str| props.clone().find(|(k, _)| *k == r).map(|(_, ps)| ps);
+        let set = required_set(
+            required.iter().map(String::as_str),
+            lookup,
+            root,
+            1,
+            &mut budget,
+        );
         sets.push(set.join(","));
     }
     ordered(sets, out)
+}
+
+/// Appends `"key":value` for each example of the property `key` (schema `ps`).
+fn property_examples(
+    key: &str,
+    ps: &Value,
+    root: &Value,
+    depth: usize,
+    budget: &mut usize,
+    out: &mut Vec<String>,
+) {
+    let key = Value::String(key.to_string()).to_string();
+    for v in examples(ps, root, depth, budget) {
+        out.push(format!("{key}:{v}"));
+    }
+}
+
+/// One `"key":value` per key of a `required` list (at most [`MAX_HINTS`]): the value is
+/// the first example of the key's property schema (`lookup`), `null` for a key without one.
+fn required_set<'v>(
+    keys: impl Iterator<Item = &'v str>,
+    lookup: impl Fn(&str) -> Option<&'v Value>,
+    root: &Value,
+    depth: usize,
+    budget: &mut usize,
+) -> Vec<String> {
+    keys.take(MAX_HINTS)
+        .map(|k| {
+            let v = lookup(k)
+                .and_then(|ps| examples(ps, root, depth, budget).into_iter().next())
+                .unwrap_or_else(|| "null".to_string());
+            format!("{}:{v}", Value::String(k.to_string()))
+        })
+        .collect()
 }
 
 /// The required sets first (shortest first), then the single members (shortest first),
@@ -158,10 +185,7 @@ fn walk(
     };
     if let Some(props) = m.get("properties").and_then(Value::as_object) {
         for (k, ps) in props {
-            let key = Value::String(k.clone()).to_string();
-            for v in examples(ps, root, depth, budget) {
-                out.push(format!("{key}:{v}"));
-            }
+            property_examples(k, ps, root, depth, budget, out);
         }
     }
     if let Some(set) = required_members(s, root, depth, budget) {
@@ -196,19 +220,9 @@ fn required_members(
 ) -> Option<Vec<String>> {
     let req = s.get("required")?.as_array()?;
     let props = s.get("properties").and_then(Value::as_object);
-    let set = req
-        .iter()
-        .filter_map(Value::as_str)
-        .take(MAX_HINTS)
-        .map(|k| {
-            let v = props
-                .and_then(|p| p.get(k))
-                .and_then(|ps| examples(ps, root, depth + 1, budget).into_iter().next())
-                .unwrap_or_else(|| "null".to_string());
-            format!("{}:{v}", Value::String(k.to_string()))
-        })
-        .collect();
-    Some(set)
+    let lookup = |k: &str| props.and_then(|p| p.get(k));
+    let keys = req.iter().filter_map(Value::as_str);
+    Some(required_set(keys, lookup, root, depth + 1, budget))
 }
 
 /// A few values a property's schema may accept, simplest first (a guess the check
