@@ -7,7 +7,7 @@
 //! gives each check the members its sub-schema names: every `properties` entry reached
 //! through `$ref`, `allOf`, `anyOf`, `oneOf`, `if`/`then`/`else` and
 //! `dependentSchemas`, each with a few example values (its `const`, its `enum`'s first
-//! values, or the simplest value of its type). `crate::complete` inserts them, one at a
+//! values, a shortest match of its `pattern`, or the simplest value of its type). `crate::complete` inserts them, one at a
 //! time, before the closing brace of an object that failed the check and keeps the first
 //! that passes; the check and the grammar still judge every candidate, so a hint is only
 //! ever a suggestion.
@@ -274,7 +274,11 @@ fn examples(schema: &Value, root: &Value, depth: usize, budget: &mut usize) -> V
                     .and_then(Value::as_u64)
                     .unwrap_or(0)
                     .min(MAX_EXAMPLE_CHARS);
-                Value::String("a".repeat(n as usize)).to_string()
+                let text = match s.get("pattern").and_then(Value::as_str) {
+                    Some(p) => pattern_example(p).unwrap_or_else(|| "a".repeat(n as usize)),
+                    None => "a".repeat(n as usize),
+                };
+                Value::String(text).to_string()
             }
             "object" if depth < MAX_DEPTH && *budget > 0 => {
                 match required_members(s, root, depth + 1, budget) {
@@ -292,6 +296,79 @@ fn examples(schema: &Value, root: &Value, depth: usize, budget: &mut usize) -> V
         }
     }
     out
+}
+
+/// A shortest string `pattern` matches (ECMA-262, read as the compiler reads it): with
+/// the search semantics of `pattern` any match is a value, so this is a string example
+/// that passes where no other keyword constrains it (`^/(...)?$` gives `/`, where `""`
+/// fails). `None` when the pattern does not translate (a look-around), or the string would
+/// pass [`MAX_EXAMPLE_CHARS`]. Anchors and word boundaries are read as empty (the check
+/// judges the guess).
+/// Cost: a parse of the pattern and one pass over it.
+fn pattern_example(pattern: &str) -> Option<String> {
+    let translated = super::strings::ecma_to_rust(pattern).ok()?;
+    let hir = regex_syntax::ParserBuilder::new()
+        .nest_limit(100)
+        .build()
+        .parse(&translated)
+        .ok()?;
+    let mut out = String::new();
+    shortest_match(&hir, &mut out)?;
+    Some(out)
+}
+
+/// Appends a shortest string of `h`'s language to `out` (a printable character from each
+/// class where it has one); `None` past [`MAX_EXAMPLE_CHARS`] or for a class without one.
+fn shortest_match(h: &regex_syntax::hir::Hir, out: &mut String) -> Option<()> {
+    use regex_syntax::hir::{Class, HirKind};
+    if out.chars().count() > MAX_EXAMPLE_CHARS as usize {
+        return None;
+    }
+    match h.kind() {
+        HirKind::Empty | HirKind::Look(_) => {}
+        HirKind::Literal(l) => out.push_str(std::str::from_utf8(&l.0).ok()?),
+        HirKind::Class(Class::Unicode(c)) => {
+            let ch = c
+                .ranges()
+                .iter()
+                .flat_map(|r| {
+                    let lo = r.start().max(' ');
+                    (lo <= r.end()).then_some(lo)
+                })
+                .find(|ch| !ch.is_control())?;
+            out.push(ch);
+        }
+        HirKind::Class(Class::Bytes(c)) => {
+            let b = c
+                .ranges()
+                .iter()
+                .flat_map(|r| r.start().max(b' ')..=r.end().min(b'~'))
+                .next()?;
+            out.push(b as char);
+        }
+        HirKind::Repetition(r) => {
+            for _ in 0..r.min {
+                shortest_match(&r.sub, out)?;
+            }
+        }
+        HirKind::Capture(c) => shortest_match(&c.sub, out)?,
+        HirKind::Concat(v) => {
+            for x in v {
+                shortest_match(x, out)?;
+            }
+        }
+        HirKind::Alternation(v) => {
+            let best = v
+                .iter()
+                .filter_map(|x| {
+                    let mut s = String::new();
+                    shortest_match(x, &mut s).map(|()| s)
+                })
+                .min_by_key(|s| s.chars().count())?;
+            out.push_str(&best);
+        }
+    }
+    Some(())
 }
 
 #[cfg(test)]
@@ -357,6 +434,22 @@ mod tests {
         let m = members(&root, &root);
         let want = format!(r#""g":"client_credentials","s":"{}""#, "a".repeat(30));
         assert_eq!(m[0], want, "{m:?}");
+    }
+
+    #[test]
+    fn patterned_strings_give_a_shortest_match() {
+        for (p, want) in [
+            ("^/(([a-z]|%[0-9a-f]{2})+(/[a-z]*)*)?$", Some("/")),
+            ("^[A-Z]{2}-\\d{3}$", Some("AA-000")),
+            ("abc|de", Some("de")),
+            ("^(?!x)y$", None),
+            ("^a{300}$", None),
+        ] {
+            assert_eq!(super::pattern_example(p).as_deref(), want, "{p}");
+        }
+        let root = json!({"type": "object", "required": ["p", "q"], "properties": {
+            "p": {"type": "string", "pattern": "^/x*$"}, "q": {"type": "string"}}});
+        assert_eq!(members(&root, &root)[0], r#""p":"/","q":"""#);
     }
 
     #[test]
