@@ -37,8 +37,12 @@ def test_openai_reasoning_content_streamed_apart(thinking_server):
 
 def test_anthropic_thinking_blocks(thinking_server):
     c = anthropic.Anthropic(base_url=thinking_server, api_key="none")
+    # Greedy: the Messages API has no seed, and at temperature 1 Gemma 3 sometimes closes
+    # its reasoning at once (no thinking block: one failure in a fresh-clone run). The SDK
+    # takes no `temperature` beside `thinking` (Anthropic forbids changing it there), so it
+    # goes in the body.
     with c.messages.stream(
-        model="m", max_tokens=80, messages=ASK,
+        model="m", max_tokens=80, messages=ASK, extra_body={"temperature": 0},
         thinking={"type": "enabled", "budget_tokens": 12},
         tools=[{"name": "answer", "input_schema": SCHEMA}],
         tool_choice={"type": "tool", "name": "answer"},
