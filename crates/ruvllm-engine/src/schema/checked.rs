@@ -24,28 +24,10 @@ impl Compiler<'_> {
         if depth == 0 {
             return self.compile_checked_once(s, ptr, depth, keyword, reason);
         }
-        let key = value_key(s);
-        if let Some(&r) = self.checked_by_value.get(&key) {
-            return Ok(Expr::Ref(r));
-        }
-        let r = self.reserve(&format!("checkedv{}", ptr.replace('/', "-")));
-        let mark = self.checked_log.len();
-        self.checked_by_value.insert(key, r);
-        self.checked_log.push(key);
-        match self.compile_checked_once(s, ptr, depth, keyword, reason) {
-            Ok(body) => {
-                self.set(r, body);
-                Ok(Expr::Ref(r))
-            }
-            Err(e) => {
-                // A caller may retry with a looser schema: no rule of this failed attempt
-                // (empty, or referring to one that is) may be found again.
-                for k in self.checked_log.drain(mark..) {
-                    self.checked_by_value.remove(&k);
-                }
-                Err(e)
-            }
-        }
+        let name = format!("checkedv{}", ptr.replace('/', "-"));
+        self.rule_per_value(PerValue::Checked, s, &name, |c| {
+            c.compile_checked_once(s, ptr, depth, keyword, reason)
+        })
     }
 
     pub(super) fn compile_checked_once(

@@ -347,8 +347,17 @@ fn shortest_match(h: &regex_syntax::hir::Hir, out: &mut String) -> Option<()> {
             out.push(b as char);
         }
         HirKind::Repetition(r) => {
-            for _ in 0..r.min {
-                shortest_match(&r.sub, out)?;
+            // The sub-match once, then copies until the limit: a nest of counted empty
+            // groups (`((a{0}){1000}){1000}`) costs nothing.
+            let mut one = String::new();
+            shortest_match(&r.sub, &mut one)?;
+            if !one.is_empty() {
+                for _ in 0..r.min {
+                    if out.chars().count() > MAX_EXAMPLE_CHARS as usize {
+                        return None;
+                    }
+                    out.push_str(&one);
+                }
             }
         }
         HirKind::Capture(c) => shortest_match(&c.sub, out)?,
@@ -444,6 +453,8 @@ mod tests {
             ("abc|de", Some("de")),
             ("^(?!x)y$", None),
             ("^a{300}$", None),
+            ("^((((a{0}){1000}){1000}){1000})b$", Some("b")),
+            ("^(ab){3}$", Some("ababab")),
         ] {
             assert_eq!(super::pattern_example(p).as_deref(), want, "{p}");
         }

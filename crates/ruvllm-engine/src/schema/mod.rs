@@ -422,17 +422,12 @@ struct Compiler<'a> {
     rules: Vec<Rule>,
     ref_rules: HashMap<String, RuleId>,
     queue: Vec<(String, RuleId)>,
-    /// Checked sub-schemas by [`value_key`] (see `compile_checked`).
-    checked_by_value: HashMap<(u64, u64), RuleId>,
-    /// The keys of `checked_by_value` in insertion order (to undo a failed attempt).
-    checked_log: Vec<(u64, u64)>,
-    /// Sub-schemas with combinators met deep in the schema ([`MEMO_DEPTH`]), by
-    /// [`value_key`]: an intersection of recursive references (`allOf: [{$ref: A},
-    /// {$ref: B}]` inside `A`) meets itself again and becomes a recursive rule instead of
-    /// being unrolled until the depth limit.
-    combined_by_value: HashMap<(u64, u64), RuleId>,
-    /// The keys of `combined_by_value` in insertion order (to undo a failed attempt).
-    combined_log: Vec<(u64, u64)>,
+    /// Rules made once per distinct sub-schema value (see [`Compiler::rule_per_value`]):
+    /// checked sub-schemas (`compile_checked`) and deep sub-schemas with combinators
+    /// ([`MEMO_DEPTH`]), by kind and [`value_key`].
+    by_value: HashMap<(PerValue, (u64, u64)), RuleId>,
+    /// The keys of `by_value` in insertion order (to undo a failed attempt).
+    by_value_log: Vec<(PerValue, (u64, u64))>,
     anchors: HashMap<String, String>,
     common: HashMap<&'static str, RuleId>,
     /// Semantic checks attached to rules (see [`check`]).
@@ -492,12 +487,6 @@ fn relaxable(keyword: &str, reason: &str) -> bool {
 /// (deterministic). Equal values get equal keys; two different sub-schemas sharing one
 /// has odds of 2^-128. Cheaper than serializing the value (no allocation, no number
 /// formatting), which mattered: a checked sub-schema may contain most of the schema.
-/// The nesting from which sub-schemas with combinators are compiled once per distinct
-/// value (`Compiler::combined_by_value`): a recursion through them repeats within a few
-/// levels, and above it no value is hashed (schemas with many `allOf`s near the root
-/// compile as before).
-const MEMO_DEPTH: usize = 8;
-
 fn value_key(v: &Value) -> (u64, u64) {
     use std::hash::{Hash, Hasher};
     let mut a = std::collections::hash_map::DefaultHasher::new();
@@ -506,6 +495,19 @@ fn value_key(v: &Value) -> (u64, u64) {
     0x5eed_u32.hash(&mut b);
     v.hash(&mut b);
     (a.finish(), b.finish())
+}
+
+/// The nesting from which sub-schemas with combinators are compiled once per distinct
+/// value (a recursion through them repeats within a few levels; above it no value is
+/// hashed, so schemas with many `allOf`s near the root compile as before).
+const MEMO_DEPTH: usize = 8;
+
+/// What a rule of [`Compiler::rule_per_value`] holds: a checked sub-schema, or a
+/// sub-schema with combinators compiled exactly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum PerValue {
+    Checked,
+    Combined,
 }
 
 /// The reason of the `Unsupported` error that sends draft-7 content assertions to a check.
@@ -592,10 +594,8 @@ impl<'a> Compiler<'a> {
             rules: Vec::new(),
             ref_rules: HashMap::new(),
             queue: Vec::new(),
-            checked_by_value: HashMap::new(),
-            checked_log: Vec::new(),
-            combined_by_value: HashMap::new(),
-            combined_log: Vec::new(),
+            by_value: HashMap::new(),
+            by_value_log: Vec::new(),
             anchors,
             common: HashMap::new(),
             checks: Vec::new(),
@@ -790,27 +790,41 @@ impl<'a> Compiler<'a> {
         if depth < MEMO_DEPTH {
             return self.combined(m, ptr, depth);
         }
-        // Deep: one rule per distinct value (references are pointers into the root, so
-        // equal values mean the same wherever they are), which ends the unrolling of a
-        // recursive intersection.
-        let key = value_key(s);
-        if let Some(&r) = self.combined_by_value.get(&key) {
+        // Deep: one rule per distinct value, which ends the unrolling of a recursive
+        // intersection.
+        let name = format!("allof{}", ptr.replace('/', "-"));
+        self.rule_per_value(PerValue::Combined, s, &name, |c| c.combined(m, ptr, depth))
+    }
+
+    /// The rule of sub-schema `s` of kind `kind`, one per distinct value: references are
+    /// pointers into the root, so equal values mean the same wherever they are, and a
+    /// value met again inside its own compilation (a recursion) refers to its rule. On an
+    /// error every rule made since this one began is forgotten, of either kind (a caller
+    /// may retry with a looser schema, and no rule of the failed attempt, empty or
+    /// referring to one that is, may be found again). Cost: a hash of `s`.
+    fn rule_per_value(
+        &mut self,
+        kind: PerValue,
+        s: &Value,
+        name: &str,
+        body: impl FnOnce(&mut Self) -> Result<Expr, SchemaError>,
+    ) -> Result<Expr, SchemaError> {
+        let key = (kind, value_key(s));
+        if let Some(&r) = self.by_value.get(&key) {
             return Ok(Expr::Ref(r));
         }
-        let r = self.reserve(&format!("allof{}", ptr.replace('/', "-")));
-        let mark = self.combined_log.len();
-        self.combined_by_value.insert(key, r);
-        self.combined_log.push(key);
-        match self.combined(m, ptr, depth) {
-            Ok(body) => {
-                self.set(r, body);
+        let r = self.reserve(name);
+        let mark = self.by_value_log.len();
+        self.by_value.insert(key, r);
+        self.by_value_log.push(key);
+        match body(self) {
+            Ok(b) => {
+                self.set(r, b);
                 Ok(Expr::Ref(r))
             }
             Err(e) => {
-                // A caller may retry with a looser schema (a check): no rule of this
-                // failed attempt (empty, or referring to one that is) may be found again.
-                for k in self.combined_log.drain(mark..) {
-                    self.combined_by_value.remove(&k);
+                for k in self.by_value_log.drain(mark..) {
+                    self.by_value.remove(&k);
                 }
                 Err(e)
             }
