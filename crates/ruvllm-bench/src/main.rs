@@ -804,9 +804,13 @@ fn main() -> Result<()> {
                     f("ttfm_us", "mean"), f("ttfm_us", "p99")
                 );
                 if name == "ruvllm-budget" {
+                    let names = v["no_start_completion_files"]
+                        .as_array()
+                        .map(|a| &a[..a.len().min(30)]);
                     println!(
-                        "            no completion from the start: {} {}",
-                        v["no_start_completion"], v["no_start_completion_files"]
+                        "            no completion from the start: {} (first 30: {})",
+                        v["no_start_completion"],
+                        serde_json::json!(names.unwrap_or_default())
                     );
                 }
                 report.push((name.clone(), v.clone(), caches));

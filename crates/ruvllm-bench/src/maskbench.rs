@@ -265,7 +265,7 @@ impl EngineStats {
             "tbm_us": {"mean": mean(&self.tbm), "p50": pct(&self.tbm, 0.5), "p90": pct(&self.tbm, 0.9), "p99": pct(&self.tbm, 0.99), "p999": pct(&self.tbm, 0.999), "max": pct(&self.tbm, 1.0)},
             "masks_over_2ms": self.slow_masks.len(),
             "no_start_completion": self.no_start_completion.len(),
-            "no_start_completion_files": self.no_start_completion.iter().take(30).collect::<Vec<_>>(),
+            "no_start_completion_files": self.no_start_completion,
             "masks_over_2ms_running": self.slow_running(),
             "tbm_max_running_us": self.max_running_us,
             "slowest_masks": slowest,

@@ -38,8 +38,15 @@
 //!
 //! **Semantic checks.** A text through a rule with a check (`uniqueItems`, an exclusive
 //! `oneOf`, `multipleOf`, ...) is only a candidate: it is fed to the real parser, which
-//! runs the checks, and kept only if the output then accepts. When no candidate passes,
-//! a best-first search over bytes (ordered by bytes so far plus the syntactic distance,
+//! runs the checks, and kept only if the output then accepts. When none passes, the
+//! failing candidate is **filled** from what the grammar and the check say, one value at
+//! a time: an object lacking keys its check requires (`ValueCheck::missing_keys`: keys in
+//! any order, `dependentRequired`, a validator's `required` errors) gets each key with
+//! the grammar's shortest value for it (a `format`, `pattern` or `enum` value spelled as
+//! the grammar spells it; a nested object is filled in turn); a value no key fixes gets
+//! the check's own examples (`ValueCheck::value_examples`: a number within its exact
+//! bounds) or a search of that value alone. Failing that, the check's member hints (keys
+//! and values the sub-schema names) are inserted, then a best-first search over bytes (ordered by bytes so far plus the syntactic distance,
 //! which never overestimates; ties deepest first) tries continuations, each followed by
 //! its syntactic completion, within a bounded number of steps ([`SEARCH_NODES`]) and
 //! time. It first keeps the failing candidate's text up to the start of the value whose
@@ -586,6 +593,14 @@ impl Matcher {
     /// candidates are fed to the parser, and each child's too; at most [`SEARCH_NODES`]
     /// nodes and an eighth of the mask time limit. Returns the completion's text (`prefix` included).
     fn search(&mut self, prefix: &[u8]) -> Result<Option<Vec<u8>>, MatchError> {
+        Ok(self.search_to(prefix, None)?.map(|(t, _)| t))
+    }
+
+    /// [`Matcher::search`] towards `goal`: `None`, a completion; `Some(s)`, a text after
+    /// which the value starting at byte `s` passes its check (the output accepts, or the
+    /// last check that fails starts before `s`: an enclosing value's, returned with the
+    /// text for the caller to fix in turn).
+    fn search_to(&mut self, prefix: &[u8], goal: Option<u32>) -> Result<Reached, MatchError> {
         let c = self.c.clone();
         let g = &c.grammar;
         let sh = g.shortest();
@@ -597,7 +612,7 @@ impl Matcher {
         let mut heap: BinaryHeap<Reverse<(u32, Reverse<u32>, u32)>> = BinaryHeap::new();
         heap.push(Reverse((0, Reverse(0), 0)));
         let mut expanded = 0;
-        let r = (|| -> Result<Option<Vec<u8>>, MatchError> {
+        let r = (|| -> Result<Reached, MatchError> {
             while let Some(Reverse((_, _, id))) = heap.pop() {
                 if expanded >= SEARCH_NODES || clock.check().is_err() {
                     return Ok(None);
@@ -612,23 +627,23 @@ impl Matcher {
                 }
                 self.parser.ensure_closed(g)?;
                 if self.parser.top_info().accepting {
-                    return Ok(Some(path));
+                    return Ok(Some((path, None)));
                 }
                 // The syntactic candidates from here.
-                if let Some(text) = self.passing_candidate()? {
+                if let Some((text, f)) = self.passing_candidate(goal)? {
                     let mut full = path.clone();
                     full.extend_from_slice(&text);
-                    return Ok(Some(full));
+                    return Ok(Some((full, f)));
                 }
                 // A dive: the first preferred byte again and again, with the candidates
                 // after each (a key that must be three digits is `000`, which a search
                 // by extra bytes reaches only after every shorter key).
                 let depth0 = self.parser.top();
                 if expanded <= DIVES {
-                    if let Some(text) = self.dive(&mut expanded)? {
+                    if let Some((text, f)) = self.dive(&mut expanded, goal)? {
                         let mut full = path.clone();
                         full.extend_from_slice(&text);
-                        return Ok(Some(full));
+                        return Ok(Some((full, f)));
                     }
                 }
                 self.parser.truncate(depth0);
@@ -656,16 +671,16 @@ impl Matcher {
                     }
                     self.parser.ensure_closed(g)?;
                     let found = if self.parser.top_info().accepting {
-                        Some(Vec::new())
+                        Some((Vec::new(), None))
                     } else {
-                        self.passing_candidate()?
+                        self.passing_candidate(goal)?
                     };
                     self.parser.pop();
-                    if let Some(text) = found {
+                    if let Some((text, f)) = found {
                         let mut full = path.clone();
                         full.push(b);
                         full.extend_from_slice(&text);
-                        return Ok(Some(full));
+                        return Ok(Some((full, f)));
                     }
                     let mut p = path.clone();
                     p.push(b);
@@ -696,7 +711,7 @@ impl Matcher {
             clock: Deadline::new(self.c.limits.max_mask_time / 8),
         };
         let check = f.check.clone();
-        if let Some(t) = self.repair(text, f, &mut budget)? {
+        if let Some(t) = self.fill(text, f, &mut budget)? {
             return Ok(Some(t));
         }
         let c = self.c.clone();
@@ -750,6 +765,155 @@ impl Matcher {
         Ok(None)
     }
 
+    /// Completes a candidate `text` whose value failed its check (`f`) by what the
+    /// grammar itself says, one value at a time:
+    /// - an object that lacks keys its check requires
+    ///   ([`crate::grammar::ValueCheck::missing_keys`]) gets the first written before its
+    ///   closing brace with the grammar's shortest value for it ([`Matcher::with_key`]);
+    ///   an object the candidate wrote with none of them is emptied first, once;
+    /// - any other failing value is replaced by the check's own examples (a number within
+    ///   its bounds: [`Matcher::value_example`]), or else searched for alone (a string's
+    ///   length under a `pattern`: [`Matcher::search_to`] from the text before it, until
+    ///   the check that fails is an enclosing value's), once per value;
+    ///
+    /// and the candidate is fed again, until it passes. Failing that, the member hints
+    /// ([`Matcher::repair`]) on where the fill stopped, then on the candidate. At most
+    /// [`FILL_KEYS`] rounds, within `budget`'s time. Returns the completion's text, or
+    /// `None`. The parser is left as it was.
+    fn fill(
+        &mut self,
+        mut text: Vec<u8>,
+        mut f: Failed,
+        budget: &mut RepairBudget,
+    ) -> Result<Option<Vec<u8>>, MatchError> {
+        let start = self.parser.top();
+        let original = (text.clone(), f.clone());
+        let mut changed = false;
+        // Objects emptied once, and values searched once (by their start).
+        let mut emptied: Vec<u32> = Vec::new();
+        let mut searched: Vec<u32> = Vec::new();
+        for _ in 0..FILL_KEYS {
+            if budget.clock.check().is_err() {
+                return Ok(None);
+            }
+            let object = self.failed_object(&text, &f);
+            let key = object
+                .as_ref()
+                .and_then(|(_, value)| f.check.0.missing_keys(value).into_iter().next());
+            let mut step = None;
+            if let (Some((mut at, value)), Some(key)) = (object, key) {
+                let required = f.check.0.missing_keys(b"{}");
+                let mut members = value[1..value.len() - 1]
+                    .iter()
+                    .any(|b| !b" \t\r\n".contains(b));
+                // An object the candidate wrote with none of the required keys: its
+                // members were the grammar's shortest ones (`{"":0}`), which the required
+                // ones replace (once: under a union of objects, another branch may want
+                // what was removed).
+                let mut t = text.clone();
+                let open = (f.start as usize).checked_sub(start);
+                if let Some(open) = open.filter(|_| {
+                    members
+                        && !emptied.contains(&f.start)
+                        && !required.iter().any(|k| has_key(&value, k))
+                }) {
+                    emptied.push(f.start);
+                    t.drain(open + 1..at);
+                    at = open + 1;
+                    members = false;
+                }
+                if let Some(t) = self.with_key(&t[..at], members, &key)? {
+                    self.parser.failed = None;
+                    if self.accepts_after(&t)? {
+                        return Ok(Some(t));
+                    }
+                    step = Some((t, self.parser.failed.take()));
+                }
+            }
+            let (t, failed) = match step {
+                Some(s) => s,
+                None => {
+                    // A value no key fixes (a string's length under a `pattern`, a
+                    // number's bounds): searched for alone, from the text before it.
+                    if searched.contains(&f.start) {
+                        break;
+                    }
+                    searched.push(f.start);
+                    let keep = (f.start as usize).saturating_sub(start).min(text.len());
+                    match self.value_example(&text, &f)? {
+                        Some((t, None)) => return Ok(Some(t)),
+                        Some(step) => step,
+                        None => match self.search_to(&text[..keep], Some(f.start))? {
+                            Some((t, None)) => return Ok(Some(t)),
+                            Some((t, failed)) => (t, failed),
+                            None => break,
+                        },
+                    }
+                }
+            };
+            let Some(g) = failed else {
+                break;
+            };
+            text = t;
+            f = g;
+            changed = true;
+        }
+        if changed {
+            if let Some(t) = self.repair(text, f, budget)? {
+                return Ok(Some(t));
+            }
+        }
+        let (text, f) = original;
+        self.repair(text, f, budget)
+    }
+
+    /// The candidate `text` with its failing value (`f`, written by the candidate) replaced
+    /// by the first of the check's own examples
+    /// ([`crate::grammar::ValueCheck::value_examples`]) after which the output accepts, or
+    /// the check that fails is an enclosing value's; with that check. Cost: a parse of the
+    /// candidate per example.
+    fn value_example(&mut self, text: &[u8], f: &Failed) -> Result<Reached, MatchError> {
+        let start = self.parser.top();
+        let Some(at) = (f.start as usize).checked_sub(start) else {
+            return Ok(None);
+        };
+        let end = (f.end as usize).saturating_sub(start).min(text.len());
+        if at >= end {
+            return Ok(None);
+        }
+        for ex in f.check.0.value_examples() {
+            let mut t = text[..at].to_vec();
+            t.extend_from_slice(ex.as_bytes());
+            t.extend_from_slice(&text[end..]);
+            self.parser.failed = None;
+            if self.accepts_after(&t)? {
+                return Ok(Some((t, None)));
+            }
+            if let Some(g) = self.parser.failed.take().filter(|g| g.start < f.start) {
+                return Ok(Some((t, Some(g))));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Where the value that failed (`f`, on the candidate `text`) is an object whose
+    /// closing brace the candidate wrote (what is committed stays): that brace's index in
+    /// `text` and the object's text.
+    fn failed_object(&self, text: &[u8], f: &Failed) -> Option<(usize, Vec<u8>)> {
+        let start = self.parser.top();
+        let at = (f.end as usize)
+            .checked_sub(1)
+            .and_then(|e| e.checked_sub(start))
+            .filter(|&at| text.get(at) == Some(&b'}'))?;
+        let value: Vec<u8> = (f.start as usize..f.end as usize)
+            .map(|i| match i.checked_sub(start) {
+                None => self.parser.bytes[i],
+                Some(j) => text[j],
+            })
+            .collect();
+        (value.first() == Some(&b'{')).then_some((at, value))
+    }
+
     /// Repairs a candidate `text` whose object value failed its check (`f`) with the
     /// check's member hints (`crate::schema`'s hints): each is inserted before the
     /// object's closing brace (which the candidate wrote), and the first that makes the
@@ -762,22 +926,10 @@ impl Matcher {
         mut f: Failed,
         budget: &mut RepairBudget,
     ) -> Result<Option<Vec<u8>>, MatchError> {
-        let start = self.parser.top();
         for _ in 0..REPAIR_ROUNDS {
-            // The closing brace must be the candidate's: what is committed stays.
-            let Some(at) = (f.end as usize)
-                .checked_sub(1)
-                .and_then(|e| e.checked_sub(start))
-                .filter(|&at| text.get(at) == Some(&b'}'))
-            else {
+            let Some((at, value)) = self.failed_object(&text, &f) else {
                 return Ok(None);
             };
-            let value: Vec<u8> = (f.start as usize..f.end as usize)
-                .map(|i| match i.checked_sub(start) {
-                    None => self.parser.bytes[i],
-                    Some(j) => text[j],
-                })
-                .collect();
             let present = serde_json::from_slice::<serde_json::Value>(&value).ok();
             let Some(present) = present.as_ref().and_then(|v| v.as_object()) else {
                 return Ok(None);
@@ -818,22 +970,71 @@ impl Matcher {
         Ok(None)
     }
 
-    /// From the current state, [`DIVE`] bytes at most, each the first preferred byte that
-    /// keeps a completion, trying after each whether the output is complete or a
-    /// syntactic candidate passes; returns the bytes and the candidate's text. The parser
-    /// is left at the end of the dive (the caller truncates). Counts its steps in
-    /// `expanded`.
-    fn dive(&mut self, expanded: &mut usize) -> Result<Option<Vec<u8>>, MatchError> {
+    /// The output followed by `prefix` (a candidate cut before an object's closing brace),
+    /// a comma when `comma`, the member key `key` and its colon, then the shortest
+    /// syntactic completion from there, which writes the grammar's shortest value for
+    /// that key (a `format`, `pattern` or `enum` value spelled as the grammar spells it)
+    /// and closes the rest. `None` when the grammar refuses the key there. The parser is
+    /// left as it was. Cost: a parser step per byte of the text.
+    fn with_key(
+        &mut self,
+        prefix: &[u8],
+        comma: bool,
+        key: &str,
+    ) -> Result<Option<Vec<u8>>, MatchError> {
+        let c = self.c.clone();
+        let g = &c.grammar;
+        let sh = g.shortest();
+        let start = self.parser.top();
+        let mut t = prefix.to_vec();
+        if comma {
+            t.push(b',');
+        }
+        t.extend_from_slice(
+            serde_json::Value::String(key.to_string())
+                .to_string()
+                .as_bytes(),
+        );
+        t.push(b':');
+        let r = (|| -> Result<Option<Vec<u8>>, MatchError> {
+            for &b in &t {
+                if !self.parser.push_byte(g, b)? {
+                    return Ok(None);
+                }
+            }
+            self.parser.ensure_closed(g)?;
+            let Some(&(_, _, it)) = self.parser.ranked_core(g, sh).first() else {
+                return Ok(None);
+            };
+            self.parser.item_text(g, sh, it, &mut t);
+            Ok(Some(t))
+        })();
+        self.parser.truncate(start);
+        r
+    }
+
+    /// From the current state, [`DIVE`] bytes at most, each the first preferred byte
+    /// (whitespace last) that keeps a completion, trying after each whether the output
+    /// reaches `goal` or a syntactic candidate does (see [`Matcher::search_to`]); returns
+    /// the bytes and the candidate's text. The parser is left at the end of the dive (the
+    /// caller truncates). Counts its steps in `expanded`.
+    fn dive(&mut self, expanded: &mut usize, goal: Option<u32>) -> Result<Reached, MatchError> {
         let c = self.c.clone();
         let g = &c.grammar;
         let sh = g.shortest();
         let mut dive = Vec::new();
+        // The preferred order with whitespace last: blanks between tokens change nothing.
+        let (blank, mut order): (Vec<u8>, Vec<u8>) = crate::compile::dist::PREFERRED
+            .iter()
+            .copied()
+            .partition(|b| b" \t\r\n".contains(b));
+        order.extend(blank);
         for _ in 0..DIVE {
             *expanded += 1;
             self.parser.ensure_closed(g)?;
             let allowed = self.parser.top_info().allowed;
             let mut stepped = false;
-            for &b in crate::compile::dist::PREFERRED.iter() {
+            for &b in &order {
                 if allowed.contains(b) && self.parser.push_byte(g, b)? {
                     if self.parser.distance(g, sh).0 == INF {
                         self.parser.pop();
@@ -849,21 +1050,22 @@ impl Matcher {
             }
             self.parser.ensure_closed(g)?;
             let done = if self.parser.top_info().accepting {
-                Some(Vec::new())
+                Some((Vec::new(), None))
             } else {
-                self.passing_candidate()?
+                self.passing_candidate(goal)?
             };
-            if let Some(text) = done {
+            if let Some((text, f)) = done {
                 dive.extend_from_slice(&text);
-                return Ok(Some(dive));
+                return Ok(Some((dive, f)));
             }
         }
         Ok(None)
     }
 
     /// The text of the first of the four cheapest syntactic candidates from the current
-    /// state that passes the semantic checks, if any.
-    fn passing_candidate(&mut self) -> Result<Option<Vec<u8>>, MatchError> {
+    /// state that reaches `goal` (see [`Matcher::search_to`]), if any, with the check
+    /// that still fails after it.
+    fn passing_candidate(&mut self, goal: Option<u32>) -> Result<Reached, MatchError> {
         let c = self.c.clone();
         let g = &c.grammar;
         let sh = g.shortest();
@@ -872,8 +1074,13 @@ impl Matcher {
         for &(_, _, it) in ranked.iter().take(4) {
             text.clear();
             self.parser.item_text(g, sh, it, &mut text);
+            self.parser.failed = None;
             if self.accepts_after(&text)? {
-                return Ok(Some(text));
+                return Ok(Some((text, None)));
+            }
+            match (goal, self.parser.failed.take()) {
+                (Some(s), Some(f)) if f.start < s => return Ok(Some((text, Some(f)))),
+                _ => {}
             }
         }
         Ok(None)
@@ -930,6 +1137,10 @@ fn continuations(tail: &[u8], h: &[u8]) -> Vec<Vec<u8>> {
 /// Values a repair fixes in turn (see [`Matcher::repair`]).
 const REPAIR_ROUNDS: usize = 8;
 
+/// Required keys a fill writes at most (see [`Matcher::fill`]); each costs a parse of the
+/// candidate, and the search's time limit bounds them too.
+const FILL_KEYS: usize = 1024;
+
 /// Candidates a repair feeds to the parser at most.
 const REPAIR_TRIES: usize = 256;
 
@@ -939,7 +1150,16 @@ const DIVE: usize = 12;
 /// Search nodes that dive (the first ones).
 const DIVES: usize = 4;
 
-/// Keeps `text` as `best` when it needs fewer tokens.
+/// What a search towards a goal found (see [`Matcher::search_to`]): the text, and the
+/// check that still fails after it (`None` when the output then accepts).
+type Reached = Option<(Vec<u8>, Option<Failed>)>;
+
+/// Whether the object text `value` has the top-level key `key` (a parse of `value`).
+fn has_key(value: &[u8], key: &str) -> bool {
+    serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(value)
+        .is_ok_and(|m| m.contains_key(key))
+}
+
 /// Puts `w` in `best` when it has fewer tokens.
 fn keep_fewer(best: &mut Option<Completion>, w: Completion) {
     if best.as_ref().is_none_or(|b| w.len() < b.len()) {

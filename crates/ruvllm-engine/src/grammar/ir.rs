@@ -31,6 +31,23 @@ pub trait ValueCheck: Send + Sync + std::fmt::Debug {
         &[]
     }
 
+    /// The keys (decoded) that the failing object `text` lacks and must gain to pass, in
+    /// the order to write them: the completion search writes each as a member whose value
+    /// is the grammar's own shortest one (see `crate::complete`), so the fill follows the
+    /// grammar exactly instead of guessing values. Empty by default (and for a value the
+    /// check does not read as an object). Cost: one pass over `text`.
+    fn missing_keys(&self, _text: &[u8]) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// Texts that pass this check alone, simplest first (a number within its bounds and
+    /// multiples): the completion search puts them in place of a failing value, and the
+    /// grammar and every other check still judge the result. Empty by default. Cost:
+    /// small, bounded by the implementation.
+    fn value_examples(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// What the check enforces, for diagnostics (`ruvllm schema compile` lists them).
     fn describe(&self) -> String {
         format!("{self:?}")

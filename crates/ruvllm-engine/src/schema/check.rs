@@ -75,8 +75,57 @@ impl ValueCheck for SchemaCheck {
         &self.hints
     }
 
+    /// The `required` keys the validator reports missing on the object itself, and under
+    /// an `anyOf`/`oneOf` that fails, those of the branch with the fewest errors (the
+    /// fill writes them and the check judges the result). Cost: a validation of the value
+    /// that collects every error.
+    fn missing_keys(&self, text: &[u8]) -> Vec<String> {
+        let Some(validator) = self.validator.get() else {
+            return Vec::new();
+        };
+        let Ok(v @ Value::Object(_)) = serde_json::from_slice::<Value>(text) else {
+            return Vec::new();
+        };
+        let wrapped = Value::Object(Map::from_iter([(self.key.clone(), v)]));
+        let at = format!("/{}", self.key);
+        let mut out = Vec::new();
+        for e in validator.iter_errors(&wrapped) {
+            required_missing(&e, &at, &mut out, 0);
+        }
+        out
+    }
+
     fn describe(&self) -> String {
         format!("the sub-schema at #{} (validator)", self.pointer)
+    }
+}
+
+/// Appends to `out` the keys that error `e` (and, for a failed `anyOf`/`oneOf`, its branch
+/// with the fewest errors) says the object at instance path `at` lacks.
+fn required_missing(
+    e: &jsonschema::ValidationError<'_>,
+    at: &str,
+    out: &mut Vec<String>,
+    depth: usize,
+) {
+    use jsonschema::error::ValidationErrorKind as Kind;
+    if e.instance_path().as_str() != at || depth > 8 {
+        return;
+    }
+    match e.kind() {
+        Kind::Required { property } => {
+            if let Some(p) = property.as_str().filter(|p| !out.iter().any(|k| k == p)) {
+                out.push(p.to_string());
+            }
+        }
+        Kind::AnyOf { context } | Kind::OneOfNotValid { context } => {
+            if let Some(branch) = context.iter().min_by_key(|b| b.len()) {
+                for e in branch {
+                    required_missing(e, at, out, depth + 1);
+                }
+            }
+        }
+        _ => {}
     }
 }
 
@@ -489,6 +538,24 @@ impl ValueCheck for Native {
         }
     }
 
+    /// The keys that `dependencies`/`dependentRequired` ask for, of the keys present.
+    fn missing_keys(&self, text: &[u8]) -> Vec<String> {
+        let Some(keys) = top_level_keys(text) else {
+            return Vec::new();
+        };
+        let mut out: Vec<String> = Vec::new();
+        for (k, names) in &self.deps {
+            if keys.iter().any(|x| x.as_ref() == k.as_str()) {
+                for n in names {
+                    if !keys.iter().any(|x| x.as_ref() == n.as_str()) && !out.contains(n) {
+                        out.push(n.clone());
+                    }
+                }
+            }
+        }
+        out
+    }
+
     fn describe(&self) -> String {
         let mut parts = Vec::new();
         if self.unique {
@@ -604,6 +671,21 @@ impl ValueCheck for ObjectKeys {
 
     fn member_hints(&self) -> &[String] {
         &self.hints
+    }
+
+    fn missing_keys(&self, text: &[u8]) -> Vec<String> {
+        let Some(keys) = top_level_keys(text) else {
+            return Vec::new();
+        };
+        if keys.len() >= self.max {
+            return Vec::new();
+        }
+        self.required
+            .iter()
+            .filter(|r| !keys.iter().any(|k| k.as_ref() == r.as_str()))
+            .take(self.max - keys.len())
+            .cloned()
+            .collect()
     }
 
     fn describe(&self) -> String {

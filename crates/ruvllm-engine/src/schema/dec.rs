@@ -355,9 +355,83 @@ impl NumberCheck {
     }
 }
 
+/// `units × 10^exp` written without an exponent (`plain(-125, -2)` is `-1.25`); `exp`
+/// is a multiple's, bounded by the parser's clamp.
+fn plain(units: i128, exp: i64) -> String {
+    let sign = if units < 0 { "-" } else { "" };
+    let digits = units.unsigned_abs().to_string();
+    if exp >= 0 {
+        return format!("{sign}{digits}{}", "0".repeat(exp.min(64) as usize));
+    }
+    let frac = (-exp).min(64) as usize;
+    let padded = format!("{digits:0>w$}", w = frac + 1);
+    let (int, dec) = padded.split_at(padded.len() - frac);
+    format!("{sign}{int}.{dec}")
+}
+
 impl ValueCheck for NumberCheck {
     fn accepts(&self, text: &[u8]) -> bool {
         Dec::parse(text).is_some_and(|x| self.passes(&x))
+    }
+
+    /// Candidates built near the bounds and from the multiples (0, ±1, each bound, the
+    /// first value past a bound at 0 to 9 decimal places, the first multiples past the
+    /// lower bound), kept when [`NumberCheck::passes`] says so exactly; shortest first,
+    /// at most 8. Cost: a few dozen candidates parsed and checked.
+    fn value_examples(&self) -> Vec<String> {
+        let mut cands: Vec<String> = vec!["0".into(), "1".into(), "-1".into()];
+        if let Some(v) = &self.one_of {
+            cands.extend(v.iter().map(Dec::to_string));
+        }
+        let as_f64 = |d: &Dec| d.to_string().parse::<f64>().ok().filter(|x| x.is_finite());
+        let lo = self.lo.as_ref().and_then(|(d, _)| as_f64(d));
+        let hi = self.hi.as_ref().and_then(|(d, _)| as_f64(d));
+        for (b, _) in self.lo.iter().chain(self.hi.iter()) {
+            cands.push(b.to_string());
+        }
+        for k in 0..=9i32 {
+            let scale = 10f64.powi(k);
+            let k = k as usize;
+            if let Some(l) = lo {
+                let c = (l * scale).floor() / scale;
+                cands.push(format!("{:.k$}", c + 1.0 / scale));
+                cands.push(format!("{c:.k$}"));
+            }
+            if let Some(h) = hi {
+                let c = (h * scale).ceil() / scale;
+                cands.push(format!("{:.k$}", c - 1.0 / scale));
+                cands.push(format!("{c:.k$}"));
+            }
+        }
+        for m in &self.multiples {
+            // m = digits × 10^exp: the multiples n·m past the lower bound, exactly.
+            let Ok(units) = std::str::from_utf8(&m.digits)
+                .unwrap_or("x")
+                .parse::<u128>()
+            else {
+                continue;
+            };
+            let step = as_f64(m).unwrap_or(1.0).abs();
+            let n0 = lo
+                .map_or(0.0, |l| (l / step).ceil() - 1.0)
+                .clamp(-1e15, 1e15) as i128;
+            for n in n0..n0 + 4 {
+                let Some(p) = (units as i128).checked_mul(n) else {
+                    continue;
+                };
+                cands.push(plain(p, m.exp));
+            }
+        }
+        let mut out: Vec<String> = Vec::new();
+        for c in cands {
+            let ok = Dec::parse(c.as_bytes()).is_some_and(|x| self.passes(&x));
+            if ok && !out.contains(&c) {
+                out.push(c);
+            }
+        }
+        out.sort_by_key(String::len);
+        out.truncate(8);
+        out
     }
 
     fn describe(&self) -> String {
@@ -465,5 +539,48 @@ mod tests {
         assert!(c.accepts(b"1e+30"));
         assert!(!c.accepts(b"9007199254740993.5"));
         assert!(!c.accepts(b"90071992547409935e-1"));
+    }
+
+    #[test]
+    fn value_examples_pass_exactly_and_come_shortest_first() {
+        let check = |lo: Option<(&str, bool)>, hi: Option<(&str, bool)>, m: &[&str], int: bool| {
+            NumberCheck {
+                integer: int,
+                lo: lo.map(|(x, ex)| (d(x), ex)),
+                hi: hi.map(|(x, ex)| (d(x), ex)),
+                multiples: m.iter().map(|x| d(x)).collect(),
+                one_of: None,
+            }
+        };
+        for (c, first) in [
+            (
+                check(Some(("0.5", true)), Some(("0.75", false)), &[], false),
+                "0.6",
+            ),
+            (
+                check(Some(("-4e3", false)), Some(("-3e3", false)), &[], false),
+                "-4e3",
+            ),
+            (
+                check(Some(("100", true)), Some(("1e3", true)), &[], true),
+                "101",
+            ),
+            (check(Some(("0", true)), None, &["0.25"], false), "1"),
+            (check(Some(("10", false)), None, &["7", "3"], true), ""),
+            (
+                check(Some(("1e-4", false)), Some(("1e-1", false)), &[], false),
+                "0.1",
+            ),
+        ] {
+            let ex = c.value_examples();
+            assert!(ex.iter().all(|x| c.accepts(x.as_bytes())), "{ex:?}");
+            assert!(ex.windows(2).all(|w| w[0].len() <= w[1].len()), "{ex:?}");
+            if !first.is_empty() {
+                assert_eq!(ex.first().map(String::as_str), Some(first), "{ex:?}");
+            }
+        }
+        assert_eq!(plain(-125, -2), "-1.25");
+        assert_eq!(plain(5, -3), "0.005");
+        assert_eq!(plain(12, 2), "1200");
     }
 }
