@@ -807,8 +807,11 @@ fn main() -> Result<()> {
                     let names = v["no_start_completion_files"]
                         .as_array()
                         .map(|a| &a[..a.len().min(30)]);
+                    let with_valid = v["no_start_completion_with_valid"]
+                        .as_array()
+                        .map_or(0, Vec::len);
                     println!(
-                        "            no completion from the start: {} (first 30: {})",
+                        "            no completion from the start: {} ({with_valid} with a valid instance; first 30: {})",
                         v["no_start_completion"],
                         serde_json::json!(names.unwrap_or_default())
                     );

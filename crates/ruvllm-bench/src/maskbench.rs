@@ -57,6 +57,9 @@ pub struct EngineStats {
     /// search for a way past a semantic check gave up; budget-aware decoding is then
     /// off): `ruvllm-budget` only, which computes it. Issue 66's goal is none.
     pub no_start_completion: Vec<String>,
+    /// Of those, the files with a valid instance among their tests (the schema is
+    /// satisfiable, so a completion exists): what issue 66 counts.
+    pub no_start_completion_valid: Vec<String>,
 }
 
 /// A mask over [`SLOW_MASK_US`].
@@ -266,6 +269,7 @@ impl EngineStats {
             "masks_over_2ms": self.slow_masks.len(),
             "no_start_completion": self.no_start_completion.len(),
             "no_start_completion_files": self.no_start_completion,
+            "no_start_completion_with_valid": self.no_start_completion_valid,
             "masks_over_2ms_running": self.slow_running(),
             "tbm_max_running_us": self.max_running_us,
             "slowest_masks": slowest,
@@ -427,6 +431,9 @@ fn run_ruvllm_with(
                 let found = Matcher::new(&c).and_then(|mut m| m.shortest_completion());
                 if !matches!(found, Ok(Some(_))) {
                     st.no_start_completion.push(case.name.clone());
+                    if case.tests.iter().any(|t| t.0) {
+                        st.no_start_completion_valid.push(case.name.clone());
+                    }
                 }
             }
             st.ttfm.push(t0.elapsed().as_secs_f64() * 1e6);
@@ -710,10 +717,14 @@ pub fn markdown(info: &RunInfo, engines: &[ReportRow], common: Option<&CommonTtf
              error above); its time to first mask includes the shortest completion from \
              the start, which the runtime computes before a budget-aware generation. \
              Schemas without a completion from the start (budget-aware decoding would be off \
-             for them): **{}**. \
+             for them): **{}**, of which {} have a valid instance among their tests (the \
+             others may admit no value at all). \
              `ruvllm-budget` / `ruvllm`: TBM mean **{}**, p50 {}, p99 {}, max {}; TTFM \
              mean {}, p99 {}.\n",
             b["no_start_completion"],
+            b["no_start_completion_with_valid"]
+                .as_array()
+                .map_or(0, Vec::len),
             r("tbm_us", "mean"),
             r("tbm_us", "p50"),
             r("tbm_us", "p99"),
