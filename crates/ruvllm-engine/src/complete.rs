@@ -40,19 +40,23 @@
 //! `oneOf`, `multipleOf`, ...) is only a candidate: it is fed to the real parser, which
 //! runs the checks, and kept only if the output then accepts. When none passes, the
 //! failing candidate is **filled** from what the grammar and the check say, one value at
-//! a time: an object lacking keys its check requires (`ValueCheck::missing_keys`: keys in
-//! any order, `dependentRequired`, a validator's `required` errors) gets each key with
-//! the grammar's shortest value for it (a `format`, `pattern` or `enum` value spelled as
-//! the grammar spells it; a nested object is filled in turn); a value no key fixes gets
-//! the check's own examples (`ValueCheck::value_examples`: a number within its exact
-//! bounds) or a search of that value alone. Failing that, the check's member hints (keys
-//! and values the sub-schema names) are inserted, then a best-first search over bytes (ordered by bytes so far plus the syntactic distance,
-//! which never overestimates; ties deepest first) tries continuations, each followed by
-//! its syntactic completion, within a bounded number of steps ([`SEARCH_NODES`]) and
-//! time. It first keeps the failing candidate's text up to the start of the value whose
-//! check failed (the parser records it), so it only changes what can fix that check
-//! (`"responses": {}` under `minProperties: 1` becomes `"responses": {"000": {}}`);
-//! failing that, it searches from the current output.
+//! a time:
+//! - an object lacking keys its check requires (`ValueCheck::missing_keys`: keys in any
+//!   order, `dependentRequired`, a validator's `required` errors) gets each key with the
+//!   grammar's shortest value for it (a `format`, `pattern` or `enum` value spelled as
+//!   the grammar spells it); a nested object is filled in turn, and where a validator
+//!   blames the value written (`ValueCheck::blames_member`), another is searched for;
+//! - a value no key fixes gets the check's own examples (`ValueCheck::value_examples`: a
+//!   number within its exact bounds) or a search of that value alone.
+//!
+//! Failing that, the check's member hints (keys and values the sub-schema names) are
+//! inserted, then a best-first search over bytes (ordered by bytes so far plus the
+//! syntactic distance, which never overestimates; ties deepest first) tries
+//! continuations, each followed by its syntactic completion, within a bounded number of
+//! steps ([`SEARCH_NODES`]) and time. It first keeps the failing candidate's text up to
+//! the start of the value whose check failed (the parser records it), so it only changes
+//! what can fix that check (`"responses": {}` under `minProperties: 1` becomes
+//! `"responses": {"000": {}}`); failing that, it searches from the current output.
 //!
 //! **Monotone.** A matcher remembers its last completion; after the token it starts with
 //! is committed, the rest is still a completion (`Matcher`'s carry), so the count after
@@ -593,14 +597,13 @@ impl Matcher {
     /// candidates are fed to the parser, and each child's too; at most [`SEARCH_NODES`]
     /// nodes and an eighth of the mask time limit. Returns the completion's text (`prefix` included).
     fn search(&mut self, prefix: &[u8]) -> Result<Option<Vec<u8>>, MatchError> {
-        Ok(self.search_to(prefix, None)?.map(|(t, _)| t))
+        Ok(self.search_to(prefix, Goal::Accept)?.map(|(t, _)| t))
     }
 
-    /// [`Matcher::search`] towards `goal`: `None`, a completion; `Some(s)`, a text after
-    /// which the value starting at byte `s` passes its check (the output accepts, or the
-    /// last check that fails starts before `s`: an enclosing value's, returned with the
-    /// text for the caller to fix in turn).
-    fn search_to(&mut self, prefix: &[u8], goal: Option<u32>) -> Result<Reached, MatchError> {
+    /// [`Matcher::search`] towards `goal` (see [`Goal`]); a text that reaches it without
+    /// completing the output comes with the check that still fails, for the caller to fix
+    /// in turn.
+    fn search_to(&mut self, prefix: &[u8], goal: Goal<'_>) -> Result<Reached, MatchError> {
         let c = self.c.clone();
         let g = &c.grammar;
         let sh = g.shortest();
@@ -769,8 +772,10 @@ impl Matcher {
     /// grammar itself says, one value at a time:
     /// - an object that lacks keys its check requires
     ///   ([`crate::grammar::ValueCheck::missing_keys`]) gets the first written before its
-    ///   closing brace with the grammar's shortest value for it ([`Matcher::with_key`]);
-    ///   an object the candidate wrote with none of them is emptied first, once;
+    ///   closing brace with the grammar's shortest value for it ([`Matcher::with_key`]),
+    ///   or, where the check blames that value, one searched for alone
+    ///   ([`Goal::Member`]); an object the candidate wrote with none of them is emptied
+    ///   first, once;
     /// - any other failing value is replaced by the check's own examples (a number within
     ///   its bounds: [`Matcher::value_example`]), or else searched for alone (a string's
     ///   length under a `pattern`: [`Matcher::search_to`] from the text before it, until
@@ -822,12 +827,29 @@ impl Matcher {
                     at = open + 1;
                     members = false;
                 }
-                if let Some(t) = self.with_key(&t[..at], members, &key)? {
+                if let Some((t, value_at)) = self.with_key(&t[..at], members, &key)? {
                     self.parser.failed = None;
                     if self.accepts_after(&t)? {
                         return Ok(Some(t));
                     }
-                    step = Some((t, self.parser.failed.take()));
+                    let g = self.parser.failed.take();
+                    // The check blames the value written (a branch wants a string where
+                    // the grammar's shortest value over all branches is `0`): that value
+                    // searched alone until it does not.
+                    let blamed = g
+                        .as_ref()
+                        .is_some_and(|g| !self.reached(&t, g, Goal::Member(f.start, &key)));
+                    step = Some((t, g));
+                    if blamed {
+                        let prefix = step.as_ref().map(|s| s.0[..value_at].to_vec());
+                        if let Some(p) = prefix {
+                            match self.search_to(&p, Goal::Member(f.start, &key))? {
+                                Some((t, None)) => return Ok(Some(t)),
+                                Some(found) => step = Some(found),
+                                None => {}
+                            }
+                        }
+                    }
                 }
             }
             let (t, failed) = match step {
@@ -843,7 +865,7 @@ impl Matcher {
                     match self.value_example(&text, &f)? {
                         Some((t, None)) => return Ok(Some(t)),
                         Some(step) => step,
-                        None => match self.search_to(&text[..keep], Some(f.start))? {
+                        None => match self.search_to(&text[..keep], Goal::Past(f.start))? {
                             Some((t, None)) => return Ok(Some(t)),
                             Some((t, failed)) => (t, failed),
                             None => break,
@@ -981,7 +1003,7 @@ impl Matcher {
         prefix: &[u8],
         comma: bool,
         key: &str,
-    ) -> Result<Option<Vec<u8>>, MatchError> {
+    ) -> Result<Option<(Vec<u8>, usize)>, MatchError> {
         let c = self.c.clone();
         let g = &c.grammar;
         let sh = g.shortest();
@@ -996,7 +1018,8 @@ impl Matcher {
                 .as_bytes(),
         );
         t.push(b':');
-        let r = (|| -> Result<Option<Vec<u8>>, MatchError> {
+        let value_at = t.len();
+        let r = (|| -> Result<Option<(Vec<u8>, usize)>, MatchError> {
             for &b in &t {
                 if !self.parser.push_byte(g, b)? {
                     return Ok(None);
@@ -1007,7 +1030,7 @@ impl Matcher {
                 return Ok(None);
             };
             self.parser.item_text(g, sh, it, &mut t);
-            Ok(Some(t))
+            Ok(Some((t, value_at)))
         })();
         self.parser.truncate(start);
         r
@@ -1018,7 +1041,7 @@ impl Matcher {
     /// reaches `goal` or a syntactic candidate does (see [`Matcher::search_to`]); returns
     /// the bytes and the candidate's text. The parser is left at the end of the dive (the
     /// caller truncates). Counts its steps in `expanded`.
-    fn dive(&mut self, expanded: &mut usize, goal: Option<u32>) -> Result<Reached, MatchError> {
+    fn dive(&mut self, expanded: &mut usize, goal: Goal<'_>) -> Result<Reached, MatchError> {
         let c = self.c.clone();
         let g = &c.grammar;
         let sh = g.shortest();
@@ -1065,7 +1088,7 @@ impl Matcher {
     /// The text of the first of the four cheapest syntactic candidates from the current
     /// state that reaches `goal` (see [`Matcher::search_to`]), if any, with the check
     /// that still fails after it.
-    fn passing_candidate(&mut self, goal: Option<u32>) -> Result<Reached, MatchError> {
+    fn passing_candidate(&mut self, goal: Goal<'_>) -> Result<Reached, MatchError> {
         let c = self.c.clone();
         let g = &c.grammar;
         let sh = g.shortest();
@@ -1078,12 +1101,27 @@ impl Matcher {
             if self.accepts_after(&text)? {
                 return Ok(Some((text, None)));
             }
-            match (goal, self.parser.failed.take()) {
-                (Some(s), Some(f)) if f.start < s => return Ok(Some((text, Some(f)))),
-                _ => {}
+            if let Some(f) = self.parser.failed.take() {
+                if self.reached(&text, &f, goal) {
+                    return Ok(Some((text, Some(f))));
+                }
             }
         }
         Ok(None)
+    }
+
+    /// Whether a candidate `text` after which check `f` fails still reaches `goal`.
+    fn reached(&self, text: &[u8], f: &Failed, goal: Goal<'_>) -> bool {
+        match goal {
+            Goal::Accept => false,
+            Goal::Past(s) => f.start < s,
+            Goal::Member(s, key) => {
+                f.start != s
+                    || !self
+                        .failed_object(text, f)
+                        .is_some_and(|(_, value)| f.check.0.blames_member(&value, key))
+            }
+        }
     }
 }
 
@@ -1149,6 +1187,19 @@ const DIVE: usize = 12;
 
 /// Search nodes that dive (the first ones).
 const DIVES: usize = 4;
+
+/// What a search for a value must reach besides a complete output.
+#[derive(Clone, Copy)]
+enum Goal<'a> {
+    /// Nothing else: a completion.
+    Accept,
+    /// The value starting at this byte passes its check: the last check that fails
+    /// starts before it (an enclosing value's).
+    Past(u32),
+    /// The member with this key of the object starting at this byte passes: its check
+    /// fails on something else, or another check fails.
+    Member(u32, &'a str),
+}
 
 /// What a search towards a goal found (see [`Matcher::search_to`]): the text, and the
 /// check that still fails after it (`None` when the output then accepts).

@@ -40,6 +40,13 @@ pub trait ValueCheck: Send + Sync + std::fmt::Debug {
         Vec::new()
     }
 
+    /// Whether the check, failing on the object `text`, blames the value of its member
+    /// `key` (a validator's error inside that member): the completion search then looks
+    /// for another value there. False by default. Cost: as [`ValueCheck::accepts`].
+    fn blames_member(&self, _text: &[u8], _key: &str) -> bool {
+        false
+    }
+
     /// Texts that pass this check alone, simplest first (a number within its bounds and
     /// multiples): the completion search puts them in place of a failing value, and the
     /// grammar and every other check still judge the result. Empty by default. Cost:

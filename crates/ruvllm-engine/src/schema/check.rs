@@ -95,8 +95,46 @@ impl ValueCheck for SchemaCheck {
         out
     }
 
+    /// An error whose instance path is inside member `key`, on the object itself or in
+    /// the branch with the fewest errors of a failed `anyOf`/`oneOf` there.
+    fn blames_member(&self, text: &[u8], key: &str) -> bool {
+        let Some(validator) = self.validator.get() else {
+            return false;
+        };
+        let Ok(v @ Value::Object(_)) = serde_json::from_slice::<Value>(text) else {
+            return false;
+        };
+        let wrapped = Value::Object(Map::from_iter([(self.key.clone(), v)]));
+        let at = format!("/{}", self.key);
+        let member = format!("{at}/{}", key.replace('~', "~0").replace('/', "~1"));
+        let blamed = validator
+            .iter_errors(&wrapped)
+            .any(|e| blames(&e, &at, &member, 0));
+        blamed
+    }
+
     fn describe(&self) -> String {
         format!("the sub-schema at #{} (validator)", self.pointer)
+    }
+}
+
+/// Whether error `e` lies inside the member at instance path `member` of the object at
+/// `at`, or, for a failed `anyOf`/`oneOf` on that object, its branch with the fewest
+/// errors has one that does.
+fn blames(e: &jsonschema::ValidationError<'_>, at: &str, member: &str, depth: usize) -> bool {
+    use jsonschema::error::ValidationErrorKind as Kind;
+    let path = e.instance_path().as_str();
+    if path == member || path.starts_with(&format!("{member}/")) {
+        return true;
+    }
+    match e.kind() {
+        Kind::AnyOf { context } | Kind::OneOfNotValid { context } if path == at && depth < 8 => {
+            context
+                .iter()
+                .min_by_key(|b| b.len())
+                .is_some_and(|b| b.iter().any(|e| blames(e, at, member, depth + 1)))
+        }
+        _ => false,
     }
 }
 

@@ -594,8 +594,9 @@ fn any_order_required_keys_complete_with_member_hints() {
 /// order, the member hints guessed each value from the schema (`""` for a `format:
 /// date-time` string, `0` for a number whose bounds exclude it), and 750 of the 838
 /// MaskBench schemas without a completion from the start failed that way. The search now
-/// writes each missing key with the grammar's shortest value for it, fills nested objects
-/// in turn, and searches alone a value that no key fixes (a string's length under a
+/// writes each missing key with the grammar's shortest value for it (another one, searched
+/// alone, where a validator blames that value), fills nested objects in turn, and
+/// replaces or searches alone a value that no key fixes (a string's length under a
 /// `pattern`, a number's exclusive bounds). Each case completes from the start and after
 /// a prefix, validates, and carries only the keys it needs.
 #[test]
@@ -631,6 +632,9 @@ fn required_keys_complete_with_the_grammars_values() {
         ),
         (maskbench("Github_hard---o45482"), vec![b""], 1),
         (maskbench("Github_hard---o41273"), vec![b""], 2),
+        // An `allOf` of `if`/`then` on the `type` const: a validator check, whose
+        // `required` error names `name` and whose type error then blames its value.
+        (maskbench("JsonSchemaStore---openrewrite"), vec![b""], 2),
         (
             nested,
             vec![b"", br#"{"note": "x", "#, br#"{"owner": {"#],
