@@ -801,58 +801,9 @@ impl Matcher {
             if budget.clock.check().is_err() {
                 return Ok(None);
             }
-            let object = self.failed_object(&text, &f);
-            let key = object
-                .as_ref()
-                .and_then(|(_, value)| f.check.0.missing_keys(value).into_iter().next());
-            let mut step = None;
-            if let (Some((mut at, value)), Some(key)) = (object, key) {
-                let required = f.check.0.missing_keys(b"{}");
-                let mut members = value[1..value.len() - 1]
-                    .iter()
-                    .any(|b| !b" \t\r\n".contains(b));
-                // An object the candidate wrote with none of the required keys: its
-                // members were the grammar's shortest ones (`{"":0}`), which the required
-                // ones replace (once: under a union of objects, another branch may want
-                // what was removed).
-                let mut t = text.clone();
-                let open = (f.start as usize).checked_sub(start);
-                if let Some(open) = open.filter(|_| {
-                    members
-                        && !emptied.contains(&f.start)
-                        && !required.iter().any(|k| has_key(&value, k))
-                }) {
-                    emptied.push(f.start);
-                    t.drain(open + 1..at);
-                    at = open + 1;
-                    members = false;
-                }
-                if let Some((t, value_at)) = self.with_key(&t[..at], members, &key)? {
-                    self.parser.failed = None;
-                    if self.accepts_after(&t)? {
-                        return Ok(Some(t));
-                    }
-                    let g = self.parser.failed.take();
-                    // The check blames the value written (a branch wants a string where
-                    // the grammar's shortest value over all branches is `0`): that value
-                    // searched alone until it does not.
-                    let blamed = g
-                        .as_ref()
-                        .is_some_and(|g| !self.reached(&t, g, Goal::Member(f.start, &key)));
-                    step = Some((t, g));
-                    if blamed {
-                        let prefix = step.as_ref().map(|s| s.0[..value_at].to_vec());
-                        if let Some(p) = prefix {
-                            match self.search_to(&p, Goal::Member(f.start, &key))? {
-                                Some((t, None)) => return Ok(Some(t)),
-                                Some(found) => step = Some(found),
-                                None => {}
-                            }
-                        }
-                    }
-                }
-            }
+            let step = self.fill_key(&text, &f, &mut emptied)?;
             let (t, failed) = match step {
+                Some((t, None)) => return Ok(Some(t)),
                 Some(s) => s,
                 None => {
                     // A value no key fixes (a string's length under a `pattern`, a
@@ -887,6 +838,63 @@ impl Matcher {
         }
         let (text, f) = original;
         self.repair(text, f, budget)
+    }
+
+    /// One key of [`Matcher::fill`]: where the failing value (`f`, on the candidate `text`)
+    /// is an object that lacks a key its check requires, the candidate with the first such
+    /// key and its value written before the object's closing brace (the object emptied
+    /// first when the candidate wrote it with none of the required keys and it is not in
+    /// `emptied`), with the check that still fails (`None` when the output accepts).
+    /// `None` when there is no such key or the grammar refuses it. Cost: a few parses of
+    /// the candidate, and a search of the value when the check blames it.
+    fn fill_key(
+        &mut self,
+        text: &[u8],
+        f: &Failed,
+        emptied: &mut Vec<u32>,
+    ) -> Result<Reached, MatchError> {
+        let start = self.parser.top();
+        let Some((mut at, value)) = self.failed_object(text, f) else {
+            return Ok(None);
+        };
+        let Some(key) = f.check.0.missing_keys(&value).into_iter().next() else {
+            return Ok(None);
+        };
+        let required = f.check.0.missing_keys(b"{}");
+        let mut members = value[1..value.len() - 1]
+            .iter()
+            .any(|b| !b" \t\r\n".contains(b));
+        // An object the candidate wrote with none of the required keys: its members were
+        // the grammar's shortest ones (`{"":0}`), which the required ones replace (once:
+        // under a union of objects, another branch may want what was removed).
+        let mut t = text.to_vec();
+        let open = (f.start as usize).checked_sub(start);
+        if let Some(open) = open.filter(|_| {
+            members && !emptied.contains(&f.start) && !required.iter().any(|k| has_key(&value, k))
+        }) {
+            emptied.push(f.start);
+            t.drain(open + 1..at);
+            at = open + 1;
+            members = false;
+        }
+        let Some((t, value_at)) = self.with_key(&t[..at], members, &key)? else {
+            return Ok(None);
+        };
+        self.parser.failed = None;
+        if self.accepts_after(&t)? {
+            return Ok(Some((t, None)));
+        }
+        let g = self.parser.failed.take();
+        // The check blames the value written (a branch wants a string where the grammar's
+        // shortest value over all branches is `0`): that value searched alone until it
+        // does not.
+        let goal = Goal::Member(f.start, &key);
+        if g.as_ref().is_some_and(|g| !self.reached(&t, g, goal)) {
+            if let Some(found) = self.search_to(&t[..value_at], goal)? {
+                return Ok(Some(found));
+            }
+        }
+        Ok(Some((t, g)))
     }
 
     /// The candidate `text` with its failing value (`f`, written by the candidate) replaced
