@@ -53,7 +53,8 @@
 //! inserted, then a best-first search over bytes (ordered by bytes so far plus the
 //! syntactic distance, which never overestimates; ties deepest first) tries
 //! continuations, each followed by its syntactic completion, within a bounded number of
-//! steps ([`SEARCH_NODES`]) and time. It first keeps the failing candidate's text up to
+//! steps ([`SEARCH_NODES`]) and time (one clock for the fill, the hints and the searches:
+//! [`SEARCH_SHARE`]). It first keeps the failing candidate's text up to
 //! the start of the value whose check failed (the parser records it), so it only changes
 //! what can fix that check (`"responses": {}` under `minProperties: 1` becomes
 //! `"responses": {"000": {}}`); failing that, it searches from the current output.
@@ -471,15 +472,20 @@ impl Matcher {
             }
         }
         if best.is_none() && g.has_checks {
+            // One clock for everything below: the fill and its searches, then the two
+            // whole searches, which share what the fill left.
+            let limit = c.limits.max_mask_time;
+            let total = Deadline::new(limit / SEARCH_SHARE);
             let mut found = None;
             if let Some((text, f)) = first_failure {
-                found = self.hinted(text, f)?;
+                found = self.hinted(text, f, total.within(limit / (2 * SEARCH_SHARE)))?;
             }
             if let Some(prefix) = fix.filter(|p| !p.is_empty() && found.is_none()) {
-                found = self.search(&prefix)?;
+                let half = total.remaining().unwrap_or(limit) / 2;
+                found = self.search(&prefix, &total.within(half))?;
             }
             if found.is_none() {
-                found = self.search(&[])?;
+                found = self.search(&[], &total)?;
             }
             if let Some(text) = found {
                 consider(&mut best, vocab, &text);
@@ -595,20 +601,24 @@ impl Matcher {
     /// (see the module docs), from the output followed by `prefix`: nodes in order of
     /// bytes so far plus syntactic distance (ties deepest first); at each, the syntactic
     /// candidates are fed to the parser, and each child's too; at most [`SEARCH_NODES`]
-    /// nodes and an eighth of the mask time limit. Returns the completion's text (`prefix` included).
-    fn search(&mut self, prefix: &[u8]) -> Result<Option<Vec<u8>>, MatchError> {
-        Ok(self.search_to(prefix, Goal::Accept)?.map(|(t, _)| t))
+    /// nodes, within `clock`. Returns the completion's text (`prefix` included).
+    fn search(&mut self, prefix: &[u8], clock: &Deadline) -> Result<Option<Vec<u8>>, MatchError> {
+        Ok(self.search_to(prefix, Goal::Accept, clock)?.map(|(t, _)| t))
     }
 
     /// [`Matcher::search`] towards `goal` (see [`Goal`]); a text that reaches it without
     /// completing the output comes with the check that still fails, for the caller to fix
     /// in turn.
-    fn search_to(&mut self, prefix: &[u8], goal: Goal<'_>) -> Result<Reached, MatchError> {
+    fn search_to(
+        &mut self,
+        prefix: &[u8],
+        goal: Goal<'_>,
+        clock: &Deadline,
+    ) -> Result<Reached, MatchError> {
         let c = self.c.clone();
         let g = &c.grammar;
         let sh = g.shortest();
         let start = self.parser.top();
-        let clock = Deadline::new(c.limits.max_mask_time / 8);
         let mut paths: Vec<Vec<u8>> = vec![prefix.to_vec()];
         // (f, deeper first among equal f, insertion order): ties go depth-first, so a
         // key that must be three digits is reached in three steps, not 256^3.
@@ -707,12 +717,14 @@ impl Matcher {
     /// begun, or a whole member, with a comma when one is due) followed by the syntactic
     /// candidates from there, each repaired in turn. Every try is fed to the parser, so a
     /// hint that breaks the grammar or a check is dropped. At most [`REPAIR_TRIES`]
-    /// candidates fed and an eighth of the mask time limit. The parser is left as it was.
-    fn hinted(&mut self, text: Vec<u8>, f: Failed) -> Result<Option<Vec<u8>>, MatchError> {
-        let mut budget = RepairBudget {
-            tries: 0,
-            clock: Deadline::new(self.c.limits.max_mask_time / 8),
-        };
+    /// candidates fed, within `clock`. The parser is left as it was.
+    fn hinted(
+        &mut self,
+        text: Vec<u8>,
+        f: Failed,
+        clock: Deadline,
+    ) -> Result<Option<Vec<u8>>, MatchError> {
+        let mut budget = RepairBudget { tries: 0, clock };
         let check = f.check.clone();
         if let Some(t) = self.fill(text, f, &mut budget)? {
             return Ok(Some(t));
@@ -758,7 +770,9 @@ impl Matcher {
                         return Ok(Some(t));
                     }
                     if let Some(f) = self.parser.failed.take() {
-                        if let Some(r) = self.repair(t, f, &mut budget)? {
+                        let r = self.repair(start, t, f, &mut budget);
+                        self.parser.truncate(start);
+                        if let Some(r) = r? {
                             return Ok(Some(r));
                         }
                     }
@@ -785,13 +799,31 @@ impl Matcher {
     /// ([`Matcher::repair`]) on where the fill stopped, then on the candidate. At most
     /// [`FILL_KEYS`] rounds, within `budget`'s time. Returns the completion's text, or
     /// `None`. The parser is left as it was.
+    ///
+    /// Each candidate is fed with [`Matcher::accepts_at`]: only what differs from the
+    /// last candidate is read again (a key written before an object's closing brace
+    /// costs its own bytes and the closing ones, not the whole candidate's).
     fn fill(
         &mut self,
+        text: Vec<u8>,
+        f: Failed,
+        budget: &mut RepairBudget,
+    ) -> Result<Option<Vec<u8>>, MatchError> {
+        let start = self.parser.top();
+        let r = self.fill_from(start, text, f, budget);
+        self.parser.truncate(start);
+        r
+    }
+
+    /// [`Matcher::fill`] from set `start` (the output), leaving the parser holding the
+    /// last candidate fed.
+    fn fill_from(
+        &mut self,
+        start: usize,
         mut text: Vec<u8>,
         mut f: Failed,
         budget: &mut RepairBudget,
     ) -> Result<Option<Vec<u8>>, MatchError> {
-        let start = self.parser.top();
         let original = (text.clone(), f.clone());
         let mut changed = false;
         // Objects emptied once, and values searched once (by their start).
@@ -801,7 +833,7 @@ impl Matcher {
             if budget.clock.check().is_err() {
                 return Ok(None);
             }
-            let step = self.fill_key(&text, &f, &mut emptied)?;
+            let step = self.fill_key(start, &text, &f, &mut emptied, &budget.clock)?;
             let (t, failed) = match step {
                 Some((t, None)) => return Ok(Some(t)),
                 Some(s) => s,
@@ -813,10 +845,15 @@ impl Matcher {
                     }
                     searched.push(f.start);
                     let keep = (f.start as usize).saturating_sub(start).min(text.len());
-                    match self.value_example(&text, &f)? {
+                    match self.value_example(start, &text, &f)? {
                         Some((t, None)) => return Ok(Some(t)),
                         Some(step) => step,
-                        None => match self.search_to(&text[..keep], Goal::Past(f.start))? {
+                        None => match self.search_from(
+                            start,
+                            &text[..keep],
+                            Goal::Past(f.start),
+                            &budget.clock,
+                        )? {
                             Some((t, None)) => return Ok(Some(t)),
                             Some((t, failed)) => (t, failed),
                             None => break,
@@ -832,12 +869,66 @@ impl Matcher {
             changed = true;
         }
         if changed {
-            if let Some(t) = self.repair(text, f, budget)? {
+            if let Some(t) = self.repair(start, text, f, budget)? {
                 return Ok(Some(t));
             }
         }
         let (text, f) = original;
-        self.repair(text, f, budget)
+        self.repair(start, text, f, budget)
+    }
+
+    /// [`Matcher::search_to`] from set `base` (the parser may hold sets above it).
+    fn search_from(
+        &mut self,
+        base: usize,
+        prefix: &[u8],
+        goal: Goal<'_>,
+        clock: &Deadline,
+    ) -> Result<Reached, MatchError> {
+        self.parser.truncate(base);
+        self.search_to(prefix, goal, clock)
+    }
+
+    /// Whether the output up to set `base` followed by `text` is a complete sentence
+    /// (semantic checks run), like [`Matcher::accepts_after`] from `base`, but reading
+    /// only what differs from the text the parser holds above `base` now: the sets of
+    /// their common beginning are kept (a set depends only on the text before it), and
+    /// [`crate::earley::Parser::failed`] is left as reading all of `text` would leave it.
+    /// The parser is left holding `base` and what it read of `text`. Cost: a parser step
+    /// per byte after the common beginning.
+    fn accepts_at(&mut self, base: usize, text: &[u8]) -> Result<bool, MatchError> {
+        if !self.feed(base, text)? {
+            return Ok(false);
+        }
+        self.parser.ensure_closed(&self.c.grammar)?;
+        Ok(self.parser.top_info().accepting)
+    }
+
+    /// Makes the parser hold the output up to set `base` followed by `text`, keeping the
+    /// sets of what it holds above `base` now as far as that agrees with `text` (see
+    /// [`Matcher::accepts_at`]); false, holding what was read, when a byte is refused.
+    /// Cost: a parser step per byte after the common beginning.
+    fn feed(&mut self, base: usize, text: &[u8]) -> Result<bool, MatchError> {
+        let c = self.c.clone();
+        let g = &c.grammar;
+        let top = self.parser.top();
+        // The bytes read are kept only where the grammar has checks (as here).
+        let same = match self.parser.bytes.get(base..top) {
+            Some(held) if g.has_checks && base <= top => {
+                held.iter().zip(text).take_while(|(a, b)| a == b).count()
+            }
+            _ => 0,
+        };
+        self.parser.truncate(base + same);
+        if let Some(f) = self.parser.failed_within(base) {
+            self.parser.failed = Some(f.clone());
+        }
+        for &b in &text[same..] {
+            if !self.parser.push_byte(g, b)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     /// One key of [`Matcher::fill`]: where the failing value (`f`, on the candidate `text`)
@@ -846,15 +937,16 @@ impl Matcher {
     /// first when the candidate wrote it with none of the required keys and it is not in
     /// `emptied`), with the check that still fails (`None` when the output accepts).
     /// `None` when there is no such key or the grammar refuses it. Cost: a few parses of
-    /// the candidate, and a search of the value when the check blames it.
+    /// the candidate, and a search of the value when the check blames it (within `clock`).
     fn fill_key(
         &mut self,
+        start: usize,
         text: &[u8],
         f: &Failed,
         emptied: &mut Vec<u32>,
+        clock: &Deadline,
     ) -> Result<Reached, MatchError> {
-        let start = self.parser.top();
-        let Some((mut at, value)) = self.failed_object(text, f) else {
+        let Some((mut at, value)) = self.failed_object(start, text, f) else {
             return Ok(None);
         };
         let Some(key) = f.check.0.missing_keys(&value).into_iter().next() else {
@@ -877,11 +969,11 @@ impl Matcher {
             at = open + 1;
             members = false;
         }
-        let Some((t, value_at)) = self.with_key(&t[..at], members, &key)? else {
+        let Some((t, value_at)) = self.with_key(start, &t[..at], members, &key)? else {
             return Ok(None);
         };
         self.parser.failed = None;
-        if self.accepts_after(&t)? {
+        if self.accepts_at(start, &t)? {
             return Ok(Some((t, None)));
         }
         let g = self.parser.failed.take();
@@ -889,8 +981,10 @@ impl Matcher {
         // shortest value over all branches is `0`): that value searched alone until it
         // does not.
         let goal = Goal::Member(f.start, &key);
-        if g.as_ref().is_some_and(|g| !self.reached(&t, g, goal)) {
-            if let Some(found) = self.search_to(&t[..value_at], goal)? {
+        if g.as_ref()
+            .is_some_and(|g| !self.reached(start, &t, g, goal))
+        {
+            if let Some(found) = self.search_from(start, &t[..value_at], goal, clock)? {
                 return Ok(Some(found));
             }
         }
@@ -901,9 +995,13 @@ impl Matcher {
     /// by the first of the check's own examples
     /// ([`crate::grammar::ValueCheck::value_examples`]) after which the output accepts, or
     /// the check that fails is an enclosing value's; with that check. Cost: a parse of the
-    /// candidate per example.
-    fn value_example(&mut self, text: &[u8], f: &Failed) -> Result<Reached, MatchError> {
-        let start = self.parser.top();
+    /// candidate per example (its changed part: [`Matcher::accepts_at`] from set `start`).
+    fn value_example(
+        &mut self,
+        start: usize,
+        text: &[u8],
+        f: &Failed,
+    ) -> Result<Reached, MatchError> {
         let Some(at) = (f.start as usize).checked_sub(start) else {
             return Ok(None);
         };
@@ -916,7 +1014,7 @@ impl Matcher {
             t.extend_from_slice(ex.as_bytes());
             t.extend_from_slice(&text[end..]);
             self.parser.failed = None;
-            if self.accepts_after(&t)? {
+            if self.accepts_at(start, &t)? {
                 return Ok(Some((t, None)));
             }
             if let Some(g) = self.parser.failed.take().filter(|g| g.start < f.start) {
@@ -926,11 +1024,10 @@ impl Matcher {
         Ok(None)
     }
 
-    /// Where the value that failed (`f`, on the candidate `text`) is an object whose
-    /// closing brace the candidate wrote (what is committed stays): that brace's index in
-    /// `text` and the object's text.
-    fn failed_object(&self, text: &[u8], f: &Failed) -> Option<(usize, Vec<u8>)> {
-        let start = self.parser.top();
+    /// Where the value that failed (`f`, on the candidate `text` after set `start`) is an
+    /// object whose closing brace the candidate wrote (what is committed stays): that
+    /// brace's index in `text` and the object's text.
+    fn failed_object(&self, start: usize, text: &[u8], f: &Failed) -> Option<(usize, Vec<u8>)> {
         let at = (f.end as usize)
             .checked_sub(1)
             .and_then(|e| e.checked_sub(start))
@@ -949,15 +1046,17 @@ impl Matcher {
     /// object's closing brace (which the candidate wrote), and the first that makes the
     /// output accept is the completion; one that moves the failure to another value is
     /// kept and that value repaired in turn, [`REPAIR_ROUNDS`] values at most. Returns the
-    /// repaired text, or `None`.
+    /// repaired text, or `None`. The candidate follows set `start`; each try is fed with
+    /// [`Matcher::accepts_at`] (the parser is left holding the last).
     fn repair(
         &mut self,
+        start: usize,
         mut text: Vec<u8>,
         mut f: Failed,
         budget: &mut RepairBudget,
     ) -> Result<Option<Vec<u8>>, MatchError> {
         for _ in 0..REPAIR_ROUNDS {
-            let Some((at, value)) = self.failed_object(&text, &f) else {
+            let Some((at, value)) = self.failed_object(start, &text, &f) else {
                 return Ok(None);
             };
             let present = serde_json::from_slice::<serde_json::Value>(&value).ok();
@@ -980,7 +1079,7 @@ impl Matcher {
                 t.extend_from_slice(h.as_bytes());
                 t.extend_from_slice(&text[at..]);
                 self.parser.failed = None;
-                if self.accepts_after(&t)? {
+                if self.accepts_at(start, &t)? {
                     return Ok(Some(t));
                 }
                 match self.parser.failed.take() {
@@ -1004,10 +1103,12 @@ impl Matcher {
     /// a comma when `comma`, the member key `key` and its colon, then the shortest
     /// syntactic completion from there, which writes the grammar's shortest value for
     /// that key (a `format`, `pattern` or `enum` value spelled as the grammar spells it)
-    /// and closes the rest. `None` when the grammar refuses the key there. The parser is
-    /// left as it was. Cost: a parser step per byte of the text.
+    /// and closes the rest. `None` when the grammar refuses the key there. The output
+    /// ends at set `start`; the parser is left holding the text up to the value
+    /// ([`Matcher::feed`]). Cost: a parser step per byte not held already.
     fn with_key(
         &mut self,
+        start: usize,
         prefix: &[u8],
         comma: bool,
         key: &str,
@@ -1015,7 +1116,6 @@ impl Matcher {
         let c = self.c.clone();
         let g = &c.grammar;
         let sh = g.shortest();
-        let start = self.parser.top();
         let mut t = prefix.to_vec();
         if comma {
             t.push(b',');
@@ -1027,21 +1127,15 @@ impl Matcher {
         );
         t.push(b':');
         let value_at = t.len();
-        let r = (|| -> Result<Option<(Vec<u8>, usize)>, MatchError> {
-            for &b in &t {
-                if !self.parser.push_byte(g, b)? {
-                    return Ok(None);
-                }
-            }
-            self.parser.ensure_closed(g)?;
-            let Some(&(_, _, it)) = self.parser.ranked_core(g, sh).first() else {
-                return Ok(None);
-            };
-            self.parser.item_text(g, sh, it, &mut t);
-            Ok(Some((t, value_at)))
-        })();
-        self.parser.truncate(start);
-        r
+        if !self.feed(start, &t)? {
+            return Ok(None);
+        }
+        self.parser.ensure_closed(g)?;
+        let Some(&(_, _, it)) = self.parser.ranked_core(g, sh).first() else {
+            return Ok(None);
+        };
+        self.parser.item_text(g, sh, it, &mut t);
+        Ok(Some((t, value_at)))
     }
 
     /// From the current state, [`DIVE`] bytes at most, each the first preferred byte
@@ -1110,7 +1204,7 @@ impl Matcher {
                 return Ok(Some((text, None)));
             }
             if let Some(f) = self.parser.failed.take() {
-                if self.reached(&text, &f, goal) {
+                if self.reached(self.parser.top(), &text, &f, goal) {
                     return Ok(Some((text, Some(f))));
                 }
             }
@@ -1118,15 +1212,16 @@ impl Matcher {
         Ok(None)
     }
 
-    /// Whether a candidate `text` after which check `f` fails still reaches `goal`.
-    fn reached(&self, text: &[u8], f: &Failed, goal: Goal<'_>) -> bool {
+    /// Whether a candidate `text` (after set `start`) after which check `f` fails still
+    /// reaches `goal`.
+    fn reached(&self, start: usize, text: &[u8], f: &Failed, goal: Goal<'_>) -> bool {
         match goal {
             Goal::Accept => false,
             Goal::Past(s) => f.start < s,
             Goal::Member(s, key) => {
                 f.start != s
                     || !self
-                        .failed_object(text, f)
+                        .failed_object(start, text, f)
                         .is_some_and(|(_, value)| f.check.0.blames_member(&value, key))
             }
         }
@@ -1187,6 +1282,11 @@ const REPAIR_ROUNDS: usize = 8;
 /// candidate, and the search's time limit bounds them too.
 const FILL_KEYS: usize = 1024;
 
+/// The completion search past semantic checks (the fill, the member hints and the
+/// searches) runs within `1 / SEARCH_SHARE` of [`crate::Limits::max_mask_time`], one clock
+/// for all of it; the fill and the hints take at most half.
+const SEARCH_SHARE: u32 = 4;
+
 /// Candidates a repair feeds to the parser at most.
 const REPAIR_TRIES: usize = 256;
 
@@ -1235,5 +1335,87 @@ fn consider(best: &mut Option<Completion>, vocab: &crate::Vocabulary, text: &[u8
             tokens,
             text: text.to_vec(),
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::{schema_to_grammar, SchemaOptions};
+    use crate::Constraint;
+    use std::sync::Arc;
+
+    /// [`Matcher::accepts_at`] keeps the sets of the beginning a candidate shares with the
+    /// one read before: its verdict and the failed check it leaves are those of reading
+    /// the candidate afresh ([`Matcher::accepts_after`]), for candidates that share
+    /// beginnings of every length, fail checks at every depth, or stop early.
+    #[test]
+    fn candidates_read_from_their_change_agree_with_a_fresh_read() {
+        let mut toks: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
+        toks.push(b"<eos>".to_vec());
+        let mut special = vec![false; 256];
+        special.push(true);
+        let vocab =
+            Arc::new(crate::vocab::Vocabulary::new("bytes", toks, special, vec![256]).unwrap());
+        let schema = serde_json::json!({
+            "type": "object", "required": ["a", "b"],
+            "properties": {
+                "a": {"type": "string", "pattern": "^x+$"},
+                "b": {"oneOf": [{"type": "integer", "minimum": 3},
+                                {"type": "integer", "multipleOf": 2}]},
+                "c": {"type": "object", "required": ["d"],
+                      "properties": {"d": {"type": "boolean"}}}}});
+        let opts = SchemaOptions {
+            any_order: true,
+            ..SchemaOptions::default()
+        };
+        let g = schema_to_grammar(&schema, &opts).unwrap();
+        let c = Constraint::new(&g, vocab, &crate::Limits::default()).unwrap();
+        let docs = [
+            r#"{"a":"xx","b":4}"#,
+            r#"{"a":"xy","b":4}"#,
+            r#"{"a":"xx","b":6}"#,
+            r#"{"a":"xx","b":1}"#,
+            r#"{"a":"xx","b":5,"c":{}}"#,
+            r#"{"a":"xx","b":5,"c":{"d":true}}"#,
+            r#"{"b":5}"#,
+            r#"{"b":5,"a":""}"#,
+            r#"{"b":5,"a":"x"}"#,
+            r#"{"c":{"d":1},"a":"x","b":3}"#,
+        ];
+        let mut held = Matcher::new(&c).unwrap();
+        let mut fresh = Matcher::new(&c).unwrap();
+        for m in [&mut held, &mut fresh] {
+            m.commit_token(u32::from(b'{')).unwrap();
+        }
+        let base = held.parser.top();
+        let mut accepted = 0;
+        for round in 0..3 {
+            for (i, d) in docs.iter().enumerate() {
+                let d = &d.as_bytes()[1..];
+                for cut in [
+                    d.len(),
+                    d.len() - 1,
+                    d.len() / 2,
+                    (d.len() * (i + round)) % d.len(),
+                ] {
+                    let t = &d[..cut];
+                    held.parser.failed = None;
+                    let a = held.accepts_at(base, t).unwrap();
+                    let fa = held.parser.failed.take();
+                    fresh.parser.failed = None;
+                    let b = fresh.accepts_after(t).unwrap();
+                    let fb = fresh.parser.failed.take();
+                    let what = String::from_utf8_lossy(t);
+                    assert_eq!(a, b, "{what}");
+                    let span = |f: Option<Failed>| f.map(|f| (f.start, f.end, f.check));
+                    assert_eq!(span(fa), span(fb), "{what}");
+                    accepted += usize::from(a);
+                }
+            }
+        }
+        // Two documents are valid, each read whole once a round: `b` 5 passes one branch
+        // of the exclusive `oneOf` (4 and 6 pass both, 1 neither).
+        assert_eq!(accepted, 2 * 3, "valid candidates read");
     }
 }

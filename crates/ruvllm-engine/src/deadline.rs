@@ -32,6 +32,27 @@ impl Deadline {
         }
     }
 
+    /// A budget of `limit` from now that also ends when this one does: a share of a
+    /// larger budget (the completion search's steps share one). Cost: one clock read.
+    pub(crate) fn within(&self, limit: Duration) -> Deadline {
+        let own = Instant::now().checked_add(limit);
+        Deadline {
+            end: match (self.end, own) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            },
+            limit: self.limit,
+            work: 0,
+        }
+    }
+
+    /// The time left before this budget ends (`None`: it never does). Cost: one clock
+    /// read.
+    pub(crate) fn remaining(&self) -> Option<Duration> {
+        self.end
+            .map(|end| end.saturating_duration_since(Instant::now()))
+    }
+
     /// Counts `units` of work; looks at the clock once enough has accumulated.
     #[inline]
     pub(crate) fn tick(&mut self, units: usize) -> Result<(), MatchError> {

@@ -108,6 +108,10 @@ pub(crate) struct Parser {
     /// The last semantic check that failed and its value's span: where a search for a
     /// completion that passes it must change the text (`crate::complete`).
     pub(crate) failed: Option<Failed>,
+    /// Every semantic check that failed in the closures of the sets kept, in order (by
+    /// [`Failed::end`], the set whose closure ran it): what [`Parser::failed`] would have
+    /// been after reading the text again (see [`Parser::failed_within`]).
+    fails: Vec<Failed>,
     /// Per rule, the closure (a [`Parser::stamp`] value) that last predicted it: a rule's
     /// predictions at set `k` are `(alt, k, entry)` for each of its alternatives, the same
     /// items whichever item asked, so a second prediction in one closure adds nothing and
@@ -159,6 +163,7 @@ impl Parser {
             waits: Vec::new(),
             key: Vec::new(),
             failed: None,
+            fails: Vec::new(),
             predicted: vec![0; g.rule_alts.len()],
             stamp: 0,
         };
@@ -329,11 +334,13 @@ impl Parser {
                         let ok = c.0.accepts(&self.bytes[o..k as usize]);
                         self.log.push(ok);
                         if !ok {
-                            self.failed = Some(Failed {
+                            let f = Failed {
                                 start: o as u32,
                                 end: k,
                                 check: c.clone(),
-                            });
+                            };
+                            self.fails.push(f.clone());
+                            self.failed = Some(f);
                             continue;
                         }
                     }
@@ -524,6 +531,7 @@ impl Parser {
         let s = self.sets.pop().unwrap();
         self.items.truncate(s.start as usize);
         self.log.truncate(s.log_mark as usize);
+        self.forget_fails();
         self.forget_waits();
         self.bytes.truncate(self.sets.len().saturating_sub(1));
         self.dedup_start = usize::MAX;
@@ -536,12 +544,30 @@ impl Parser {
             let s = self.sets[k + 1].start as usize;
             self.log.truncate(self.sets[k + 1].log_mark as usize);
             self.sets.truncate(k + 1);
+            self.forget_fails();
             self.forget_waits();
             self.items.truncate(s);
             self.bytes.truncate(k);
             self.dedup_start = usize::MAX;
             self.low_water = self.low_water.min(k);
         }
+    }
+
+    /// Drops the failed checks of sets that are gone.
+    #[inline]
+    fn forget_fails(&mut self) {
+        let top = self.top() as u32;
+        while self.fails.last().is_some_and(|f| f.end > top) {
+            self.fails.pop();
+        }
+    }
+
+    /// The last semantic check that failed in the closure of a set after set `base` (up
+    /// to the top): what [`Parser::failed`] holds after reading the text above `base`
+    /// again from there, when those sets were kept instead (`crate::complete` reuses the
+    /// sets of a candidate's unchanged beginning). Cost: O(1) amortized over the sets.
+    pub(crate) fn failed_within(&self, base: usize) -> Option<&Failed> {
+        self.fails.last().filter(|f| f.end as usize > base)
     }
 
     /// Drops the waiting identities of sets that are gone.
