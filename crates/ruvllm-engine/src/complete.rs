@@ -46,8 +46,19 @@
 //!   grammar's shortest value for it (a `format`, `pattern` or `enum` value spelled as
 //!   the grammar spells it); a nested object is filled in turn, and where a validator
 //!   blames the value written (`ValueCheck::blames_member`), another is searched for;
+//! - a change a validator asks for below the object's own members
+//!   (`ValueCheck::inner_fix`: a nested object's missing key, a value of the wrong type
+//!   replaced by the simplest of the right one) is made in place;
 //! - a value no key fixes gets the check's own examples (`ValueCheck::value_examples`: a
-//!   number within its exact bounds) or a search of that value alone.
+//!   number within its exact bounds), or, where a validator blames one of its members
+//!   (`ValueCheck::blamed_member`), a search of that member's value, or a search of the
+//!   value alone.
+//!
+//! The fill is a depth-first search whose first way is this greedy one: where a check
+//! offers several ways to gain keys (`ValueCheck::key_choices`: the branches of a failed
+//! `anyOf`, fewest errors first), the next is tried when the one before leads nowhere.
+//! Each candidate is read only from where it differs from the last one
+//! (`Matcher::accepts_at`).
 //!
 //! Failing that, the check's member hints (keys and values the sub-schema names) are
 //! inserted, then a best-first search over bytes (ordered by bytes so far plus the
@@ -77,6 +88,7 @@ use crate::compile::{CompiledGrammar, EarleyRuleId, Sym};
 use crate::earley::{Failed, Item, Parser, WaitCost, ROOT};
 use crate::error::MatchError;
 use crate::facts::{Completion, Known};
+use crate::grammar::InnerFix;
 use crate::matcher::{Deadline, Matcher};
 use crate::util::FastMap;
 
@@ -785,19 +797,24 @@ impl Matcher {
     /// Completes a candidate `text` whose value failed its check (`f`) by what the
     /// grammar itself says, one value at a time:
     /// - an object that lacks keys its check requires
-    ///   ([`crate::grammar::ValueCheck::missing_keys`]) gets the first written before its
+    ///   ([`crate::grammar::ValueCheck::key_choices`]) gets one written before its
     ///   closing brace with the grammar's shortest value for it ([`Matcher::with_key`]),
     ///   or, where the check blames that value, one searched for alone
     ///   ([`Goal::Member`]); an object the candidate wrote with none of them is emptied
     ///   first, once;
+    /// - then the change the check asks for below the object's members
+    ///   ([`Matcher::inner_fix`]);
     /// - any other failing value is replaced by the check's own examples (a number within
-    ///   its bounds: [`Matcher::value_example`]), or else searched for alone (a string's
-    ///   length under a `pattern`: [`Matcher::search_to`] from the text before it, until
-    ///   the check that fails is an enclosing value's), once per value;
+    ///   its bounds: [`Matcher::value_example`]), or a member the check blames is searched
+    ///   for ([`Matcher::blamed_member`]), or else the value is searched for alone (a
+    ///   string's length under a `pattern`: [`Matcher::search_to`] from the text before
+    ///   it, until the check that fails is an enclosing value's), once per value;
     ///
-    /// and the candidate is fed again, until it passes. Failing that, the member hints
-    /// ([`Matcher::repair`]) on where the fill stopped, then on the candidate. At most
-    /// [`FILL_KEYS`] rounds, within `budget`'s time. Returns the completion's text, or
+    /// and the candidate is fed again, until it passes: a depth-first search over the
+    /// candidates, whose first way is the first key choice each time, and which comes
+    /// back to the next choice where a way leads nowhere. Failing that, the member hints
+    /// ([`Matcher::repair`]) on where the first way stopped, then on the candidate. At
+    /// most [`FILL_KEYS`] candidates expanded, within `budget`'s time. Returns the completion's text, or
     /// `None`. The parser is left as it was.
     ///
     /// Each candidate is fed with [`Matcher::accepts_at`]: only what differs from the
@@ -820,61 +837,186 @@ impl Matcher {
     fn fill_from(
         &mut self,
         start: usize,
-        mut text: Vec<u8>,
-        mut f: Failed,
+        text: Vec<u8>,
+        f: Failed,
         budget: &mut RepairBudget,
     ) -> Result<Option<Vec<u8>>, MatchError> {
         let original = (text.clone(), f.clone());
-        let mut changed = false;
         // Objects emptied once, and values searched once (by their start).
         let mut emptied: Vec<u32> = Vec::new();
         let mut searched: Vec<u32> = Vec::new();
+        // The candidates to go on from, the one to go on from next last: a depth-first
+        // search whose first way is the greedy fill, and whose other ways are the other
+        // key choices of a check ([`crate::grammar::ValueCheck::key_choices`]).
+        let mut stack = vec![FillNode {
+            text,
+            f,
+            next: 0,
+            went_on: false,
+            may_empty: true,
+        }];
+        // Where the first way stopped (the member hints are tried there).
+        let mut stopped: Option<(Vec<u8>, Failed)> = None;
         for _ in 0..FILL_KEYS {
             if budget.clock.check().is_err() {
                 return Ok(None);
             }
-            let step = self.fill_key(start, &text, &f, &mut emptied, &budget.clock)?;
-            let (t, failed) = match step {
-                Some((t, None)) => return Ok(Some(t)),
-                Some(s) => s,
-                None => {
-                    // A value no key fixes (a string's length under a `pattern`, a
-                    // number's bounds): searched for alone, from the text before it.
-                    if searched.contains(&f.start) {
-                        break;
-                    }
-                    searched.push(f.start);
-                    let keep = (f.start as usize).saturating_sub(start).min(text.len());
-                    match self.value_example(start, &text, &f)? {
-                        Some((t, None)) => return Ok(Some(t)),
-                        Some(step) => step,
-                        None => match self.search_from(
-                            start,
-                            &text[..keep],
-                            Goal::Past(f.start),
-                            &budget.clock,
-                        )? {
-                            Some((t, None)) => return Ok(Some(t)),
-                            Some((t, failed)) => (t, failed),
-                            None => break,
-                        },
-                    }
-                }
-            };
-            let Some(g) = failed else {
+            let Some(mut node) = stack.pop() else {
                 break;
             };
-            text = t;
-            f = g;
-            changed = true;
+            let choices = match self.failed_object(start, &node.text, &node.f) {
+                Some((_, value)) => node.f.check.0.key_choices(&value),
+                None => Vec::new(),
+            };
+            let step = if let Some(key) = choices.get(node.next) {
+                if node.next == 0 {
+                    node.may_empty = !emptied.contains(&node.f.start);
+                    emptied.push(node.f.start);
+                }
+                let (text, f, may_empty) = (&node.text, &node.f, node.may_empty);
+                let step = self.fill_key(start, text, f, key, may_empty, &budget.clock)?;
+                node.next += 1;
+                node.went_on |= step.is_some();
+                stack.push(node);
+                step
+            } else if node.next == choices.len() {
+                // Then what the check asks for below the object's own members.
+                let step = self.inner_fix(start, &node.text, &node.f)?;
+                node.next += 1;
+                node.went_on |= step.is_some();
+                stack.push(node);
+                step
+            } else {
+                let step = if !node.went_on && !searched.contains(&node.f.start) {
+                    // A value no key fixes (a string's length under a `pattern`, a
+                    // number's bounds): the check's examples, or searched for alone from
+                    // the text before it.
+                    searched.push(node.f.start);
+                    let (text, f) = (&node.text, &node.f);
+                    let keep = (f.start as usize).saturating_sub(start).min(text.len());
+                    match self.value_example(start, text, f)? {
+                        Some(step) => Some(step),
+                        None => match self.blamed_member(start, text, f, &budget.clock)? {
+                            Some(step) => Some(step),
+                            None => self.search_from(
+                                start,
+                                &text[..keep],
+                                Goal::Past(f.start),
+                                &budget.clock,
+                            )?,
+                        },
+                    }
+                } else {
+                    None
+                };
+                if step.is_none() && !node.went_on && stopped.is_none() && node.text != original.0 {
+                    stopped = Some((node.text, node.f));
+                }
+                step
+            };
+            match step {
+                Some((t, None)) => return Ok(Some(t)),
+                Some((t, Some(g))) => stack.push(FillNode {
+                    text: t,
+                    f: g,
+                    next: 0,
+                    went_on: false,
+                    may_empty: true,
+                }),
+                None => {}
+            }
         }
-        if changed {
+        if let Some((text, f)) = stopped {
             if let Some(t) = self.repair(start, text, f, budget)? {
                 return Ok(Some(t));
             }
         }
         let (text, f) = original;
         self.repair(start, text, f, budget)
+    }
+
+    /// Where the failing value (`f`, on the candidate `text` after set `start`) is an
+    /// object whose check asks for a change below its own members
+    /// ([`crate::grammar::ValueCheck::inner_fix`]): the candidate with that change (a
+    /// nested object's missing key written with the grammar's shortest value, as
+    /// [`Matcher::with_key`] does; a value of the wrong type replaced by the simplest of
+    /// the right one), with the check that still fails. Cost: a validation and a parse
+    /// of the changed part.
+    fn inner_fix(&mut self, start: usize, text: &[u8], f: &Failed) -> Result<Reached, MatchError> {
+        let Some((_, value)) = self.failed_object(start, text, f) else {
+            return Ok(None);
+        };
+        let Some(fix) = f.check.0.inner_fix(&value) else {
+            return Ok(None);
+        };
+        // Offsets into the object's text, which starts at `f.start`; only the candidate's
+        // own text can change.
+        let at = |off: usize| (f.start as usize + off).checked_sub(start);
+        let t = match fix {
+            InnerFix::Key {
+                close,
+                members,
+                key,
+            } => {
+                let Some(close) = at(close).filter(|&c| c <= text.len()) else {
+                    return Ok(None);
+                };
+                match self.with_key(start, &text[..close], members, &key)? {
+                    Some((t, _)) => t,
+                    None => return Ok(None),
+                }
+            }
+            InnerFix::Replace {
+                start: a,
+                end: b,
+                text: x,
+            } => {
+                let (Some(a), Some(b)) = (at(a), at(b)) else {
+                    return Ok(None);
+                };
+                if a > b || b > text.len() {
+                    return Ok(None);
+                }
+                let mut t = text[..a].to_vec();
+                t.extend_from_slice(x.as_bytes());
+                t.extend_from_slice(&text[b..]);
+                t
+            }
+        };
+        self.parser.failed = None;
+        if self.accepts_at(start, &t)? {
+            return Ok(Some((t, None)));
+        }
+        Ok(self.parser.failed.take().map(|g| (t, Some(g))))
+    }
+
+    /// Where the failing value (`f`, on the candidate `text` after set `start`) is an
+    /// object whose check blames one of its members' values
+    /// ([`crate::grammar::ValueCheck::blamed_member`]: a pattern property's value the
+    /// grammar leaves open and the validator types), that value searched for alone
+    /// ([`Goal::Member`]) from the text before it. Cost: a validation, and a search
+    /// within `clock`.
+    fn blamed_member(
+        &mut self,
+        start: usize,
+        text: &[u8],
+        f: &Failed,
+        clock: &Deadline,
+    ) -> Result<Reached, MatchError> {
+        let Some((_, value)) = self.failed_object(start, text, f) else {
+            return Ok(None);
+        };
+        let Some((key, offset)) = f.check.0.blamed_member(&value) else {
+            return Ok(None);
+        };
+        // The member's value must be the candidate's own (not committed).
+        let Some(at) = (f.start as usize + offset)
+            .checked_sub(start)
+            .filter(|&at| at <= text.len())
+        else {
+            return Ok(None);
+        };
+        self.search_from(start, &text[..at], Goal::Member(f.start, &key), clock)
     }
 
     /// [`Matcher::search_to`] from set `base` (the parser may hold sets above it).
@@ -932,24 +1074,22 @@ impl Matcher {
     }
 
     /// One key of [`Matcher::fill`]: where the failing value (`f`, on the candidate `text`)
-    /// is an object that lacks a key its check requires, the candidate with the first such
-    /// key and its value written before the object's closing brace (the object emptied
-    /// first when the candidate wrote it with none of the required keys and it is not in
-    /// `emptied`), with the check that still fails (`None` when the output accepts).
-    /// `None` when there is no such key or the grammar refuses it. Cost: a few parses of
+    /// is an object, the candidate with `key` and its value written before the object's
+    /// closing brace (the object emptied first when `may_empty` and the candidate wrote it
+    /// with none of the required keys), with the check that still fails (`None` when the
+    /// output accepts). `None` when the value is not such an object or the grammar
+    /// refuses the key. Cost: a few parses of
     /// the candidate, and a search of the value when the check blames it (within `clock`).
     fn fill_key(
         &mut self,
         start: usize,
         text: &[u8],
         f: &Failed,
-        emptied: &mut Vec<u32>,
+        key: &str,
+        may_empty: bool,
         clock: &Deadline,
     ) -> Result<Reached, MatchError> {
         let Some((mut at, value)) = self.failed_object(start, text, f) else {
-            return Ok(None);
-        };
-        let Some(key) = f.check.0.missing_keys(&value).into_iter().next() else {
             return Ok(None);
         };
         let required = f.check.0.missing_keys(b"{}");
@@ -961,15 +1101,14 @@ impl Matcher {
         // under a union of objects, another branch may want what was removed).
         let mut t = text.to_vec();
         let open = (f.start as usize).checked_sub(start);
-        if let Some(open) = open.filter(|_| {
-            members && !emptied.contains(&f.start) && !required.iter().any(|k| has_key(&value, k))
-        }) {
-            emptied.push(f.start);
+        if let Some(open) =
+            open.filter(|_| members && may_empty && !required.iter().any(|k| has_key(&value, k)))
+        {
             t.drain(open + 1..at);
             at = open + 1;
             members = false;
         }
-        let Some((t, value_at)) = self.with_key(start, &t[..at], members, &key)? else {
+        let Some((t, value_at)) = self.with_key(start, &t[..at], members, key)? else {
             return Ok(None);
         };
         self.parser.failed = None;
@@ -980,7 +1119,7 @@ impl Matcher {
         // The check blames the value written (a branch wants a string where the grammar's
         // shortest value over all branches is `0`): that value searched alone until it
         // does not.
-        let goal = Goal::Member(f.start, &key);
+        let goal = Goal::Member(f.start, key);
         if g.as_ref()
             .is_some_and(|g| !self.reached(start, &t, g, goal))
         {
@@ -1228,6 +1367,17 @@ impl Matcher {
     }
 }
 
+/// A candidate of [`Matcher::fill`]'s search: the text, the check that fails on it, the
+/// index of its next key choice, whether a choice went on from it, and whether its object
+/// may be emptied (decided at its first choice, the same for the others).
+struct FillNode {
+    text: Vec<u8>,
+    f: Failed,
+    next: usize,
+    went_on: bool,
+    may_empty: bool,
+}
+
 /// What a search with member hints may still spend.
 struct RepairBudget {
     tries: usize,
@@ -1278,8 +1428,8 @@ fn continuations(tail: &[u8], h: &[u8]) -> Vec<Vec<u8>> {
 /// Values a repair fixes in turn (see [`Matcher::repair`]).
 const REPAIR_ROUNDS: usize = 8;
 
-/// Required keys a fill writes at most (see [`Matcher::fill`]); each costs a parse of the
-/// candidate, and the search's time limit bounds them too.
+/// Candidates a fill expands at most (see [`Matcher::fill`]); each costs a parse of what
+/// changed in the candidate and a check, and the search's time limit bounds them too.
 const FILL_KEYS: usize = 1024;
 
 /// The completion search past semantic checks (the fill, the member hints and the

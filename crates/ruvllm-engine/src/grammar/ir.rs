@@ -40,11 +40,36 @@ pub trait ValueCheck: Send + Sync + std::fmt::Debug {
         Vec::new()
     }
 
+    /// The first key of each way the failing object `text` can gain keys to pass, best
+    /// first (the first is [`ValueCheck::missing_keys`]'s first): the fill writes one and
+    /// goes on, and comes back to the next when that way leads nowhere (a failed `anyOf`
+    /// whose branches need different keys). By default, the first missing key. Cost: as
+    /// [`ValueCheck::missing_keys`].
+    fn key_choices(&self, text: &[u8]) -> Vec<String> {
+        self.missing_keys(text).into_iter().take(1).collect()
+    }
+
     /// Whether the check, failing on the object `text`, blames the value of its member
     /// `key` (a validator's error inside that member): the completion search then looks
     /// for another value there. False by default. Cost: as [`ValueCheck::accepts`].
     fn blames_member(&self, _text: &[u8], _key: &str) -> bool {
         false
+    }
+
+    /// Where the check, failing on the object `text`, blames the value of one of its
+    /// members (a validator's error inside it): that member's key and its value's offset
+    /// in `text`, for the completion search to look for another value there. `None` by
+    /// default. Cost: as [`ValueCheck::accepts`].
+    fn blamed_member(&self, _text: &[u8]) -> Option<(String, usize)> {
+        None
+    }
+
+    /// A change inside the failing object `text` that the check asks for, below its own
+    /// members (a validator's `required` or type error in a nested value): the
+    /// completion search makes it and goes on. `None` by default. Cost: as
+    /// [`ValueCheck::accepts`].
+    fn inner_fix(&self, _text: &[u8]) -> Option<InnerFix> {
+        None
     }
 
     /// Texts that pass this check alone, simplest first (a number within its bounds and
@@ -59,6 +84,31 @@ pub trait ValueCheck: Send + Sync + std::fmt::Debug {
     fn describe(&self) -> String {
         format!("{self:?}")
     }
+}
+
+/// A change inside a failing object's text that its check asks for
+/// ([`ValueCheck::inner_fix`]); offsets are into that text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum InnerFix {
+    /// A nested object (closing brace at `close`, with members or not) lacks `key`.
+    Key {
+        /// The offset of the nested object's closing brace.
+        close: usize,
+        /// Whether the nested object has members (a comma goes before the new one).
+        members: bool,
+        /// The key (decoded).
+        key: String,
+    },
+    /// The value at `start..end` has the wrong type: `text` is the simplest of the type
+    /// wanted (`{}`, `[]`, `""`, `0`, `true`, `null`).
+    Replace {
+        /// Where the value starts.
+        start: usize,
+        /// Where it ends (exclusive).
+        end: usize,
+        /// The simplest value of the wanted type.
+        text: String,
+    },
 }
 
 /// A shared [`ValueCheck`] attached to a rule. Equality is identity.

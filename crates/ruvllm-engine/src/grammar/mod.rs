@@ -23,7 +23,9 @@ pub mod text;
 
 pub use builtin::Builtin;
 pub(crate) use ir::visit_refs as visit_refs_pub;
-pub use ir::{Check, Expr, Grammar, GrammarWarning, KeyComplement, Rule, RuleId, ValueCheck};
+pub use ir::{
+    Check, Expr, Grammar, GrammarWarning, InnerFix, KeyComplement, Rule, RuleId, ValueCheck,
+};
 
 use crate::Limits;
 

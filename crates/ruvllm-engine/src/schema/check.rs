@@ -35,7 +35,7 @@ use std::sync::{Arc, OnceLock};
 use jsonschema::{Draft, Registry, Validator};
 use serde_json::{Map, Value};
 
-use crate::grammar::{Check, ValueCheck};
+use crate::grammar::{Check, InnerFix, ValueCheck};
 
 use super::SchemaError;
 
@@ -55,6 +55,26 @@ pub(crate) struct SchemaCheck {
 impl std::fmt::Debug for SchemaCheck {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "SchemaCheck(#{})", self.pointer)
+    }
+}
+
+impl SchemaCheck {
+    /// `f` over the validator's errors on the object `text` (under the check's wrapper
+    /// key) and the object's instance path; `None` when `text` is not an object (or the
+    /// validator is not set). Cost: a parse of `text`, and the validation `f` drives.
+    fn with_errors<R>(
+        &self,
+        text: &[u8],
+        f: impl FnOnce(Box<dyn Iterator<Item = jsonschema::ValidationError<'_>> + '_>, &str) -> R,
+    ) -> Option<R> {
+        let validator = self.validator.get()?;
+        let v @ Value::Object(_) = serde_json::from_slice::<Value>(text).ok()? else {
+            return None;
+        };
+        let wrapped = Value::Object(Map::from_iter([(self.key.clone(), v)]));
+        let at = format!("/{}", self.key);
+        let r = f(Box::new(validator.iter_errors(&wrapped)), &at);
+        Some(r)
     }
 }
 
@@ -80,37 +100,66 @@ impl ValueCheck for SchemaCheck {
     /// fill writes them and the check judges the result). Cost: a validation of the value
     /// that collects every error.
     fn missing_keys(&self, text: &[u8]) -> Vec<String> {
-        let Some(validator) = self.validator.get() else {
-            return Vec::new();
-        };
-        let Ok(v @ Value::Object(_)) = serde_json::from_slice::<Value>(text) else {
-            return Vec::new();
-        };
-        let wrapped = Value::Object(Map::from_iter([(self.key.clone(), v)]));
-        let at = format!("/{}", self.key);
-        let mut out = Vec::new();
-        for e in validator.iter_errors(&wrapped) {
-            required_missing(&e, &at, &mut out, 0);
-        }
-        out
+        self.with_errors(text, |errors, at| {
+            let mut out = Vec::new();
+            for e in errors {
+                required_missing(&e, at, &mut out, 0, false);
+            }
+            out
+        })
+        .unwrap_or_default()
+    }
+
+    /// [`ValueCheck::missing_keys`]'s first key, then the first missing key of every
+    /// other branch of each failed `anyOf`/`oneOf` on the object (fewest errors first),
+    /// at most [`KEY_CHOICES`].
+    fn key_choices(&self, text: &[u8]) -> Vec<String> {
+        self.with_errors(text, |errors, at| {
+            let errors: Vec<_> = errors.collect();
+            let mut first = Vec::new();
+            for e in &errors {
+                required_missing(e, at, &mut first, 0, false);
+            }
+            let mut out: Vec<String> = first.into_iter().take(1).collect();
+            for e in &errors {
+                required_missing(e, at, &mut out, 0, true);
+            }
+            out.truncate(KEY_CHOICES);
+            out
+        })
+        .unwrap_or_default()
+    }
+
+    /// The first member an error is inside of (on the object itself, or in the branch
+    /// with the fewest errors of a failed `anyOf`/`oneOf` there), with its value's offset.
+    fn blamed_member(&self, text: &[u8]) -> Option<(String, usize)> {
+        let key = self
+            .with_errors(text, |mut errors, at| {
+                errors.find_map(|e| blamed_key(&e, at, 0))
+            })
+            .flatten()?;
+        let members = top_level_members(text)?;
+        let (_, offset) = members.iter().rev().find(|(k, _)| *k == key)?;
+        Some((key, *offset))
+    }
+
+    /// The first `required` or type error below the object's own members (or in the
+    /// fewest-error branch of a failed `anyOf`/`oneOf` on it), located in `text`.
+    fn inner_fix(&self, text: &[u8]) -> Option<InnerFix> {
+        self.with_errors(text, |mut errors, at| {
+            errors.find_map(|e| inner_fix(&e, at, text, 0))
+        })
+        .flatten()
     }
 
     /// An error whose instance path is inside member `key`, on the object itself or in
     /// the branch with the fewest errors of a failed `anyOf`/`oneOf` there.
     fn blames_member(&self, text: &[u8], key: &str) -> bool {
-        let Some(validator) = self.validator.get() else {
-            return false;
-        };
-        let Ok(v @ Value::Object(_)) = serde_json::from_slice::<Value>(text) else {
-            return false;
-        };
-        let wrapped = Value::Object(Map::from_iter([(self.key.clone(), v)]));
-        let at = format!("/{}", self.key);
-        let member = format!("{at}/{}", key.replace('~', "~0").replace('/', "~1"));
-        let blamed = validator
-            .iter_errors(&wrapped)
-            .any(|e| blames(&e, &at, &member, 0));
-        blamed
+        self.with_errors(text, |mut errors, at| {
+            let member = format!("{at}/{}", key.replace('~', "~0").replace('/', "~1"));
+            errors.any(|e| blames(&e, at, &member, 0))
+        })
+        .unwrap_or(false)
     }
 
     fn describe(&self) -> String {
@@ -138,13 +187,161 @@ fn blames(e: &jsonschema::ValidationError<'_>, at: &str, member: &str, depth: us
     }
 }
 
-/// Appends to `out` the keys that error `e` (and, for a failed `anyOf`/`oneOf`, its branch
-/// with the fewest errors) says the object at instance path `at` lacks.
+/// The key of the member of the object at instance path `at` that error `e` is inside
+/// of, or else the first that an error of the fewest-error branch of a failed
+/// `anyOf`/`oneOf` there is inside of (decoded from the pointer).
+fn blamed_key(e: &jsonschema::ValidationError<'_>, at: &str, depth: usize) -> Option<String> {
+    use jsonschema::error::ValidationErrorKind as Kind;
+    let path = e.instance_path().as_str();
+    if let Some(rest) = path.strip_prefix(at).and_then(|r| r.strip_prefix('/')) {
+        let seg = rest.split('/').next().unwrap_or("");
+        return Some(seg.replace("~1", "/").replace("~0", "~"));
+    }
+    match e.kind() {
+        Kind::AnyOf { context } | Kind::OneOfNotValid { context } if path == at && depth < 8 => {
+            let branch = context.iter().min_by_key(|b| b.len())?;
+            branch.iter().find_map(|e| blamed_key(e, at, depth + 1))
+        }
+        _ => None,
+    }
+}
+
+/// The change error `e` asks for below the members of the object `text` at instance path
+/// `at` (see [`SchemaCheck::inner_fix`]).
+fn inner_fix(
+    e: &jsonschema::ValidationError<'_>,
+    at: &str,
+    text: &[u8],
+    depth: usize,
+) -> Option<InnerFix> {
+    use jsonschema::error::{TypeKind, ValidationErrorKind as Kind};
+    use jsonschema::JsonType;
+    let path = e.instance_path().as_str();
+    if path == at {
+        return match e.kind() {
+            Kind::AnyOf { context } | Kind::OneOfNotValid { context } if depth < 8 => {
+                let branch = context.iter().min_by_key(|b| b.len())?;
+                branch
+                    .iter()
+                    .find_map(|e| inner_fix(e, at, text, depth + 1))
+            }
+            _ => None,
+        };
+    }
+    let rest = path.strip_prefix(at)?.strip_prefix('/')?;
+    let mut span = (0, text.len());
+    for seg in rest.split('/') {
+        span = child_span(text, span, &seg.replace("~1", "/").replace("~0", "~"))?;
+    }
+    match e.kind() {
+        Kind::Required { property } => {
+            let key = property.as_str()?.to_string();
+            let inner = &text[span.0..span.1];
+            (inner.first() == Some(&b'{') && inner.last() == Some(&b'}')).then(|| {
+                let members = inner[1..inner.len() - 1]
+                    .iter()
+                    .any(|b| !b" \t\r\n".contains(b));
+                InnerFix::Key {
+                    close: span.1 - 1,
+                    members,
+                    key,
+                }
+            })
+        }
+        Kind::Type { kind } => {
+            let t = match kind {
+                TypeKind::Single(t) => *t,
+                TypeKind::Multiple(ts) => ts.iter().next()?,
+            };
+            let example = match t {
+                JsonType::Object => "{}",
+                JsonType::Array => "[]",
+                JsonType::String => "\"\"",
+                JsonType::Integer | JsonType::Number => "0",
+                JsonType::Boolean => "true",
+                JsonType::Null => "null",
+            };
+            Some(InnerFix::Replace {
+                start: span.0,
+                end: span.1,
+                text: example.to_string(),
+            })
+        }
+        _ => None,
+    }
+}
+
+/// The span in `text` of the member `seg` of the object (or the element `seg` of the
+/// array) at `span`.
+fn child_span(text: &[u8], span: (usize, usize), seg: &str) -> Option<(usize, usize)> {
+    let value = text.get(span.0..span.1)?;
+    let start = match value.first()? {
+        b'{' => {
+            let members = top_level_members(value)?;
+            span.0 + members.iter().rev().find(|(k, _)| k == seg)?.1
+        }
+        b'[' => {
+            let index: usize = seg.parse().ok()?;
+            let mut i = 1;
+            for _ in 0..index {
+                i = value_end(value, skip_blanks(value, i))?;
+                i = skip_blanks(value, i);
+                if value.get(i) != Some(&b',') {
+                    return None;
+                }
+                i += 1;
+            }
+            span.0 + skip_blanks(value, i)
+        }
+        _ => return None,
+    };
+    Some((start, value_end(text, start)?))
+}
+
+/// The first index at or after `i` that is not a blank.
+fn skip_blanks(text: &[u8], mut i: usize) -> usize {
+    while text.get(i).is_some_and(|b| b" \t\r\n".contains(b)) {
+        i += 1;
+    }
+    i
+}
+
+/// The end (exclusive) of the JSON value that starts at `i` in `text`.
+fn value_end(text: &[u8], i: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    let mut j = i;
+    loop {
+        match *text.get(j)? {
+            b'"' => {
+                j += 1;
+                while *text.get(j)? != b'"' {
+                    j += if text[j] == b'\\' { 2 } else { 1 };
+                }
+            }
+            b'{' | b'[' => depth += 1,
+            // A scalar ends before its container's closer.
+            b'}' | b']' if depth == 0 => return Some(j),
+            b'}' | b']' => depth -= 1,
+            b',' | b':' | b' ' | b'\t' | b'\r' | b'\n' if depth == 0 => return Some(j),
+            _ => {}
+        }
+        j += 1;
+        if depth == 0 && matches!(text[j - 1], b'"' | b'}' | b']') {
+            return Some(j);
+        }
+    }
+}
+
+/// Appends to `out` (once each) the keys that error `e` says the object at instance path
+/// `at` lacks: a `required` error's key, and under a failed `anyOf`/`oneOf` there, the
+/// keys of its branch with the fewest errors, or, with `each_branch`, the first new key of
+/// every branch, fewest errors first (the fill's choices).
 fn required_missing(
     e: &jsonschema::ValidationError<'_>,
     at: &str,
     out: &mut Vec<String>,
     depth: usize,
+    each_branch: bool,
 ) {
     use jsonschema::error::ValidationErrorKind as Kind;
     if e.instance_path().as_str() != at || depth > 8 {
@@ -157,15 +354,29 @@ fn required_missing(
             }
         }
         Kind::AnyOf { context } | Kind::OneOfNotValid { context } => {
-            if let Some(branch) = context.iter().min_by_key(|b| b.len()) {
+            let mut branches: Vec<_> = context.iter().collect();
+            branches.sort_by_key(|b| b.len());
+            if !each_branch {
+                branches.truncate(1);
+            }
+            for branch in branches {
+                let mut keys = Vec::new();
                 for e in branch {
-                    required_missing(e, at, out, depth + 1);
+                    required_missing(e, at, &mut keys, depth + 1, false);
                 }
+                keys.retain(|k| !out.contains(k));
+                if each_branch {
+                    keys.truncate(1);
+                }
+                out.extend(keys);
             }
         }
         _ => {}
     }
 }
+
+/// The most ways [`SchemaCheck::key_choices`] offers (the fill tries each in turn).
+const KEY_CHOICES: usize = 4;
 
 /// Builds checks for sub-schemas of one root document (the registry is prepared once, the
 /// validator of all the checks built once, by [`CheckBuilder::finish`]).
@@ -743,6 +954,18 @@ impl ValueCheck for ObjectKeys {
 /// escape is borrowed from the text; only one with an escape is decoded (by `serde_json`)
 /// into a new string. Cost: one pass, no allocation per plain key.
 fn top_level_keys(text: &[u8]) -> Option<Vec<Cow<'_, str>>> {
+    Some(
+        top_level_members(text)?
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect(),
+    )
+}
+
+/// The decoded keys of a JSON object text, in order (duplicates kept), each with the
+/// offset of its value in the text (after the colon and any blanks). Cost: as
+/// [`top_level_keys`].
+fn top_level_members(text: &[u8]) -> Option<Vec<(Cow<'_, str>, usize)>> {
     let mut keys = Vec::new();
     let mut depth = 0usize;
     // Whether the next string at depth 1 is a key.
@@ -780,7 +1003,11 @@ fn top_level_keys(text: &[u8]) -> Option<Vec<Cow<'_, str>>> {
                     } else {
                         Cow::Borrowed(std::str::from_utf8(raw).ok()?)
                     };
-                    keys.push(k);
+                    let mut v = i + 1;
+                    while v < text.len() && b" \t\r\n:".contains(&text[v]) {
+                        v += 1;
+                    }
+                    keys.push((k, v));
                     expect_key = false;
                 }
             }
@@ -807,6 +1034,73 @@ mod tests {
         assert!(top_level_keys(b"{\"a\x01\": 1}").is_none());
         assert!(top_level_keys(b"{\"a\": 1").is_some());
         assert!(top_level_keys(b"{\"a}").is_none());
+    }
+
+    #[test]
+    fn values_are_located_by_pointer_segments() {
+        let t = br#"{"a": {"x": 1, "y": [{"z": "q\"}"}, true]}, "b~/": [], "c":"s"}"#;
+        let whole = (0, t.len());
+        let a = child_span(t, whole, "a").unwrap();
+        assert_eq!(&t[a.0..a.1], br#"{"x": 1, "y": [{"z": "q\"}"}, true]}"#);
+        let y = child_span(t, a, "y").unwrap();
+        let y1 = child_span(t, y, "1").unwrap();
+        assert_eq!(&t[y1.0..y1.1], b"true");
+        let z = child_span(t, child_span(t, y, "0").unwrap(), "z").unwrap();
+        assert_eq!(&t[z.0..z.1], br#""q\"}""#);
+        let x = child_span(t, a, "x").unwrap();
+        assert_eq!(&t[x.0..x.1], b"1");
+        let b = child_span(t, whole, "b~/").unwrap();
+        assert_eq!(&t[b.0..b.1], b"[]");
+        assert!(child_span(t, y, "2").is_none());
+        assert!(child_span(t, whole, "d").is_none());
+        assert!(child_span(t, x, "0").is_none());
+    }
+
+    /// What a validator check asks for below an object's own members: a nested object's
+    /// missing key (where its closing brace is), or a value of the wrong type replaced.
+    #[test]
+    fn inner_fixes_name_the_nested_change() {
+        let root = serde_json::json!({
+            "type": "object",
+            "patternProperties": {"^/": {"type": "object", "required": ["device"]}},
+            "properties": {"n": {"type": "array", "items": {"type": "string"}}}});
+        let mut b = CheckBuilder::new(&root, 2020).unwrap();
+        let c = b.build(&root, "#");
+        b.finish().unwrap();
+        let fix = |t: &str| c.0.inner_fix(t.as_bytes());
+        assert_eq!(
+            fix(r#"{"/x": {"a": 1}}"#),
+            Some(InnerFix::Key {
+                close: 14,
+                members: true,
+                key: "device".into()
+            })
+        );
+        assert_eq!(
+            fix(r#"{"/x": {}}"#),
+            Some(InnerFix::Key {
+                close: 8,
+                members: false,
+                key: "device".into()
+            })
+        );
+        assert_eq!(
+            fix(r#"{"n": ["a", 0], "/": {"device": 1}}"#),
+            Some(InnerFix::Replace {
+                start: 12,
+                end: 13,
+                text: "\"\"".into()
+            })
+        );
+        assert_eq!(
+            fix(r#"{"/x": 0}"#),
+            Some(InnerFix::Replace {
+                start: 7,
+                end: 8,
+                text: "{}".into()
+            })
+        );
+        assert_eq!(fix(r#"{"/x": {"device": 0}}"#), None);
     }
 
     #[test]

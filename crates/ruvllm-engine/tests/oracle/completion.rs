@@ -640,6 +640,19 @@ fn required_keys_complete_with_the_grammars_values() {
         // well within the search's share of the mask time limit (about 200 ms of
         // re-reading before).
         (maskbench("Github_ultra---o16062"), vec![b""], 4),
+        // `a` needs `b` or `c` (an `anyOf` of `required`s), and `b` excludes `a`: the
+        // fill's first choice (`b`) leads nowhere, its second (`c`) passes.
+        (maskbench("Handwritten---dep3"), vec![b""], 2),
+        // Four exclusive branches, each naming the others' keys as `null`.
+        (maskbench("Github_trivial---o88605"), vec![b""], 4),
+        // fstab: `/` is a pattern property, typed by the validator only (any value in the
+        // grammar): its value is replaced by `{}`, then its required keys written.
+        (
+            maskbench("Github_medium---o56232"),
+            vec![b"", br#"{"swap": {"device": "", "fstype": ""}, "/": "#],
+            2,
+        ),
+        (maskbench("Github_easy---o45260"), vec![b""], 4),
         (
             nested,
             vec![b"", br#"{"note": "x", "#, br#"{"owner": {"#],
