@@ -939,8 +939,9 @@ impl Matcher {
     /// object whose check asks for a change below its own members
     /// ([`crate::grammar::ValueCheck::inner_fix`]): the candidate with that change (a
     /// nested object's missing key written with the grammar's shortest value, as
-    /// [`Matcher::with_key`] does; a value of the wrong type replaced by the simplest of
-    /// the right one), with the check that still fails. Cost: a validation and a parse
+    /// [`Matcher::with_key`] does, or one more member where it needs more; a value of the
+    /// wrong type replaced by the simplest of the right one), with the check that still
+    /// fails. Cost: a validation and a parse
     /// of the changed part.
     fn inner_fix(&mut self, start: usize, text: &[u8], f: &Failed) -> Result<Reached, MatchError> {
         let Some((_, value)) = self.failed_object(start, text, f) else {
@@ -961,7 +962,16 @@ impl Matcher {
                 let Some(close) = at(close).filter(|&c| c <= text.len()) else {
                     return Ok(None);
                 };
-                match self.with_key(start, &text[..close], members, &key)? {
+                match self.with_key(start, &text[..close], members, Some(&key))? {
+                    Some((t, _)) => t,
+                    None => return Ok(None),
+                }
+            }
+            InnerFix::Member { close, members } => {
+                let Some(close) = at(close).filter(|&c| c <= text.len()) else {
+                    return Ok(None);
+                };
+                match self.with_key(start, &text[..close], members, None)? {
                     Some((t, _)) => t,
                     None => return Ok(None),
                 }
@@ -1108,7 +1118,7 @@ impl Matcher {
             at = open + 1;
             members = false;
         }
-        let Some((t, value_at)) = self.with_key(start, &t[..at], members, key)? else {
+        let Some((t, value_at)) = self.with_key(start, &t[..at], members, Some(key))? else {
             return Ok(None);
         };
         self.parser.failed = None;
@@ -1242,15 +1252,18 @@ impl Matcher {
     /// a comma when `comma`, the member key `key` and its colon, then the shortest
     /// syntactic completion from there, which writes the grammar's shortest value for
     /// that key (a `format`, `pattern` or `enum` value spelled as the grammar spells it)
-    /// and closes the rest. `None` when the grammar refuses the key there. The output
-    /// ends at set `start`; the parser is left holding the text up to the value
-    /// ([`Matcher::feed`]). Cost: a parser step per byte not held already.
+    /// and closes the rest; with no `key`, the opening quote only, so the grammar writes
+    /// its own shortest key (one a `patternProperties` allows) and value. `None` when the
+    /// grammar refuses the key there. The output ends at set `start`; the parser is left
+    /// holding the text up to the value (or the key) ([`Matcher::feed`]); returns the
+    /// text and the offset of the value in it (of the key, without `key`). Cost: a parser
+    /// step per byte not held already.
     fn with_key(
         &mut self,
         start: usize,
         prefix: &[u8],
         comma: bool,
-        key: &str,
+        key: Option<&str>,
     ) -> Result<Option<(Vec<u8>, usize)>, MatchError> {
         let c = self.c.clone();
         let g = &c.grammar;
@@ -1259,12 +1272,17 @@ impl Matcher {
         if comma {
             t.push(b',');
         }
-        t.extend_from_slice(
-            serde_json::Value::String(key.to_string())
-                .to_string()
-                .as_bytes(),
-        );
-        t.push(b':');
+        match key {
+            Some(key) => {
+                t.extend_from_slice(
+                    serde_json::Value::String(key.to_string())
+                        .to_string()
+                        .as_bytes(),
+                );
+                t.push(b':');
+            }
+            None => t.push(b'"'),
+        }
         let value_at = t.len();
         if !self.feed(start, &t)? {
             return Ok(None);

@@ -64,9 +64,10 @@ pub trait ValueCheck: Send + Sync + std::fmt::Debug {
         None
     }
 
-    /// A change inside the failing object `text` that the check asks for, below its own
-    /// members (a validator's `required` or type error in a nested value): the
-    /// completion search makes it and goes on. `None` by default. Cost: as
+    /// A change inside the failing object `text` that the check asks for beyond its own
+    /// required keys (a validator's `required` or type error in a nested value, a
+    /// `minProperties` that no required key meets): the completion search makes it and
+    /// goes on. `None` by default. Cost: as
     /// [`ValueCheck::accepts`].
     fn inner_fix(&self, _text: &[u8]) -> Option<InnerFix> {
         None
@@ -90,7 +91,8 @@ pub trait ValueCheck: Send + Sync + std::fmt::Debug {
 /// ([`ValueCheck::inner_fix`]); offsets are into that text.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum InnerFix {
-    /// A nested object (closing brace at `close`, with members or not) lacks `key`.
+    /// An object (the failing one, or one nested in it; closing brace at `close`) lacks
+    /// `key`.
     Key {
         /// The offset of the nested object's closing brace.
         close: usize,
@@ -98,6 +100,14 @@ pub enum InnerFix {
         members: bool,
         /// The key (decoded).
         key: String,
+    },
+    /// The object at `close` (its closing brace) has fewer members than it must: one
+    /// more, with any key the grammar allows there.
+    Member {
+        /// The offset of the object's closing brace.
+        close: usize,
+        /// Whether the object has members (a comma goes before the new one).
+        members: bool,
     },
     /// The value at `start..end` has the wrong type: `text` is the simplest of the type
     /// wanted (`{}`, `[]`, `""`, `0`, `true`, `null`).

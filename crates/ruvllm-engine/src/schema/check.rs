@@ -217,37 +217,47 @@ fn inner_fix(
     use jsonschema::error::{TypeKind, ValidationErrorKind as Kind};
     use jsonschema::JsonType;
     let path = e.instance_path().as_str();
-    if path == at {
-        return match e.kind() {
-            Kind::AnyOf { context } | Kind::OneOfNotValid { context } if depth < 8 => {
-                let branch = context.iter().min_by_key(|b| b.len())?;
-                branch
-                    .iter()
-                    .find_map(|e| inner_fix(e, at, text, depth + 1))
-            }
-            _ => None,
-        };
-    }
-    let rest = path.strip_prefix(at)?.strip_prefix('/')?;
+    let own = path == at;
     let mut span = (0, text.len());
-    for seg in rest.split('/') {
-        span = child_span(text, span, &seg.replace("~1", "/").replace("~0", "~"))?;
-    }
-    match e.kind() {
-        Kind::Required { property } => {
-            let key = property.as_str()?.to_string();
-            let inner = &text[span.0..span.1];
-            (inner.first() == Some(&b'{') && inner.last() == Some(&b'}')).then(|| {
-                let members = inner[1..inner.len() - 1]
-                    .iter()
-                    .any(|b| !b" \t\r\n".contains(b));
-                InnerFix::Key {
-                    close: span.1 - 1,
-                    members,
-                    key,
-                }
-            })
+    if own {
+        if let Kind::AnyOf { context } | Kind::OneOfNotValid { context } = e.kind() {
+            let branch = context
+                .iter()
+                .min_by_key(|b| b.len())
+                .filter(|_| depth < 8)?;
+            return branch
+                .iter()
+                .find_map(|e| inner_fix(e, at, text, depth + 1));
         }
+    } else {
+        let rest = path.strip_prefix(at)?.strip_prefix('/')?;
+        for seg in rest.split('/') {
+            span = child_span(text, span, &seg.replace("~1", "/").replace("~0", "~"))?;
+        }
+    }
+    let inner = &text[span.0..span.1];
+    let object = inner.first() == Some(&b'{') && inner.last() == Some(&b'}');
+    let members = object
+        && inner[1..inner.len() - 1]
+            .iter()
+            .any(|b| !b" \t\r\n".contains(b));
+    match e.kind() {
+        // The object's own keys are the fill's key choices.
+        Kind::Required { property } if !own && object => Some(InnerFix::Key {
+            close: span.1 - 1,
+            members,
+            key: property.as_str()?.to_string(),
+        }),
+        Kind::MinProperties { .. } if object => Some(InnerFix::Member {
+            close: span.1 - 1,
+            members,
+        }),
+        Kind::Format { format } if !own => Some(InnerFix::Replace {
+            start: span.0,
+            end: span.1,
+            text: Value::String(super::hints::format_example(format)?.to_string()).to_string(),
+        }),
+        Kind::Type { .. } if own => None,
         Kind::Type { kind } => {
             let t = match kind {
                 TypeKind::Single(t) => *t,
@@ -922,6 +932,34 @@ impl ValueCheck for ObjectKeys {
         &self.hints
     }
 
+    /// Fewer keys than `minProperties` and none required missing: one more member, the
+    /// first key of the member hints that the object lacks (else any key the grammar
+    /// allows).
+    fn inner_fix(&self, text: &[u8]) -> Option<InnerFix> {
+        let keys = top_level_keys(text)?;
+        let missing = self.required.iter().any(|r| !keys.iter().any(|k| k == r));
+        let close = text.iter().rposition(|&b| b == b'}')?;
+        if keys.len() >= self.min || missing {
+            return None;
+        }
+        let members = !keys.is_empty();
+        let hinted = self.hints.iter().find_map(|h| {
+            let key = top_level_keys(format!("{{{h}}}").as_bytes())?
+                .into_iter()
+                .find(|k| !keys.contains(k))?
+                .into_owned();
+            Some(key)
+        });
+        Some(match hinted {
+            Some(key) => InnerFix::Key {
+                close,
+                members,
+                key,
+            },
+            None => InnerFix::Member { close, members },
+        })
+    }
+
     fn missing_keys(&self, text: &[u8]) -> Vec<String> {
         let Some(keys) = top_level_keys(text) else {
             return Vec::new();
@@ -1101,6 +1139,31 @@ mod tests {
             })
         );
         assert_eq!(fix(r#"{"/x": {"device": 0}}"#), None);
+        let root = serde_json::json!({"type": "object",
+            "properties": {"at": {"type": "string", "format": "date"}}});
+        let mut b = CheckBuilder::new(&root, 2020).unwrap();
+        let c = b.build(&root, "#");
+        b.finish().unwrap();
+        assert_eq!(
+            c.0.inner_fix(br#"{"at": "x"}"#),
+            Some(InnerFix::Replace {
+                start: 7,
+                end: 10,
+                text: "\"2000-01-01\"".into()
+            })
+        );
+        let root = serde_json::json!({"type": "object", "minProperties": 1,
+            "patternProperties": {"^B": {}}, "additionalProperties": false});
+        let mut b = CheckBuilder::new(&root, 2020).unwrap();
+        let c = b.build(&root, "#");
+        b.finish().unwrap();
+        assert_eq!(
+            c.0.inner_fix(b"{}"),
+            Some(InnerFix::Member {
+                close: 1,
+                members: false
+            })
+        );
     }
 
     #[test]

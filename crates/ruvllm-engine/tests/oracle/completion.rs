@@ -653,6 +653,11 @@ fn required_keys_complete_with_the_grammars_values() {
             2,
         ),
         (maskbench("Github_easy---o45260"), vec![b""], 4),
+        // `minProperties: 1` where every key must match a pattern and every value be an
+        // object: the key is the pattern's shortest match (`"000":{}`).
+        (maskbench("Github_medium---o84154"), vec![b""], 3),
+        // A service under a pattern key whose `basePath` is a `uri`: the format's example.
+        (maskbench("Github_medium---o7574"), vec![b""], 2),
         (
             nested,
             vec![b"", br#"{"note": "x", "#, br#"{"owner": {"#],
