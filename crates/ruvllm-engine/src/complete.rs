@@ -857,6 +857,9 @@ impl Matcher {
         }];
         // Where the first way stopped (the member hints are tried there).
         let mut stopped: Option<(Vec<u8>, Failed)> = None;
+        // The candidates met (by a hash of their text): two ways that write the same keys
+        // in another order meet again, and the second is not expanded.
+        let mut seen: crate::util::FastSet<u64> = crate::util::FastSet::default();
         for _ in 0..FILL_KEYS {
             if budget.clock.check().is_err() {
                 return Ok(None);
@@ -894,18 +897,18 @@ impl Matcher {
                     searched.push(node.f.start);
                     let (text, f) = (&node.text, &node.f);
                     let keep = (f.start as usize).saturating_sub(start).min(text.len());
-                    match self.value_example(start, text, f)? {
-                        Some(step) => Some(step),
-                        None => match self.blamed_member(start, text, f, &budget.clock)? {
-                            Some(step) => Some(step),
-                            None => self.search_from(
-                                start,
-                                &text[..keep],
-                                Goal::Past(f.start),
-                                &budget.clock,
-                            )?,
-                        },
+                    let mut step = self.value_example(start, text, f)?;
+                    if step.is_none() {
+                        step = self.blamed_member(start, text, f, &budget.clock)?;
                     }
+                    if step.is_none() {
+                        step = self.object_instead(start, text, f)?;
+                    }
+                    if step.is_none() {
+                        let goal = Goal::Past(f.start);
+                        step = self.search_from(start, &text[..keep], goal, &budget.clock)?;
+                    }
+                    step
                 } else {
                     None
                 };
@@ -916,14 +919,14 @@ impl Matcher {
             };
             match step {
                 Some((t, None)) => return Ok(Some(t)),
-                Some((t, Some(g))) => stack.push(FillNode {
+                Some((t, Some(g))) if seen.insert(text_hash(&t)) => stack.push(FillNode {
                     text: t,
                     f: g,
                     next: 0,
                     went_on: false,
                     may_empty: true,
                 }),
-                None => {}
+                Some(_) | None => {}
             }
         }
         if let Some((text, f)) = stopped {
@@ -993,11 +996,33 @@ impl Matcher {
                 t
             }
         };
-        self.parser.failed = None;
-        if self.accepts_at(start, &t)? {
-            return Ok(Some((t, None)));
+        self.judged(start, t)
+    }
+
+    /// Where the failing value (`f`, on the candidate `text` after set `start`) is the
+    /// candidate's own and not an object, the candidate with an object there instead (the
+    /// grammar's shortest from `{` on), with the check that still fails, for the fill to
+    /// go on with its keys (a root whose schema allows `null` but whose `oneOf` needs an
+    /// object). `None` when the grammar allows no object there. Cost: a parse of the
+    /// changed part.
+    fn object_instead(
+        &mut self,
+        start: usize,
+        text: &[u8],
+        f: &Failed,
+    ) -> Result<Reached, MatchError> {
+        let Some(at) = (f.start as usize).checked_sub(start) else {
+            return Ok(None);
+        };
+        if at >= text.len() || text[at] == b'{' {
+            return Ok(None);
         }
-        Ok(self.parser.failed.take().map(|g| (t, Some(g))))
+        let mut t = text[..at].to_vec();
+        t.push(b'{');
+        if !self.shortest_after(start, &mut t)? {
+            return Ok(None);
+        }
+        self.judged(start, t)
     }
 
     /// Where the failing value (`f`, on the candidate `text` after set `start`) is an
@@ -1265,9 +1290,6 @@ impl Matcher {
         comma: bool,
         key: Option<&str>,
     ) -> Result<Option<(Vec<u8>, usize)>, MatchError> {
-        let c = self.c.clone();
-        let g = &c.grammar;
-        let sh = g.shortest();
         let mut t = prefix.to_vec();
         if comma {
             t.push(b',');
@@ -1284,15 +1306,35 @@ impl Matcher {
             None => t.push(b'"'),
         }
         let value_at = t.len();
-        if !self.feed(start, &t)? {
-            return Ok(None);
+        Ok(self.shortest_after(start, &mut t)?.then_some((t, value_at)))
+    }
+
+    /// Appends to `t` (a text after set `start`) the grammar's shortest syntactic
+    /// completion from its end; false when the grammar refuses `t` (the parser is left
+    /// holding it, [`Matcher::feed`]). Cost: a parser step per byte not held already.
+    fn shortest_after(&mut self, start: usize, t: &mut Vec<u8>) -> Result<bool, MatchError> {
+        let c = self.c.clone();
+        let (g, sh) = (&c.grammar, c.grammar.shortest());
+        if !self.feed(start, t)? {
+            return Ok(false);
         }
         self.parser.ensure_closed(g)?;
         let Some(&(_, _, it)) = self.parser.ranked_core(g, sh).first() else {
-            return Ok(None);
+            return Ok(false);
         };
-        self.parser.item_text(g, sh, it, &mut t);
-        Ok(Some((t, value_at)))
+        self.parser.item_text(g, sh, it, t);
+        Ok(true)
+    }
+
+    /// The candidate `t` (after set `start`) judged: with no check when the output then
+    /// accepts, with the check that fails otherwise, `None` when the grammar refuses it
+    /// with no check failing. Cost: [`Matcher::accepts_at`].
+    fn judged(&mut self, start: usize, t: Vec<u8>) -> Result<Reached, MatchError> {
+        self.parser.failed = None;
+        if self.accepts_at(start, &t)? {
+            return Ok(Some((t, None)));
+        }
+        Ok(self.parser.failed.take().map(|g| (t, Some(g))))
     }
 
     /// From the current state, [`DIVE`] bytes at most, each the first preferred byte
@@ -1383,6 +1425,14 @@ impl Matcher {
             }
         }
     }
+}
+
+/// A hash of a candidate's text (for [`Matcher::fill`]'s candidates met).
+fn text_hash(t: &[u8]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    t.hash(&mut h);
+    h.finish()
 }
 
 /// A candidate of [`Matcher::fill`]'s search: the text, the check that fails on it, the

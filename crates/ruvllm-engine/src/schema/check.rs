@@ -344,8 +344,9 @@ fn value_end(text: &[u8], i: usize) -> Option<usize> {
 
 /// Appends to `out` (once each) the keys that error `e` says the object at instance path
 /// `at` lacks: a `required` error's key, and under a failed `anyOf`/`oneOf` there, the
-/// keys of its branch with the fewest errors, or, with `each_branch`, the first new key of
-/// every branch, fewest errors first (the fill's choices).
+/// keys of its branch with the fewest errors; or, with `each_branch`, only the first new
+/// key of every branch of a failed `anyOf`/`oneOf`, fewest errors first (the fill's other
+/// choices).
 fn required_missing(
     e: &jsonschema::ValidationError<'_>,
     at: &str,
@@ -358,6 +359,9 @@ fn required_missing(
         return;
     }
     match e.kind() {
+        // Keys every way needs are not choices (writing them in another order is no
+        // other way).
+        Kind::Required { .. } if each_branch => {}
         Kind::Required { property } => {
             if let Some(p) = property.as_str().filter(|p| !out.iter().any(|k| k == p)) {
                 out.push(p.to_string());

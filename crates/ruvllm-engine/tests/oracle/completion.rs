@@ -658,6 +658,9 @@ fn required_keys_complete_with_the_grammars_values() {
         (maskbench("Github_medium---o84154"), vec![b""], 3),
         // A service under a pattern key whose `basePath` is a `uri`: the format's example.
         (maskbench("Github_medium---o7574"), vec![b""], 2),
+        // A root of type object or null whose `oneOf` needs an object with a `type` the
+        // branch names: the fill writes an object in place of `null`, then its keys.
+        (maskbench("Github_medium---o81746"), vec![b""], 2),
         (
             nested,
             vec![b"", br#"{"note": "x", "#, br#"{"owner": {"#],
