@@ -126,8 +126,8 @@ enum Cmd {
         /// tokenizer.json to use.
         #[arg(long)]
         tokenizer: PathBuf,
-        /// Comma-separated engines: ruvllm, llguidance; for maskbench also ruvllm-budget
-        /// (budget-aware masks far from the end of the budget).
+        /// Comma-separated engines: ruvllm, ruvllm-budget (budget-aware masks; also counts
+        /// the groups without a completion from the start), llguidance.
         #[arg(long, default_value = "ruvllm", value_delimiter = ',')]
         engines: Vec<String>,
         /// Where to write the JSON summary.
@@ -595,8 +595,8 @@ fn main() -> Result<()> {
         } => {
             for e in &engines {
                 anyhow::ensure!(
-                    e == "ruvllm" || e == "llguidance",
-                    "unknown engine {e:?} (ruvllm, llguidance)"
+                    ["ruvllm", "ruvllm-budget", "llguidance"].contains(&e.as_str()),
+                    "unknown engine {e:?} (ruvllm, ruvllm-budget, llguidance)"
                 );
             }
             let vocab = Arc::new(
@@ -636,6 +636,22 @@ fn main() -> Result<()> {
             for (i, e) in engines.iter().enumerate() {
                 for fp in fps[i].iter().take(show) {
                     println!("{e}: FALSE POSITIVE {fp}");
+                }
+            }
+            // Budget-aware decoding needs a completion from the start (issue 66: goal 0
+            // wherever the group has a valid instance).
+            for (i, e) in engines
+                .iter()
+                .enumerate()
+                .filter(|(_, e)| *e == "ruvllm-budget")
+            {
+                let t = totals[i];
+                println!(
+                    "{e}: no completion from the start in {} groups ({} with a valid instance)",
+                    t.no_start_completion, t.no_start_completion_with_valid
+                );
+                for name in r.no_start_completion_with_valid[i].iter().take(show) {
+                    println!("{e}: NO START COMPLETION {name}");
                 }
             }
             if let Some(path) = json {

@@ -27,13 +27,20 @@ pub struct SuiteStats {
     pub false_positive: usize,
     /// Valid instances refused.
     pub false_negative: usize,
+    /// Groups whose schema compiled with no completion found from the start (engine
+    /// `ruvllm-budget` only: budget-aware decoding is then off for it).
+    pub no_start_completion: usize,
+    /// Of them, groups with a valid test instance (so a completion exists).
+    pub no_start_completion_with_valid: usize,
 }
 
 impl SuiteStats {
     /// The JSON shape of the issue.
     pub fn to_json(self) -> Value {
         json!({"tests": self.tests, "passed": self.passed, "compile_error": self.compile_error,
-               "false_positive": self.false_positive, "false_negative": self.false_negative})
+               "false_positive": self.false_positive, "false_negative": self.false_negative,
+               "no_start_completion": self.no_start_completion,
+               "no_start_completion_with_valid": self.no_start_completion_with_valid})
     }
 }
 
@@ -59,6 +66,9 @@ pub struct SuiteRun {
     pub format_annotations: Vec<SuiteStats>,
     /// The accepted invalid instances, for the report.
     pub false_positives: Vec<Vec<String>>,
+    /// The groups with a valid instance and no completion from the start
+    /// (`ruvllm-budget`), for the report.
+    pub no_start_completion_with_valid: Vec<Vec<String>>,
 }
 
 /// Runs every test file under `dir` with the given engines.
@@ -103,6 +113,7 @@ pub fn run(
     let mut totals = vec![SuiteStats::default(); engines.len()];
     let mut formats = vec![SuiteStats::default(); engines.len()];
     let mut fps = vec![Vec::new(); engines.len()];
+    let mut no_start = vec![Vec::new(); engines.len()];
     for f in &files {
         let src = std::fs::read_to_string(f)?;
         let groups: Value =
@@ -147,6 +158,9 @@ pub fn run(
                 let mut st = EngineStats::default();
                 match e.as_str() {
                     "ruvllm" => crate::maskbench::run_ruvllm(&engine, &case, &mut st)?,
+                    "ruvllm-budget" => {
+                        crate::maskbench::run_ruvllm_budget(&engine, &case, &mut st)?
+                    }
                     _ => crate::llg::run(factory.context("llguidance factory")?, &case, &mut st)?,
                 }
                 let n = case.tests.len();
@@ -163,6 +177,8 @@ pub fn run(
                     .flatten()
                 {
                     t.tests += n;
+                    t.no_start_completion += st.no_start_completion.len();
+                    t.no_start_completion_with_valid += st.no_start_completion_valid.len();
                     if st.compile_errors > 0 {
                         t.compile_error += n;
                     } else {
@@ -171,6 +187,7 @@ pub fn run(
                         t.passed += n - st.invalid_accepted - st.valid_rejected;
                     }
                 }
+                no_start[i].extend(st.no_start_completion_valid);
                 if st.compile_errors == 0 {
                     for (name, text) in st.false_accepts {
                         fps[i].push(format!("{name}: {text}"));
@@ -183,5 +200,6 @@ pub fn run(
         totals,
         format_annotations: formats,
         false_positives: fps,
+        no_start_completion_with_valid: no_start,
     })
 }

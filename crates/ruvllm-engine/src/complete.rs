@@ -947,9 +947,7 @@ impl Matcher {
     /// fails. Cost: a validation and a parse
     /// of the changed part.
     fn inner_fix(&mut self, start: usize, text: &[u8], f: &Failed) -> Result<Reached, MatchError> {
-        let Some((_, value)) = self.failed_object(start, text, f) else {
-            return Ok(None);
-        };
+        let value = self.failed_value(start, text, f);
         let Some(fix) = f.check.0.inner_fix(&value) else {
             return Ok(None);
         };
@@ -1198,6 +1196,17 @@ impl Matcher {
         Ok(None)
     }
 
+    /// The text of the value that failed (`f`, on the candidate `text` after set `start`;
+    /// what is committed included).
+    fn failed_value(&self, start: usize, text: &[u8], f: &Failed) -> Vec<u8> {
+        (f.start as usize..f.end as usize)
+            .filter_map(|i| match i.checked_sub(start) {
+                None => self.parser.bytes.get(i).copied(),
+                Some(j) => text.get(j).copied(),
+            })
+            .collect()
+    }
+
     /// Where the value that failed (`f`, on the candidate `text` after set `start`) is an
     /// object whose closing brace the candidate wrote (what is committed stays): that
     /// brace's index in `text` and the object's text.
@@ -1206,12 +1215,7 @@ impl Matcher {
             .checked_sub(1)
             .and_then(|e| e.checked_sub(start))
             .filter(|&at| text.get(at) == Some(&b'}'))?;
-        let value: Vec<u8> = (f.start as usize..f.end as usize)
-            .map(|i| match i.checked_sub(start) {
-                None => self.parser.bytes[i],
-                Some(j) => text[j],
-            })
-            .collect();
+        let value = self.failed_value(start, text, f);
         (value.first() == Some(&b'{')).then_some((at, value))
     }
 

@@ -59,18 +59,21 @@ impl std::fmt::Debug for SchemaCheck {
 }
 
 impl SchemaCheck {
-    /// `f` over the validator's errors on the object `text` (under the check's wrapper
-    /// key) and the object's instance path; `None` when `text` is not an object (or the
-    /// validator is not set). Cost: a parse of `text`, and the validation `f` drives.
+    /// `f` over the validator's errors on the value `text` (under the check's wrapper
+    /// key) and the value's instance path; `None` when `text` is not JSON, or not an
+    /// object when `objects` (or the validator is not set). Cost: a parse of `text`, and
+    /// the validation `f` drives.
     fn with_errors<R>(
         &self,
         text: &[u8],
+        objects: bool,
         f: impl FnOnce(Box<dyn Iterator<Item = jsonschema::ValidationError<'_>> + '_>, &str) -> R,
     ) -> Option<R> {
         let validator = self.validator.get()?;
-        let v @ Value::Object(_) = serde_json::from_slice::<Value>(text).ok()? else {
+        let v = serde_json::from_slice::<Value>(text).ok()?;
+        if objects && !v.is_object() {
             return None;
-        };
+        }
         let wrapped = Value::Object(Map::from_iter([(self.key.clone(), v)]));
         let at = format!("/{}", self.key);
         let r = f(Box::new(validator.iter_errors(&wrapped)), &at);
@@ -100,7 +103,7 @@ impl ValueCheck for SchemaCheck {
     /// fill writes them and the check judges the result). Cost: a validation of the value
     /// that collects every error.
     fn missing_keys(&self, text: &[u8]) -> Vec<String> {
-        self.with_errors(text, |errors, at| {
+        self.with_errors(text, true, |errors, at| {
             let mut out = Vec::new();
             for e in errors {
                 required_missing(&e, at, &mut out, 0, false);
@@ -114,7 +117,7 @@ impl ValueCheck for SchemaCheck {
     /// other branch of each failed `anyOf`/`oneOf` on the object (fewest errors first),
     /// at most [`KEY_CHOICES`].
     fn key_choices(&self, text: &[u8]) -> Vec<String> {
-        self.with_errors(text, |errors, at| {
+        self.with_errors(text, true, |errors, at| {
             let errors: Vec<_> = errors.collect();
             let mut first = Vec::new();
             for e in &errors {
@@ -134,7 +137,7 @@ impl ValueCheck for SchemaCheck {
     /// with the fewest errors of a failed `anyOf`/`oneOf` there), with its value's offset.
     fn blamed_member(&self, text: &[u8]) -> Option<(String, usize)> {
         let key = self
-            .with_errors(text, |mut errors, at| {
+            .with_errors(text, true, |mut errors, at| {
                 errors.find_map(|e| blamed_key(&e, at, 0))
             })
             .flatten()?;
@@ -143,10 +146,12 @@ impl ValueCheck for SchemaCheck {
         Some((key, *offset))
     }
 
-    /// The first `required` or type error below the object's own members (or in the
-    /// fewest-error branch of a failed `anyOf`/`oneOf` on it), located in `text`.
+    /// The first error that says what to write (a nested `required` key, a type, a
+    /// format, a `pattern`, a `const` or `enum`, a `minProperties`), on the value or
+    /// below it (or in
+    /// the fewest-error branch of a failed `anyOf`/`oneOf` on it), located in `text`.
     fn inner_fix(&self, text: &[u8]) -> Option<InnerFix> {
-        self.with_errors(text, |mut errors, at| {
+        self.with_errors(text, false, |mut errors, at| {
             errors.find_map(|e| inner_fix(&e, at, text, 0))
         })
         .flatten()
@@ -155,7 +160,7 @@ impl ValueCheck for SchemaCheck {
     /// An error whose instance path is inside member `key`, on the object itself or in
     /// the branch with the fewest errors of a failed `anyOf`/`oneOf` there.
     fn blames_member(&self, text: &[u8], key: &str) -> bool {
-        self.with_errors(text, |mut errors, at| {
+        self.with_errors(text, true, |mut errors, at| {
             let member = format!("{at}/{}", key.replace('~', "~0").replace('/', "~1"));
             errors.any(|e| blames(&e, at, &member, 0))
         })
@@ -252,12 +257,26 @@ fn inner_fix(
             close: span.1 - 1,
             members,
         }),
-        Kind::Format { format } if !own => Some(InnerFix::Replace {
+        Kind::Format { format } => Some(InnerFix::Replace {
             start: span.0,
             end: span.1,
             text: Value::String(super::hints::format_example(format)?.to_string()).to_string(),
         }),
-        Kind::Type { .. } if own => None,
+        Kind::Pattern { pattern } if inner.first() == Some(&b'"') => Some(InnerFix::Replace {
+            start: span.0,
+            end: span.1,
+            text: Value::String(super::hints::pattern_example(pattern)?).to_string(),
+        }),
+        Kind::Constant { expected_value } => Some(InnerFix::Replace {
+            start: span.0,
+            end: span.1,
+            text: expected_value.to_string(),
+        }),
+        Kind::Enum { options } => Some(InnerFix::Replace {
+            start: span.0,
+            end: span.1,
+            text: options.as_array()?.first()?.to_string(),
+        }),
         Kind::Type { kind } => {
             let t = match kind {
                 TypeKind::Single(t) => *t,
@@ -1143,6 +1162,29 @@ mod tests {
             })
         );
         assert_eq!(fix(r#"{"/x": {"device": 0}}"#), None);
+        // On the value itself: a `const`, an `enum`, a `pattern` (its shortest match).
+        for (schema, text, want) in [
+            (serde_json::json!({"const": "then"}), "0", r#""then""#),
+            (serde_json::json!({"enum": [[1], 2]}), "0", "[1]"),
+            (
+                serde_json::json!({"type": "string", "pattern": "^a+b$"}),
+                r#""""#,
+                r#""ab""#,
+            ),
+        ] {
+            let mut b = CheckBuilder::new(&schema, 2020).unwrap();
+            let c = b.build(&schema, "#");
+            b.finish().unwrap();
+            assert_eq!(
+                c.0.inner_fix(text.as_bytes()),
+                Some(InnerFix::Replace {
+                    start: 0,
+                    end: text.len(),
+                    text: want.into()
+                }),
+                "{schema}"
+            );
+        }
         let root = serde_json::json!({"type": "object",
             "properties": {"at": {"type": "string", "format": "date"}}});
         let mut b = CheckBuilder::new(&root, 2020).unwrap();

@@ -357,7 +357,7 @@ fn pattern_member(s: &Value, root: &Value, depth: usize, budget: &mut usize) -> 
 /// pass [`MAX_EXAMPLE_CHARS`]. Anchors and word boundaries are read as empty (the check
 /// judges the guess).
 /// Cost: a parse of the pattern and one pass over it.
-fn pattern_example(pattern: &str) -> Option<String> {
+pub(crate) fn pattern_example(pattern: &str) -> Option<String> {
     let translated = super::strings::ecma_to_rust(pattern).ok()?;
     let hir = regex_syntax::ParserBuilder::new()
         .nest_limit(100)

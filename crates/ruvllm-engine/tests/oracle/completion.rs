@@ -688,3 +688,43 @@ fn required_keys_complete_with_the_grammars_values() {
         }
     }
 }
+
+/// Test Suite groups (draft 2020-12) whose values a validator decides alone (`if` with a
+/// boolean schema, a `const` in `then`/`else`, an `enum`): each group with a valid
+/// instance has a completion from the start, and it is valid (issue 66's goal 0;
+/// `ruvllm-bench test-suite --engines ruvllm-budget` counts the whole suite).
+#[test]
+fn suite_groups_decided_by_a_validator_complete_from_the_start() {
+    let vocab = common::llama3();
+    let opts = SchemaOptions {
+        any_order: true,
+        ..SchemaOptions::default()
+    };
+    let dir = common::shared_data().join("json-schema-test-suite/tests/draft2020-12");
+    let mut checked = 0;
+    for file in ["if-then-else.json", "enum.json", "const.json"] {
+        let src = std::fs::read_to_string(dir.join(file)).unwrap();
+        let groups: serde_json::Value = serde_json::from_str(&src).unwrap();
+        for g in groups.as_array().unwrap() {
+            let what = format!("{file}: {}", g["description"]);
+            let valid = g["tests"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|t| t["valid"] == true);
+            let Ok(grammar) = schema_to_grammar(&g["schema"], &opts) else {
+                continue;
+            };
+            if !valid {
+                continue;
+            }
+            let c = Constraint::new(&grammar, vocab.clone(), &Limits::default()).unwrap();
+            let whole = completed_after(&c, b"").unwrap_or_else(|| panic!("{what}"));
+            let v: serde_json::Value = serde_json::from_str(&whole).unwrap();
+            let validator = jsonschema::validator_for(&g["schema"]).unwrap();
+            assert!(validator.is_valid(&v), "{what}: {whole}");
+            checked += 1;
+        }
+    }
+    assert!(checked >= 40, "{checked} groups checked");
+}
