@@ -50,9 +50,8 @@
 //!   (`ValueCheck::inner_fix`: a nested object's missing key, a value of the wrong type
 //!   replaced by the simplest of the right one) is made in place;
 //! - a value no key fixes gets the check's own examples (`ValueCheck::value_examples`: a
-//!   number within its exact bounds), or, where a validator blames one of its members
-//!   (`ValueCheck::blamed_member`), a search of that member's value, or a search of the
-//!   value alone.
+//!   number within its exact bounds), an object in place of a value that must be one,
+//!   or a search of the value alone.
 //!
 //! The fill is a depth-first search whose first way is this greedy one: where a check
 //! offers several ways to gain keys (`ValueCheck::key_choices`: the branches of a failed
@@ -805,10 +804,10 @@ impl Matcher {
     /// - then the change the check asks for below the object's members
     ///   ([`Matcher::inner_fix`]);
     /// - any other failing value is replaced by the check's own examples (a number within
-    ///   its bounds: [`Matcher::value_example`]), or a member the check blames is searched
-    ///   for ([`Matcher::blamed_member`]), or else the value is searched for alone (a
-    ///   string's length under a `pattern`: [`Matcher::search_to`] from the text before
-    ///   it, until the check that fails is an enclosing value's), once per value;
+    ///   its bounds: [`Matcher::value_example`]), or by an object where it must be one
+    ///   ([`Matcher::object_instead`]), or else searched for alone (a string's length
+    ///   under a `pattern`: [`Matcher::search_to`] from the text before it, until the
+    ///   check that fails is an enclosing value's), once per value;
     ///
     /// and the candidate is fed again, until it passes: a depth-first search over the
     /// candidates, whose first way is the first key choice each time, and which comes
@@ -898,9 +897,7 @@ impl Matcher {
                     let (text, f) = (&node.text, &node.f);
                     let keep = (f.start as usize).saturating_sub(start).min(text.len());
                     let mut step = self.value_example(start, text, f)?;
-                    if step.is_none() {
-                        step = self.blamed_member(start, text, f, &budget.clock)?;
-                    }
+
                     if step.is_none() {
                         step = self.object_instead(start, text, f)?;
                     }
@@ -1021,35 +1018,6 @@ impl Matcher {
             return Ok(None);
         }
         self.judged(start, t)
-    }
-
-    /// Where the failing value (`f`, on the candidate `text` after set `start`) is an
-    /// object whose check blames one of its members' values
-    /// ([`crate::grammar::ValueCheck::blamed_member`]: a pattern property's value the
-    /// grammar leaves open and the validator types), that value searched for alone
-    /// ([`Goal::Member`]) from the text before it. Cost: a validation, and a search
-    /// within `clock`.
-    fn blamed_member(
-        &mut self,
-        start: usize,
-        text: &[u8],
-        f: &Failed,
-        clock: &Deadline,
-    ) -> Result<Reached, MatchError> {
-        let Some((_, value)) = self.failed_object(start, text, f) else {
-            return Ok(None);
-        };
-        let Some((key, offset)) = f.check.0.blamed_member(&value) else {
-            return Ok(None);
-        };
-        // The member's value must be the candidate's own (not committed).
-        let Some(at) = (f.start as usize + offset)
-            .checked_sub(start)
-            .filter(|&at| at <= text.len())
-        else {
-            return Ok(None);
-        };
-        self.search_from(start, &text[..at], Goal::Member(f.start, &key), clock)
     }
 
     /// [`Matcher::search_to`] from set `base` (the parser may hold sets above it).

@@ -56,19 +56,11 @@ pub trait ValueCheck: Send + Sync + std::fmt::Debug {
         false
     }
 
-    /// Where the check, failing on the object `text`, blames the value of one of its
-    /// members (a validator's error inside it): that member's key and its value's offset
-    /// in `text`, for the completion search to look for another value there. `None` by
-    /// default. Cost: as [`ValueCheck::accepts`].
-    fn blamed_member(&self, _text: &[u8]) -> Option<(String, usize)> {
-        None
-    }
-
-    /// A change inside the failing object `text` that the check asks for beyond its own
-    /// required keys (a validator's `required` or type error in a nested value, a
-    /// `minProperties` that no required key meets): the completion search makes it and
-    /// goes on. `None` by default. Cost: as
-    /// [`ValueCheck::accepts`].
+    /// A change inside the failing value `text` that the check asks for beyond an
+    /// object's own required keys (a validator's nested `required` key, a type, a
+    /// `format`, a `pattern`, a `const` or `enum` that the value or one inside it must
+    /// meet, a `minProperties` that no required key meets): the completion search makes
+    /// it and goes on. `None` by default. Cost: as [`ValueCheck::accepts`].
     fn inner_fix(&self, _text: &[u8]) -> Option<InnerFix> {
         None
     }
@@ -94,9 +86,9 @@ pub enum InnerFix {
     /// An object (the failing one, or one nested in it; closing brace at `close`) lacks
     /// `key`.
     Key {
-        /// The offset of the nested object's closing brace.
+        /// The offset of the object's closing brace.
         close: usize,
-        /// Whether the nested object has members (a comma goes before the new one).
+        /// Whether the object has members (a comma goes before the new one).
         members: bool,
         /// The key (decoded).
         key: String,

@@ -133,19 +133,6 @@ impl ValueCheck for SchemaCheck {
         .unwrap_or_default()
     }
 
-    /// The first member an error is inside of (on the object itself, or in the branch
-    /// with the fewest errors of a failed `anyOf`/`oneOf` there), with its value's offset.
-    fn blamed_member(&self, text: &[u8]) -> Option<(String, usize)> {
-        let key = self
-            .with_errors(text, true, |mut errors, at| {
-                errors.find_map(|e| blamed_key(&e, at, 0))
-            })
-            .flatten()?;
-        let members = top_level_members(text)?;
-        let (_, offset) = members.iter().rev().find(|(k, _)| *k == key)?;
-        Some((key, *offset))
-    }
-
     /// The first error that says what to write (a nested `required` key, a type, a
     /// format, a `pattern`, a `const` or `enum`, a `minProperties`), on the value or
     /// below it (or in
@@ -189,25 +176,6 @@ fn blames(e: &jsonschema::ValidationError<'_>, at: &str, member: &str, depth: us
                 .is_some_and(|b| b.iter().any(|e| blames(e, at, member, depth + 1)))
         }
         _ => false,
-    }
-}
-
-/// The key of the member of the object at instance path `at` that error `e` is inside
-/// of, or else the first that an error of the fewest-error branch of a failed
-/// `anyOf`/`oneOf` there is inside of (decoded from the pointer).
-fn blamed_key(e: &jsonschema::ValidationError<'_>, at: &str, depth: usize) -> Option<String> {
-    use jsonschema::error::ValidationErrorKind as Kind;
-    let path = e.instance_path().as_str();
-    if let Some(rest) = path.strip_prefix(at).and_then(|r| r.strip_prefix('/')) {
-        let seg = rest.split('/').next().unwrap_or("");
-        return Some(seg.replace("~1", "/").replace("~0", "~"));
-    }
-    match e.kind() {
-        Kind::AnyOf { context } | Kind::OneOfNotValid { context } if path == at && depth < 8 => {
-            let branch = context.iter().min_by_key(|b| b.len())?;
-            branch.iter().find_map(|e| blamed_key(e, at, depth + 1))
-        }
-        _ => None,
     }
 }
 
