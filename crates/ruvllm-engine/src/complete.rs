@@ -847,13 +847,7 @@ impl Matcher {
         // The candidates to go on from, the one to go on from next last: a depth-first
         // search whose first way is the greedy fill, and whose other ways are the other
         // key choices of a check ([`crate::grammar::ValueCheck::key_choices`]).
-        let mut stack = vec![FillNode {
-            text,
-            f,
-            next: 0,
-            went_on: false,
-            may_empty: true,
-        }];
+        let mut stack = vec![FillNode::new(text, f)];
         // Where the first way stopped (the member hints are tried there).
         let mut stopped: Option<(Vec<u8>, Failed)> = None;
         // The candidates met (by a hash of their text): two ways that write the same keys
@@ -890,22 +884,8 @@ impl Matcher {
                 step
             } else {
                 let step = if !node.went_on && !searched.contains(&node.f.start) {
-                    // A value no key fixes (a string's length under a `pattern`, a
-                    // number's bounds): the check's examples, or searched for alone from
-                    // the text before it.
                     searched.push(node.f.start);
-                    let (text, f) = (&node.text, &node.f);
-                    let keep = (f.start as usize).saturating_sub(start).min(text.len());
-                    let mut step = self.value_example(start, text, f)?;
-
-                    if step.is_none() {
-                        step = self.object_instead(start, text, f)?;
-                    }
-                    if step.is_none() {
-                        let goal = Goal::Past(f.start);
-                        step = self.search_from(start, &text[..keep], goal, &budget.clock)?;
-                    }
-                    step
+                    self.fill_value(start, &node.text, &node.f, &budget.clock)?
                 } else {
                     None
                 };
@@ -916,13 +896,9 @@ impl Matcher {
             };
             match step {
                 Some((t, None)) => return Ok(Some(t)),
-                Some((t, Some(g))) if seen.insert(text_hash(&t)) => stack.push(FillNode {
-                    text: t,
-                    f: g,
-                    next: 0,
-                    went_on: false,
-                    may_empty: true,
-                }),
+                Some((t, Some(g))) if seen.insert(text_hash(&t)) => {
+                    stack.push(FillNode::new(t, g));
+                }
                 Some(_) | None => {}
             }
         }
@@ -933,6 +909,28 @@ impl Matcher {
         }
         let (text, f) = original;
         self.repair(start, text, f, budget)
+    }
+
+    /// A value no key fixes (a string's length under a `pattern`, a number's bounds; `f`
+    /// on the candidate `text` after set `start`): the check's own examples
+    /// ([`Matcher::value_example`]), an object where one must be
+    /// ([`Matcher::object_instead`]), or else the value searched for alone from the text
+    /// before it ([`Goal::Past`], within `clock`).
+    fn fill_value(
+        &mut self,
+        start: usize,
+        text: &[u8],
+        f: &Failed,
+        clock: &Deadline,
+    ) -> Result<Reached, MatchError> {
+        if let Some(step) = self.value_example(start, text, f)? {
+            return Ok(Some(step));
+        }
+        if let Some(step) = self.object_instead(start, text, f)? {
+            return Ok(Some(step));
+        }
+        let keep = (f.start as usize).saturating_sub(start).min(text.len());
+        self.search_from(start, &text[..keep], Goal::Past(f.start), clock)
     }
 
     /// Where the failing value (`f`, on the candidate `text` after set `start`) is an
@@ -1416,6 +1414,19 @@ struct FillNode {
     next: usize,
     went_on: bool,
     may_empty: bool,
+}
+
+impl FillNode {
+    /// A candidate not expanded yet.
+    fn new(text: Vec<u8>, f: Failed) -> FillNode {
+        FillNode {
+            text,
+            f,
+            next: 0,
+            went_on: false,
+            may_empty: true,
+        }
+    }
 }
 
 /// What a search with member hints may still spend.
