@@ -801,13 +801,15 @@ impl Matcher {
     ///   or, where the check blames that value, one searched for alone
     ///   ([`Goal::Member`]); an object the candidate wrote with none of them is emptied
     ///   first, once;
-    /// - then the change the check asks for below the object's members
-    ///   ([`Matcher::inner_fix`]);
+    /// - then the change the check asks for below the object's members or in the value
+    ///   ([`Matcher::inner_fix`]: a nested key, one more member or element, a member or
+    ///   element cut out, a value replaced);
     /// - any other failing value is replaced by the check's own examples (a number within
     ///   its bounds: [`Matcher::value_example`]), or by an object where it must be one
-    ///   ([`Matcher::object_instead`]), or else searched for alone (a string's length
+    ///   ([`Matcher::container_instead`]), or else searched for alone (a string's length
     ///   under a `pattern`: [`Matcher::search_to`] from the text before it, until the
-    ///   check that fails is an enclosing value's), once per value;
+    ///   check that fails is an enclosing value's), once per value; and where none of
+    ///   those leads on, by an array;
     ///
     /// and the candidate is fed again, until it passes: a depth-first search over the
     /// candidates, whose first way is the first key choice each time, and which comes
@@ -882,17 +884,29 @@ impl Matcher {
                 node.went_on |= step.is_some();
                 stack.push(node);
                 step
+            } else if node.next == choices.len() + 1
+                && !node.went_on
+                && !searched.contains(&node.f.start)
+            {
+                // Then the value alone, once per value (an object instead among its ways).
+                searched.push(node.f.start);
+                let step = self.fill_value(start, &node.text, &node.f, &budget.clock)?;
+                node.next += 1;
+                node.went_on |= step.is_some();
+                node.array_next = true;
+                stack.push(node);
+                step
+            } else if std::mem::take(&mut node.array_next) {
+                // Then an array instead, where the value's ways did not lead on.
+                let step = self.container_instead(start, &node.text, &node.f, b'[')?;
+                node.went_on |= step.is_some();
+                stack.push(node);
+                step
             } else {
-                let step = if !node.went_on && !searched.contains(&node.f.start) {
-                    searched.push(node.f.start);
-                    self.fill_value(start, &node.text, &node.f, &budget.clock)?
-                } else {
-                    None
-                };
-                if step.is_none() && !node.went_on && stopped.is_none() && node.text != original.0 {
+                if !node.went_on && stopped.is_none() && node.text != original.0 {
                     stopped = Some((node.text, node.f));
                 }
-                step
+                None
             };
             match step {
                 Some((t, None)) => return Ok(Some(t)),
@@ -914,7 +928,7 @@ impl Matcher {
     /// A value no key fixes (a string's length under a `pattern`, a number's bounds; `f`
     /// on the candidate `text` after set `start`): the check's own examples
     /// ([`Matcher::value_example`]), an object where one must be
-    /// ([`Matcher::object_instead`]), or else the value searched for alone from the text
+    /// ([`Matcher::container_instead`]), or else the value searched for alone from the text
     /// before it ([`Goal::Past`], within `clock`).
     fn fill_value(
         &mut self,
@@ -926,7 +940,7 @@ impl Matcher {
         if let Some(step) = self.value_example(start, text, f)? {
             return Ok(Some(step));
         }
-        if let Some(step) = self.object_instead(start, text, f)? {
+        if let Some(step) = self.container_instead(start, text, f, b'{')? {
             return Ok(Some(step));
         }
         let keep = (f.start as usize).saturating_sub(start).min(text.len());
@@ -972,6 +986,30 @@ impl Matcher {
                     None => return Ok(None),
                 }
             }
+            InnerFix::Element { close, elements } => {
+                let Some(close) = at(close).filter(|&c| c <= text.len()) else {
+                    return Ok(None);
+                };
+                let mut t = text[..close].to_vec();
+                if elements {
+                    t.push(b',');
+                }
+                if !self.shortest_element_after(start, &mut t)? {
+                    return Ok(None);
+                }
+                t
+            }
+            InnerFix::Drop { start: a, end: b } => {
+                let (Some(a), Some(b)) = (at(a), at(b)) else {
+                    return Ok(None);
+                };
+                if a > b || b > text.len() {
+                    return Ok(None);
+                }
+                let mut t = text[..a].to_vec();
+                t.extend_from_slice(&text[b..]);
+                t
+            }
             InnerFix::Replace {
                 start: a,
                 end: b,
@@ -993,25 +1031,26 @@ impl Matcher {
     }
 
     /// Where the failing value (`f`, on the candidate `text` after set `start`) is the
-    /// candidate's own and not an object, the candidate with an object there instead (the
-    /// grammar's shortest from `{` on), with the check that still fails, for the fill to
-    /// go on with its keys (a root whose schema allows `null` but whose `oneOf` needs an
-    /// object). `None` when the grammar allows no object there. Cost: a parse of the
-    /// changed part.
-    fn object_instead(
+    /// candidate's own and not an object (`open` is `{`) or an array (`[`), the candidate
+    /// with one there instead (the grammar's shortest from `open` on), with the check
+    /// that still fails, for the fill to go on with its keys or elements (a root whose
+    /// schema allows `null` but whose `oneOf` needs an object). `None` when the grammar
+    /// allows none there. Cost: a parse of the changed part.
+    fn container_instead(
         &mut self,
         start: usize,
         text: &[u8],
         f: &Failed,
+        open: u8,
     ) -> Result<Reached, MatchError> {
         let Some(at) = (f.start as usize).checked_sub(start) else {
             return Ok(None);
         };
-        if at >= text.len() || text[at] == b'{' {
+        if at >= text.len() || text[at] == open {
             return Ok(None);
         }
         let mut t = text[..at].to_vec();
-        t.push(b'{');
+        t.push(open);
         if !self.shortest_after(start, &mut t)? {
             return Ok(None);
         }
@@ -1296,6 +1335,33 @@ impl Matcher {
         Ok(true)
     }
 
+    /// Like [`Matcher::shortest_after`] where `t` ends inside an array, before its next
+    /// element or its closing bracket: the shortest completion that writes an element
+    /// first (the shortest of the grammar's ways on whose text does not start by closing
+    /// the array). Cost: as [`Matcher::shortest_after`], and the text of each way tried.
+    fn shortest_element_after(
+        &mut self,
+        start: usize,
+        t: &mut Vec<u8>,
+    ) -> Result<bool, MatchError> {
+        let c = self.c.clone();
+        let (g, sh) = (&c.grammar, c.grammar.shortest());
+        if !self.feed(start, t)? {
+            return Ok(false);
+        }
+        self.parser.ensure_closed(g)?;
+        let at = t.len();
+        for &(_, _, it) in &self.parser.ranked_core(g, sh) {
+            self.parser.item_text(g, sh, it, t);
+            let first = t[at..].iter().find(|b| !b" \t\r\n".contains(b));
+            if first.is_some_and(|&b| b != b']') {
+                return Ok(true);
+            }
+            t.truncate(at);
+        }
+        Ok(false)
+    }
+
     /// The candidate `t` (after set `start`) judged: with no check when the output then
     /// accepts, with the check that fails otherwise, `None` when the grammar refuses it
     /// with no check failing. Cost: [`Matcher::accepts_at`].
@@ -1414,6 +1480,9 @@ struct FillNode {
     next: usize,
     went_on: bool,
     may_empty: bool,
+    /// Whether an array in place of the value remains to be tried (after the value's own
+    /// ways, [`Matcher::fill_value`]).
+    array_next: bool,
 }
 
 impl FillNode {
@@ -1425,6 +1494,7 @@ impl FillNode {
             next: 0,
             went_on: false,
             may_empty: true,
+            array_next: false,
         }
     }
 }

@@ -101,6 +101,24 @@ pub enum InnerFix {
         /// Whether the object has members (a comma goes before the new one).
         members: bool,
     },
+    /// The array at `close` (its closing bracket) has fewer elements than it must (a
+    /// `minItems`, or a `oneOf` that more than one branch passes while it is this short):
+    /// one more, the grammar's shortest.
+    Element {
+        /// The offset of the array's closing bracket.
+        close: usize,
+        /// Whether the array has elements (a comma goes before the new one).
+        elements: bool,
+    },
+    /// `start..end` is a member or an element the value may not have (an
+    /// `additionalProperties` or `unevaluatedProperties` key, an element past
+    /// `maxItems` or the evaluated ones), with the comma that joins it: cut out.
+    Drop {
+        /// Where the cut starts.
+        start: usize,
+        /// Where it ends (exclusive).
+        end: usize,
+    },
     /// The value at `start..end` has the wrong type: `text` is the simplest of the type
     /// wanted (`{}`, `[]`, `""`, `0`, `true`, `null`).
     Replace {

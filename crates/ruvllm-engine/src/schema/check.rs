@@ -210,11 +210,44 @@ fn inner_fix(
     }
     let inner = &text[span.0..span.1];
     let object = inner.first() == Some(&b'{') && inner.last() == Some(&b'}');
-    let members = object
+    let array = inner.first() == Some(&b'[') && inner.last() == Some(&b']');
+    let members = (object || array)
         && inner[1..inner.len() - 1]
             .iter()
             .any(|b| !b" \t\r\n".contains(b));
+    // Cut out item `j` of the container (with its comma).
+    let drop = |j: usize| {
+        let (a, b) = item_cut(&container_items(inner)?, j)?;
+        Some(InnerFix::Drop {
+            start: span.0 + a,
+            end: span.0 + b,
+        })
+    };
     match e.kind() {
+        Kind::MinItems { .. } | Kind::OneOfMultipleValid { .. } if array => {
+            Some(InnerFix::Element {
+                close: span.1 - 1,
+                elements: members,
+            })
+        }
+        Kind::AdditionalProperties { unexpected } | Kind::UnevaluatedProperties { unexpected }
+            if object =>
+        {
+            let key = unexpected.first()?;
+            drop(
+                top_level_members(inner)?
+                    .iter()
+                    .rposition(|(k, _)| k == key)?,
+            )
+        }
+        Kind::MaxProperties { .. } if object && members => {
+            drop(container_items(inner)?.len().checked_sub(1)?)
+        }
+        Kind::AdditionalItems { .. } | Kind::UnevaluatedItems { .. } | Kind::MaxItems { .. }
+            if array && members =>
+        {
+            drop(container_items(inner)?.len().checked_sub(1)?)
+        }
         // The object's own keys are the fill's key choices.
         Kind::Required { property } if !own && object => Some(InnerFix::Key {
             close: span.1 - 1,
@@ -293,6 +326,46 @@ fn child_span(text: &[u8], span: (usize, usize), seg: &str) -> Option<(usize, us
         _ => return None,
     };
     Some((start, value_end(text, start)?))
+}
+
+/// The spans of the items of the object or array `value` (a member from its key's
+/// opening quote to its value's end; an element, its value), in order; `None` when it is
+/// not one. Cost: one pass.
+fn container_items(value: &[u8]) -> Option<Vec<(usize, usize)>> {
+    let object = match value.first()? {
+        b'{' => true,
+        b'[' => false,
+        _ => return None,
+    };
+    let mut items = Vec::new();
+    let mut i = skip_blanks(value, 1);
+    while !matches!(value.get(i)?, b'}' | b']') {
+        let start = i;
+        if object {
+            i = skip_blanks(value, value_end(value, i)?);
+            if value.get(i) != Some(&b':') {
+                return None;
+            }
+            i = skip_blanks(value, i + 1);
+        }
+        let end = value_end(value, i)?;
+        items.push((start, end));
+        i = skip_blanks(value, end);
+        if value.get(i) == Some(&b',') {
+            i = skip_blanks(value, i + 1);
+        }
+    }
+    Some(items)
+}
+
+/// What to cut to remove item `j` of `items` ([`container_items`]) with the comma that
+/// joins it: from the end of the item before it, or for the first, up to the next.
+fn item_cut(items: &[(usize, usize)], j: usize) -> Option<(usize, usize)> {
+    let (a, b) = *items.get(j)?;
+    Some(match j.checked_sub(1) {
+        Some(i) => (items[i].1, b),
+        None => (a, items.get(1).map_or(b, |next| next.0)),
+    })
 }
 
 /// The first index at or after `i` that is not a blank.
@@ -1178,6 +1251,40 @@ mod tests {
                 members: false
             })
         );
+        // Arrays gain elements; members and elements the value may not have are cut out
+        // with the comma that joins them.
+        let root = serde_json::json!({
+            "properties": {"a": {"minItems": 2}, "o": {"additionalProperties": false,
+                "properties": {"k": {}}}, "m": {"maxItems": 1}},
+            "oneOf": [{"prefixItems": [true, {"const": 1}]}, {"prefixItems": [true, {"const": 2}]}],
+            "unevaluatedProperties": false});
+        let mut b = CheckBuilder::new(&root, 2020).unwrap();
+        let c = b.build(&root, "#");
+        b.finish().unwrap();
+        let fix = |t: &str| c.0.inner_fix(t.as_bytes());
+        assert_eq!(
+            fix(r#"{"a": [ 1 ]}"#),
+            Some(InnerFix::Element {
+                close: 10,
+                elements: true
+            })
+        );
+        assert_eq!(
+            fix("[]"),
+            Some(InnerFix::Element {
+                close: 1,
+                elements: false
+            })
+        );
+        let cut = |t: &str| match fix(t) {
+            Some(InnerFix::Drop { start, end }) => format!("{}{}", &t[..start], &t[end..]),
+            other => panic!("{t}: {other:?}"),
+        };
+        assert_eq!(cut(r#"{"o": {"x": 1, "k": 2}}"#), r#"{"o": {"k": 2}}"#);
+        assert_eq!(cut(r#"{"o": {"k": 2 , "x": [1]}}"#), r#"{"o": {"k": 2}}"#);
+        assert_eq!(cut(r#"{"o": {"x": {}}}"#), r#"{"o": {}}"#);
+        assert_eq!(cut(r#"{"m": [1, 2, 3]}"#), r#"{"m": [1, 2]}"#);
+        assert_eq!(cut(r#"{"q": 1}"#), r#"{}"#);
     }
 
     #[test]

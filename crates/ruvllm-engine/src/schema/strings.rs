@@ -394,7 +394,14 @@ pub(super) fn ecma_to_rust(p: &str) -> Result<String, String> {
                         'b' | 'B' if !in_class => {
                             return Err("word boundaries are not supported".into())
                         }
-                        'c' | 'k' => return Err(format!("\\{n} is not supported")),
+                        // `\cX`: the control character X mod 32 (ECMA-262 22.2.2.9).
+                        'c' => match it.next() {
+                            Some(l) if l.is_ascii_alphabetic() => {
+                                out.push_str(&format!("\\x{{{:02X}}}", l as u32 % 32));
+                            }
+                            _ => return Err("\\c must be followed by a letter".into()),
+                        },
+                        'k' => return Err(format!("\\{n} is not supported")),
                         'u' if it.peek() == Some(&'{') => {
                             out.push_str("\\x");
                         }

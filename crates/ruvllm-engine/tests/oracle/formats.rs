@@ -170,6 +170,9 @@ fn patterns_mean_what_ecmascript_says() {
         (r"^(?=.*x).{2}$", vec!["ax", "xa"], vec!["ab"]),
         // A `]` that closes no class is itself (Annex B), in a checked pattern too.
         (r"^\[a]:(1)\1$", vec!["[a]:11"], vec!["[a:11", "a]:11"]),
+        // `\cX` is the control character X mod 32, in a class too.
+        (r"^\cC$", vec!["\u{3}"], vec!["\\cC", "C", "cC"]),
+        (r"^[\ca-\cz]+$", vec!["\u{1}\u{1a}"], vec!["a", "\u{1b}"]),
     ] {
         let c = compile(&json!({"type": "string", "pattern": p}), dummy_vocab());
         for (texts, want) in [(good, true), (bad, false)] {
