@@ -46,9 +46,11 @@
 //!   grammar's shortest value for it (a `format`, `pattern` or `enum` value spelled as
 //!   the grammar spells it); a nested object is filled in turn, and where a validator
 //!   blames the value written (`ValueCheck::blames_member`), another is searched for;
-//! - a change a validator asks for below the object's own members
-//!   (`ValueCheck::inner_fix`: a nested object's missing key, a value of the wrong type
-//!   replaced by the simplest of the right one) is made in place;
+//! - a change the check asks for below the object's own members or in the value
+//!   (`ValueCheck::inner_fixes`: a nested object's missing key, one more member or
+//!   element, a member or element the value may not have cut out, a value of the wrong
+//!   type replaced by the simplest of the right one, a string too short padded) is made
+//!   in place;
 //! - a value no key fixes gets the check's own examples (`ValueCheck::value_examples`: a
 //!   number within its exact bounds), an object in place of a value that must be one,
 //!   or a search of the value alone.
@@ -947,19 +949,36 @@ impl Matcher {
         self.search_from(start, &text[..keep], Goal::Past(f.start), clock)
     }
 
-    /// Where the failing value (`f`, on the candidate `text` after set `start`) is an
-    /// object whose check asks for a change below its own members
-    /// ([`crate::grammar::ValueCheck::inner_fix`]): the candidate with that change (a
-    /// nested object's missing key written with the grammar's shortest value, as
-    /// [`Matcher::with_key`] does, or one more member where it needs more; a value of the
-    /// wrong type replaced by the simplest of the right one), with the check that still
-    /// fails. Cost: a validation and a parse
-    /// of the changed part.
+    /// Where the check of the failing value (`f`, on the candidate `text` after set
+    /// `start`) asks for a change in it ([`crate::grammar::ValueCheck::inner_fixes`]):
+    /// the candidate with the first of its ways that the grammar reads ([`Matcher::fixed`]),
+    /// with the check that still fails. Cost: a validation, and a parse of the changed
+    /// part per way tried.
     fn inner_fix(&mut self, start: usize, text: &[u8], f: &Failed) -> Result<Reached, MatchError> {
         let value = self.failed_value(start, text, f);
-        let Some(fix) = f.check.0.inner_fix(&value) else {
-            return Ok(None);
-        };
+        for fix in f.check.0.inner_fixes(&value) {
+            if let Some(t) = self.fixed(start, text, f, fix)? {
+                if let Some(step) = self.judged(start, t)? {
+                    return Ok(Some(step));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// The candidate `text` (after set `start`) with change `fix` made in its failing
+    /// value (`f`): a nested object's missing key written with the grammar's shortest
+    /// value, as [`Matcher::with_key`] does, or one more member or element (the
+    /// grammar's shortest); a member or element cut out; a value replaced. `None` where
+    /// the change falls outside the candidate's own text or the grammar refuses it.
+    /// Cost: a parse of the changed part where the grammar writes some of it.
+    fn fixed(
+        &mut self,
+        start: usize,
+        text: &[u8],
+        f: &Failed,
+        fix: InnerFix,
+    ) -> Result<Option<Vec<u8>>, MatchError> {
         // Offsets into the object's text, which starts at `f.start`; only the candidate's
         // own text can change.
         let at = |off: usize| (f.start as usize + off).checked_sub(start);
@@ -973,7 +992,7 @@ impl Matcher {
                     return Ok(None);
                 };
                 match self.with_key(start, &text[..close], members, Some(&key))? {
-                    Some((t, _)) => t,
+                    Some((t, value_at)) => self.kept_after(start, t, value_at, &text[close..])?,
                     None => return Ok(None),
                 }
             }
@@ -982,7 +1001,18 @@ impl Matcher {
                     return Ok(None);
                 };
                 match self.with_key(start, &text[..close], members, None)? {
-                    Some((t, _)) => t,
+                    Some((t, key_at)) => {
+                        // The value starts after the key the grammar wrote and its colon.
+                        let colon = crate::util::value_end(&t, key_at - 1)
+                            .map(|e| crate::util::skip_blanks(&t, e));
+                        match colon.filter(|&c| t.get(c) == Some(&b':')) {
+                            Some(c) => {
+                                let v = crate::util::skip_blanks(&t, c + 1);
+                                self.kept_after(start, t, v, &text[close..])?
+                            }
+                            None => t,
+                        }
+                    }
                     None => return Ok(None),
                 }
             }
@@ -997,17 +1027,6 @@ impl Matcher {
                 if !self.shortest_element_after(start, &mut t)? {
                     return Ok(None);
                 }
-                t
-            }
-            InnerFix::Drop { start: a, end: b } => {
-                let (Some(a), Some(b)) = (at(a), at(b)) else {
-                    return Ok(None);
-                };
-                if a > b || b > text.len() {
-                    return Ok(None);
-                }
-                let mut t = text[..a].to_vec();
-                t.extend_from_slice(&text[b..]);
                 t
             }
             InnerFix::Replace {
@@ -1027,7 +1046,7 @@ impl Matcher {
                 t
             }
         };
-        self.judged(start, t)
+        Ok(Some(t))
     }
 
     /// Where the failing value (`f`, on the candidate `text` after set `start`) is the
@@ -1157,10 +1176,15 @@ impl Matcher {
         // The check blames the value written (a branch wants a string where the grammar's
         // shortest value over all branches is `0`): that value searched alone until it
         // does not.
+        // First what the check itself asks for there (a value of the wrong type replaced
+        // by the simplest of the right one): a search costs a validation of the whole
+        // object per node, and an object with many such members would spend the clock
+        // on its first.
         let goal = Goal::Member(f.start, key);
-        if g.as_ref()
-            .is_some_and(|g| !self.reached(start, &t, g, goal))
-        {
+        if let Some(g) = g.as_ref().filter(|g| !self.reached(start, &t, g, goal)) {
+            if let Some(step) = self.inner_fix(start, &t, g)? {
+                return Ok(Some(step));
+            }
             if let Some(found) = self.search_from(start, &t[..value_at], goal, clock)? {
                 return Ok(Some(found));
             }
@@ -1333,6 +1357,32 @@ impl Matcher {
         };
         self.parser.item_text(g, sh, it, t);
         Ok(true)
+    }
+
+    /// `t`, a candidate that [`Matcher::with_key`] wrote through a new member whose value
+    /// starts at `value_at`, with what followed the object's closing brace before
+    /// (`rest`, from that brace on) in place of the grammar's shortest way to close it:
+    /// the other members of enclosing objects stay as they were. `t` itself where the
+    /// grammar refuses that (a check that fails on it does not count). Cost: a parse of the new member and `rest`.
+    fn kept_after(
+        &mut self,
+        start: usize,
+        t: Vec<u8>,
+        value_at: usize,
+        rest: &[u8],
+    ) -> Result<Vec<u8>, MatchError> {
+        let Some(end) = crate::util::value_end(&t, value_at) else {
+            return Ok(t);
+        };
+        let mut kept = t[..end].to_vec();
+        kept.extend_from_slice(rest);
+        // A byte refused because a check failed on a value it completes is read by the
+        // grammar: the candidate goes on with that check failing.
+        self.parser.failed = None;
+        if kept != t && (self.feed(start, &kept)? || self.parser.failed.is_some()) {
+            return Ok(kept);
+        }
+        Ok(t)
     }
 
     /// Like [`Matcher::shortest_after`] where `t` ends inside an array, before its next

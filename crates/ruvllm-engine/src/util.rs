@@ -1,6 +1,7 @@
 //! The bottom layer: a fast hasher for the small integer keys every other layer hashes
-//! (parser items, automaton states, token ids), and the index types of a compiled
-//! grammar. It owns nothing and uses nothing of the crate.
+//! (parser items, automaton states, token ids), the index types of a compiled grammar,
+//! and two scanners of JSON text (where a value ends) that the semantic checks and the
+//! completion search share. It owns nothing and uses nothing of the crate.
 
 use std::collections::HashSet;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -71,3 +72,37 @@ index_type!(
     /// An Earley rule of a compiled grammar: an index into its rules.
     EarleyRuleId
 );
+
+/// The first index at or after `i` that is not a blank.
+pub(crate) fn skip_blanks(text: &[u8], mut i: usize) -> usize {
+    while text.get(i).is_some_and(|b| b" \t\r\n".contains(b)) {
+        i += 1;
+    }
+    i
+}
+
+/// The end (exclusive) of the JSON value that starts at `i` in `text`.
+pub(crate) fn value_end(text: &[u8], i: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    let mut j = i;
+    loop {
+        match *text.get(j)? {
+            b'"' => {
+                j += 1;
+                while *text.get(j)? != b'"' {
+                    j += if text[j] == b'\\' { 2 } else { 1 };
+                }
+            }
+            b'{' | b'[' => depth += 1,
+            // A scalar ends before its container's closer.
+            b'}' | b']' if depth == 0 => return Some(j),
+            b'}' | b']' => depth -= 1,
+            b',' | b':' | b' ' | b'\t' | b'\r' | b'\n' if depth == 0 => return Some(j),
+            _ => {}
+        }
+        j += 1;
+        if depth == 0 && matches!(text[j - 1], b'"' | b'}' | b']') {
+            return Some(j);
+        }
+    }
+}

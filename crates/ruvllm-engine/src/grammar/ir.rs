@@ -56,13 +56,15 @@ pub trait ValueCheck: Send + Sync + std::fmt::Debug {
         false
     }
 
-    /// A change inside the failing value `text` that the check asks for beyond an
+    /// The changes inside the failing value `text` that the check asks for beyond an
     /// object's own required keys (a validator's nested `required` key, a type, a
     /// `format`, a `pattern`, a `const` or `enum` that the value or one inside it must
-    /// meet, a `minProperties` that no required key meets): the completion search makes
-    /// it and goes on. `None` by default. Cost: as [`ValueCheck::accepts`].
-    fn inner_fix(&self, _text: &[u8]) -> Option<InnerFix> {
-        None
+    /// meet, a `minProperties` that no required key meets, a string too short), best
+    /// first: ways of making one change, of which the completion search makes the first
+    /// that the grammar reads, and goes on. Empty by default. Cost: as
+    /// [`ValueCheck::accepts`].
+    fn inner_fixes(&self, _text: &[u8]) -> Vec<InnerFix> {
+        Vec::new()
     }
 
     /// Texts that pass this check alone, simplest first (a number within its bounds and
@@ -80,7 +82,7 @@ pub trait ValueCheck: Send + Sync + std::fmt::Debug {
 }
 
 /// A change inside a failing object's text that its check asks for
-/// ([`ValueCheck::inner_fix`]); offsets are into that text.
+/// ([`ValueCheck::inner_fixes`]); offsets are into that text.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum InnerFix {
     /// An object (the failing one, or one nested in it; closing brace at `close`) lacks
@@ -110,17 +112,12 @@ pub enum InnerFix {
         /// Whether the array has elements (a comma goes before the new one).
         elements: bool,
     },
-    /// `start..end` is a member or an element the value may not have (an
-    /// `additionalProperties` or `unevaluatedProperties` key, an element past
-    /// `maxItems` or the evaluated ones), with the comma that joins it: cut out.
-    Drop {
-        /// Where the cut starts.
-        start: usize,
-        /// Where it ends (exclusive).
-        end: usize,
-    },
-    /// The value at `start..end` has the wrong type: `text` is the simplest of the type
-    /// wanted (`{}`, `[]`, `""`, `0`, `true`, `null`).
+    /// `start..end` replaced by `text`: a value of the wrong type by the simplest of the
+    /// type wanted (`{}`, `[]`, `""`, `0`, `true`, `null`), a value by the one a `const`,
+    /// `enum`, `format` or `pattern` wants, a string too short padded; a member or an
+    /// element the value may not have (an `additionalProperties` or
+    /// `unevaluatedProperties` key, an element past `maxItems` or the evaluated ones),
+    /// with the comma that joins it, by nothing.
     Replace {
         /// Where the value starts.
         start: usize,

@@ -36,6 +36,7 @@ use jsonschema::{Draft, Registry, Validator};
 use serde_json::{Map, Value};
 
 use crate::grammar::{Check, InnerFix, ValueCheck};
+use crate::util::{skip_blanks, value_end};
 
 use super::SchemaError;
 
@@ -127,21 +128,69 @@ impl ValueCheck for SchemaCheck {
             for e in &errors {
                 required_missing(e, at, &mut out, 0, true);
             }
+            // An object that more than one `oneOf` branch passes: a key some branch
+            // names may tell them apart (written with the grammar's shortest value).
+            let both = errors.iter().any(|e| {
+                e.instance_path().as_str() == at
+                    && matches!(
+                        e.kind(),
+                        jsonschema::error::ValidationErrorKind::OneOfMultipleValid { .. }
+                    )
+            });
+            if both {
+                let present = top_level_keys(text).unwrap_or_default();
+                for h in &self.hints {
+                    for k in top_level_keys(format!("{{{h}}}").as_bytes()).unwrap_or_default() {
+                        if !present.contains(&k) && !out.iter().any(|o| *o == k) {
+                            out.push(k.into_owned());
+                        }
+                    }
+                }
+            }
             out.truncate(KEY_CHOICES);
             out
         })
         .unwrap_or_default()
     }
 
-    /// The first error that says what to write (a nested `required` key, a type, a
-    /// format, a `pattern`, a `const` or `enum`, a `minProperties`), on the value or
-    /// below it (or in
-    /// the fewest-error branch of a failed `anyOf`/`oneOf` on it), located in `text`.
-    fn inner_fix(&self, text: &[u8]) -> Option<InnerFix> {
-        self.with_errors(text, false, |mut errors, at| {
-            errors.find_map(|e| inner_fix(&e, at, text, 0))
+    /// The change the first error asks for that says what to write (a nested `required`
+    /// key, a type, a format, a `pattern`, a `const` or `enum`, a `minProperties`, a
+    /// `minItems`, a `minLength` whose padding clears the string's errors, a member or
+    /// element to cut), on the value or below it (or in the fewest-error branch of a
+    /// failed `anyOf`/`oneOf` on it), located in `text`: one way at most.
+    fn inner_fixes(&self, text: &[u8]) -> Vec<InnerFix> {
+        // Whether a changed text has no error left at an instance path (a padded string
+        // is offered only where its own errors are gone).
+        let clears = |t: &[u8], path: &str| {
+            self.with_errors(t, false, |mut errors, _| {
+                !errors.any(|e| e.instance_path().as_str() == path)
+            })
+            .unwrap_or(false)
+        };
+        // The first error's change; and where several errors ask for replacements in
+        // places apart (forty members of the wrong type), all of them at once first: one
+        // candidate instead of forty, each a validation of the whole value.
+        self.with_errors(text, false, |errors, at| {
+            let mut fixes: Vec<InnerFix> = Vec::new();
+            for e in errors.take(MAX_FIXES) {
+                match inner_fix(&e, at, text, 0, &clears) {
+                    // A cut goes alone (the first way) or not at all.
+                    Some(fix @ InnerFix::Replace { .. }) if fixes.is_empty() => fixes.push(fix),
+                    Some(fix @ InnerFix::Replace { .. })
+                        if !matches!(&fix, InnerFix::Replace { text, .. } if text.is_empty()) =>
+                    {
+                        fixes.push(fix)
+                    }
+                    Some(fix) if fixes.is_empty() => return vec![fix],
+                    _ => {}
+                }
+            }
+            let first = fixes.first().cloned();
+            let mut out: Vec<InnerFix> = joined(text, fixes).into_iter().collect();
+            out.extend(first.filter(|f| !out.contains(f)));
+            out
         })
-        .flatten()
+        .unwrap_or_default()
     }
 
     /// An error whose instance path is inside member `key`, on the object itself or in
@@ -180,53 +229,73 @@ fn blames(e: &jsonschema::ValidationError<'_>, at: &str, member: &str, depth: us
 }
 
 /// The change error `e` asks for below the members of the object `text` at instance path
-/// `at` (see [`SchemaCheck::inner_fix`]).
+/// `at` (see [`SchemaCheck::inner_fixes`]): located by its instance path, then a change
+/// of shape ([`shape_fix`]) or a replacement ([`value_fix`]).
 fn inner_fix(
     e: &jsonschema::ValidationError<'_>,
     at: &str,
     text: &[u8],
     depth: usize,
+    clears: &dyn Fn(&[u8], &str) -> bool,
 ) -> Option<InnerFix> {
-    use jsonschema::error::{TypeKind, ValidationErrorKind as Kind};
-    use jsonschema::JsonType;
+    use jsonschema::error::ValidationErrorKind as Kind;
     let path = e.instance_path().as_str();
-    let own = path == at;
     let mut span = (0, text.len());
-    if own {
-        if let Kind::AnyOf { context } | Kind::OneOfNotValid { context } = e.kind() {
-            let branch = context
-                .iter()
-                .min_by_key(|b| b.len())
-                .filter(|_| depth < 8)?;
-            return branch
-                .iter()
-                .find_map(|e| inner_fix(e, at, text, depth + 1));
-        }
-    } else {
+    // A failed `anyOf`/`oneOf`, here or nested: its branch with the fewest errors.
+    if let Kind::AnyOf { context } | Kind::OneOfNotValid { context } = e.kind() {
+        let branch = context
+            .iter()
+            .min_by_key(|b| b.len())
+            .filter(|_| depth < 8)?;
+        return branch
+            .iter()
+            .find_map(|e| inner_fix(e, at, text, depth + 1, clears));
+    }
+    let own = path == at;
+    if !own {
         let rest = path.strip_prefix(at)?.strip_prefix('/')?;
         for seg in rest.split('/') {
             span = child_span(text, span, &seg.replace("~1", "/").replace("~0", "~"))?;
         }
     }
+    shape_fix(e, own, text, span).or_else(|| value_fix(e, text, span, clears))
+}
+
+/// The change of an object's or array's shape that error `e` asks for on the value at
+/// `span` of `text` (`own`: the checked value itself): a nested key it requires (its
+/// own are the fill's key choices), one more member or element, a key that refutes a
+/// `not`, a member or element cut out (with its comma).
+fn shape_fix(
+    e: &jsonschema::ValidationError<'_>,
+    own: bool,
+    text: &[u8],
+    span: (usize, usize),
+) -> Option<InnerFix> {
+    use jsonschema::error::ValidationErrorKind as Kind;
     let inner = &text[span.0..span.1];
     let object = inner.first() == Some(&b'{') && inner.last() == Some(&b'}');
     let array = inner.first() == Some(&b'[') && inner.last() == Some(&b']');
-    let members = (object || array)
-        && inner[1..inner.len() - 1]
-            .iter()
-            .any(|b| !b" \t\r\n".contains(b));
+    if !object && !array {
+        return None;
+    }
+    let members = inner[1..inner.len() - 1]
+        .iter()
+        .any(|b| !b" \t\r\n".contains(b));
+    let close = span.1 - 1;
     // Cut out item `j` of the container (with its comma).
     let drop = |j: usize| {
         let (a, b) = item_cut(&container_items(inner)?, j)?;
-        Some(InnerFix::Drop {
+        Some(InnerFix::Replace {
             start: span.0 + a,
             end: span.0 + b,
+            text: String::new(),
         })
     };
+    let last = || container_items(inner)?.len().checked_sub(1);
     match e.kind() {
         Kind::MinItems { .. } | Kind::OneOfMultipleValid { .. } if array => {
             Some(InnerFix::Element {
-                close: span.1 - 1,
+                close,
                 elements: members,
             })
         }
@@ -240,44 +309,69 @@ fn inner_fix(
                     .rposition(|(k, _)| k == key)?,
             )
         }
-        Kind::MaxProperties { .. } if object && members => {
-            drop(container_items(inner)?.len().checked_sub(1)?)
-        }
+        Kind::MaxProperties { .. } if object && members => drop(last()?),
         Kind::AdditionalItems { .. } | Kind::UnevaluatedItems { .. } | Kind::MaxItems { .. }
             if array && members =>
         {
-            drop(container_items(inner)?.len().checked_sub(1)?)
+            drop(last()?)
         }
-        // The object's own keys are the fill's key choices.
         Kind::Required { property } if !own && object => Some(InnerFix::Key {
-            close: span.1 - 1,
+            close,
             members,
             key: property.as_str()?.to_string(),
         }),
-        Kind::MinProperties { .. } if object => Some(InnerFix::Member {
-            close: span.1 - 1,
+        Kind::MinProperties { .. } if object => Some(more_members(inner, close)),
+        Kind::Not { schema } if object => Some(InnerFix::Key {
+            close,
             members,
+            key: key_not_refutes(schema, &top_level_keys(inner)?, 0)?,
         }),
-        Kind::Format { format } => Some(InnerFix::Replace {
+        _ => None,
+    }
+}
+
+/// The replacement error `e` asks for of the value at `span` of `text`: a `format`'s
+/// example, a `pattern`'s shortest match, a string padded to its `minLength` (the first
+/// padding that `clears` its errors), the `const`, the first `enum` member, the simplest
+/// value of the type wanted.
+fn value_fix(
+    e: &jsonschema::ValidationError<'_>,
+    text: &[u8],
+    span: (usize, usize),
+    clears: &dyn Fn(&[u8], &str) -> bool,
+) -> Option<InnerFix> {
+    use jsonschema::error::{TypeKind, ValidationErrorKind as Kind};
+    use jsonschema::JsonType;
+    let inner = &text[span.0..span.1];
+    let string = inner.first() == Some(&b'"');
+    let with = |t: String| {
+        Some(InnerFix::Replace {
             start: span.0,
             end: span.1,
-            text: Value::String(super::hints::format_example(format)?.to_string()).to_string(),
-        }),
-        Kind::Pattern { pattern } if inner.first() == Some(&b'"') => Some(InnerFix::Replace {
-            start: span.0,
-            end: span.1,
-            text: Value::String(super::hints::pattern_example(pattern)?).to_string(),
-        }),
-        Kind::Constant { expected_value } => Some(InnerFix::Replace {
-            start: span.0,
-            end: span.1,
-            text: expected_value.to_string(),
-        }),
-        Kind::Enum { options } => Some(InnerFix::Replace {
-            start: span.0,
-            end: span.1,
-            text: options.as_array()?.first()?.to_string(),
-        }),
+            text: t,
+        })
+    };
+    match e.kind() {
+        Kind::Format { format } => {
+            with(Value::String(super::hints::format_example(format)?.to_string()).to_string())
+        }
+        Kind::Pattern { pattern } if string => {
+            with(Value::String(super::hints::pattern_example(pattern)?).to_string())
+        }
+        Kind::MinLength { limit } if string => {
+            let path = e.instance_path().as_str();
+            padded(inner, usize::try_from(*limit).ok()?)
+                .into_iter()
+                .find(|t| {
+                    let mut whole = text[..span.0].to_vec();
+                    whole.extend_from_slice(t.as_bytes());
+                    whole.extend_from_slice(&text[span.1..]);
+                    clears(&whole, path)
+                })
+                .and_then(with)
+        }
+        Kind::Constant { expected_value } => with(expected_value.to_string()),
+        Kind::Enum { options } => with(options.as_array()?.first()?.to_string()),
         Kind::Type { kind } => {
             let t = match kind {
                 TypeKind::Single(t) => *t,
@@ -291,14 +385,124 @@ fn inner_fix(
                 JsonType::Boolean => "true",
                 JsonType::Null => "null",
             };
-            Some(InnerFix::Replace {
-                start: span.0,
-                end: span.1,
-                text: example.to_string(),
-            })
+            with(example.to_string())
         }
         _ => None,
     }
+}
+
+/// A key that an object with `keys` lacks and that would make the `not` sub-schema
+/// `schema` fail where it holds now: under `propertyNames: {not: S}`, a key `S` allows
+/// (its `const`, first `enum` string, or a pattern's shortest match) when no key present
+/// is one; under an `anyOf`/`oneOf` (each branch must fail) or an `allOf` (one must),
+/// the first branch's that gives one. `None` for any other shape.
+fn key_not_refutes(schema: &Value, keys: &[Cow<'_, str>], depth: usize) -> Option<String> {
+    let m = schema.as_object()?;
+    if depth > 8 {
+        return None;
+    }
+    if let Some(names) = m.get("propertyNames") {
+        let s = names.get("not")?;
+        let allowed: Vec<String> = match (s.get("const"), s.get("enum"), s.get("pattern")) {
+            (Some(Value::String(c)), _, _) => vec![c.clone()],
+            (_, Some(Value::Array(e)), _) => e
+                .iter()
+                .filter_map(|x| x.as_str().map(String::from))
+                .collect(),
+            (_, _, Some(Value::String(p))) => {
+                return super::hints::pattern_example(p).filter(|k| !keys.iter().any(|x| x == k));
+            }
+            _ => return None,
+        };
+        if keys.iter().any(|k| allowed.iter().any(|a| a == k)) {
+            return None;
+        }
+        return allowed.into_iter().next();
+    }
+    ["anyOf", "oneOf", "allOf"].iter().find_map(|k| {
+        m.get(*k)?
+            .as_array()?
+            .iter()
+            .find_map(|b| key_not_refutes(b, keys, depth + 1))
+    })
+}
+
+/// The replacements `fixes` (into `text`) that do not overlap an earlier one (the
+/// first always kept), as one replacement of the text from the first's start to the
+/// last's end. `None` without any. Cost: O(fixes²) overlap tests.
+fn joined(text: &[u8], mut fixes: Vec<InnerFix>) -> Option<InnerFix> {
+    let mut spans: Vec<(usize, usize, String)> = Vec::new();
+    for f in fixes.drain(..) {
+        if let InnerFix::Replace { start, end, text } = f {
+            if spans.iter().all(|s| end <= s.0 || start >= s.1) {
+                spans.push((start, end, text));
+            }
+        }
+    }
+    spans.sort_by_key(|s| s.0);
+    let (start, mut at) = (spans.first()?.0, spans.first()?.0);
+    let mut out = Vec::new();
+    for (a, b, t) in spans {
+        if a < at || b > text.len() {
+            continue;
+        }
+        out.extend_from_slice(&text[at..a]);
+        out.extend_from_slice(t.as_bytes());
+        at = b;
+    }
+    Some(InnerFix::Replace {
+        start,
+        end: at,
+        text: String::from_utf8(out).ok()?,
+    })
+}
+
+/// One more member for the object `value` (closing brace at `close` in the text the fix
+/// is for): any key the grammar allows when it has none, else a key it lacks (`"0"`,
+/// `"1"`, ...: the grammar's shortest key, written again, would repeat one).
+fn more_members(value: &[u8], close: usize) -> InnerFix {
+    let keys = top_level_keys(value).unwrap_or_default();
+    if keys.is_empty() {
+        return InnerFix::Member {
+            close,
+            members: false,
+        };
+    }
+    let key = (0..=keys.len())
+        .map(|i| i.to_string())
+        .find(|k| !keys.iter().any(|x| x == k))
+        .unwrap_or_default();
+    InnerFix::Key {
+        close,
+        members: true,
+        key,
+    }
+}
+
+/// The JSON string `text` made `min` characters long by repeating one of its characters
+/// (its first, middle or last one, in that order: where a pattern lets one repeat), as
+/// JSON texts; `"000…"` for the empty string. Empty when it is long enough already, not
+/// a string, or more than [`MAX_PAD`] characters short. Cost: O(min) per text.
+pub(crate) fn padded(text: &[u8], min: usize) -> Vec<String> {
+    let Ok(s) = serde_json::from_slice::<String>(text) else {
+        return Vec::new();
+    };
+    let chars: Vec<char> = s.chars().collect();
+    let need = min.saturating_sub(chars.len());
+    if need == 0 || need > MAX_PAD {
+        return Vec::new();
+    }
+    let mut places = vec![0, chars.len() / 2, chars.len().saturating_sub(1)];
+    places.dedup();
+    places
+        .into_iter()
+        .map(|i| {
+            let c = chars.get(i).copied().unwrap_or('0');
+            let mut v = chars.clone();
+            v.splice(i..i, std::iter::repeat_n(c, need));
+            Value::String(v.into_iter().collect()).to_string()
+        })
+        .collect()
 }
 
 /// The span in `text` of the member `seg` of the object (or the element `seg` of the
@@ -368,40 +572,6 @@ fn item_cut(items: &[(usize, usize)], j: usize) -> Option<(usize, usize)> {
     })
 }
 
-/// The first index at or after `i` that is not a blank.
-fn skip_blanks(text: &[u8], mut i: usize) -> usize {
-    while text.get(i).is_some_and(|b| b" \t\r\n".contains(b)) {
-        i += 1;
-    }
-    i
-}
-
-/// The end (exclusive) of the JSON value that starts at `i` in `text`.
-fn value_end(text: &[u8], i: usize) -> Option<usize> {
-    let mut depth = 0usize;
-    let mut j = i;
-    loop {
-        match *text.get(j)? {
-            b'"' => {
-                j += 1;
-                while *text.get(j)? != b'"' {
-                    j += if text[j] == b'\\' { 2 } else { 1 };
-                }
-            }
-            b'{' | b'[' => depth += 1,
-            // A scalar ends before its container's closer.
-            b'}' | b']' if depth == 0 => return Some(j),
-            b'}' | b']' => depth -= 1,
-            b',' | b':' | b' ' | b'\t' | b'\r' | b'\n' if depth == 0 => return Some(j),
-            _ => {}
-        }
-        j += 1;
-        if depth == 0 && matches!(text[j - 1], b'"' | b'}' | b']') {
-            return Some(j);
-        }
-    }
-}
-
 /// Appends to `out` (once each) the keys that error `e` says the object at instance path
 /// `at` lacks: a `required` error's key, and under a failed `anyOf`/`oneOf` there, the
 /// keys of its branch with the fewest errors; or, with `each_branch`, only the first new
@@ -448,6 +618,14 @@ fn required_missing(
         _ => {}
     }
 }
+
+/// The most validator errors [`SchemaCheck::inner_fixes`] reads for changes to make at
+/// once.
+const MAX_FIXES: usize = 256;
+
+/// The most characters a `minLength` fix adds to a string (a longer one is left to the
+/// search).
+const MAX_PAD: usize = 4096;
 
 /// The most ways [`SchemaCheck::key_choices`] offers (the fill tries each in turn).
 const KEY_CHOICES: usize = 4;
@@ -861,6 +1039,23 @@ impl ValueCheck for Native {
         }
     }
 
+    /// A string shorter than `minLength`: the string padded by repeating one of its
+    /// characters ([`padded`]), each place a way (the grammar judges which its pattern
+    /// allows).
+    fn inner_fixes(&self, text: &[u8]) -> Vec<InnerFix> {
+        let Some((lo, _)) = self.length else {
+            return Vec::new();
+        };
+        padded(text, lo)
+            .into_iter()
+            .map(|t| InnerFix::Replace {
+                start: 0,
+                end: text.len(),
+                text: t,
+            })
+            .collect()
+    }
+
     /// The keys that `dependencies`/`dependentRequired` ask for, of the keys present.
     fn missing_keys(&self, text: &[u8]) -> Vec<String> {
         let Some(keys) = top_level_keys(text) else {
@@ -999,29 +1194,8 @@ impl ValueCheck for ObjectKeys {
     /// Fewer keys than `minProperties` and none required missing: one more member, the
     /// first key of the member hints that the object lacks (else any key the grammar
     /// allows).
-    fn inner_fix(&self, text: &[u8]) -> Option<InnerFix> {
-        let keys = top_level_keys(text)?;
-        let missing = self.required.iter().any(|r| !keys.iter().any(|k| k == r));
-        let close = text.iter().rposition(|&b| b == b'}')?;
-        if keys.len() >= self.min || missing {
-            return None;
-        }
-        let members = !keys.is_empty();
-        let hinted = self.hints.iter().find_map(|h| {
-            let key = top_level_keys(format!("{{{h}}}").as_bytes())?
-                .into_iter()
-                .find(|k| !keys.contains(k))?
-                .into_owned();
-            Some(key)
-        });
-        Some(match hinted {
-            Some(key) => InnerFix::Key {
-                close,
-                members,
-                key,
-            },
-            None => InnerFix::Member { close, members },
-        })
+    fn inner_fixes(&self, text: &[u8]) -> Vec<InnerFix> {
+        self.inner_fix(text).into_iter().collect()
     }
 
     fn missing_keys(&self, text: &[u8]) -> Vec<String> {
@@ -1049,6 +1223,34 @@ impl ValueCheck for ObjectKeys {
             "object keys in any order: unique, required {:?}, {}..{max} properties",
             self.required, self.min
         )
+    }
+}
+
+impl ObjectKeys {
+    /// The change behind [`ValueCheck::inner_fixes`] for these keys.
+    fn inner_fix(&self, text: &[u8]) -> Option<InnerFix> {
+        let keys = top_level_keys(text)?;
+        let missing = self.required.iter().any(|r| !keys.iter().any(|k| k == r));
+        let close = text.iter().rposition(|&b| b == b'}')?;
+        if keys.len() >= self.min || missing {
+            return None;
+        }
+        let members = !keys.is_empty();
+        let hinted = self.hints.iter().find_map(|h| {
+            let key = top_level_keys(format!("{{{h}}}").as_bytes())?
+                .into_iter()
+                .find(|k| !keys.contains(k))?
+                .into_owned();
+            Some(key)
+        });
+        Some(match hinted {
+            Some(key) => InnerFix::Key {
+                close,
+                members,
+                key,
+            },
+            None => more_members(text, close),
+        })
     }
 }
 
@@ -1160,6 +1362,11 @@ mod tests {
 
     /// What a validator check asks for below an object's own members: a nested object's
     /// missing key (where its closing brace is), or a value of the wrong type replaced.
+    /// The first change a check asks for.
+    fn first_fix(c: &Check, text: impl AsRef<[u8]>) -> Option<InnerFix> {
+        c.0.inner_fixes(text.as_ref()).into_iter().next()
+    }
+
     #[test]
     fn inner_fixes_name_the_nested_change() {
         let root = serde_json::json!({
@@ -1169,7 +1376,7 @@ mod tests {
         let mut b = CheckBuilder::new(&root, 2020).unwrap();
         let c = b.build(&root, "#");
         b.finish().unwrap();
-        let fix = |t: &str| c.0.inner_fix(t.as_bytes());
+        let fix = |t: &str| first_fix(&c, t.as_bytes());
         assert_eq!(
             fix(r#"{"/x": {"a": 1}}"#),
             Some(InnerFix::Key {
@@ -1217,7 +1424,7 @@ mod tests {
             let c = b.build(&schema, "#");
             b.finish().unwrap();
             assert_eq!(
-                c.0.inner_fix(text.as_bytes()),
+                first_fix(&c, text.as_bytes()),
                 Some(InnerFix::Replace {
                     start: 0,
                     end: text.len(),
@@ -1232,7 +1439,7 @@ mod tests {
         let c = b.build(&root, "#");
         b.finish().unwrap();
         assert_eq!(
-            c.0.inner_fix(br#"{"at": "x"}"#),
+            first_fix(&c, br#"{"at": "x"}"#),
             Some(InnerFix::Replace {
                 start: 7,
                 end: 10,
@@ -1245,12 +1452,16 @@ mod tests {
         let c = b.build(&root, "#");
         b.finish().unwrap();
         assert_eq!(
-            c.0.inner_fix(b"{}"),
+            first_fix(&c, b"{}"),
             Some(InnerFix::Member {
                 close: 1,
                 members: false
             })
         );
+    }
+
+    #[test]
+    fn inner_fixes_grow_and_cut_containers() {
         // Arrays gain elements; members and elements the value may not have are cut out
         // with the comma that joins them.
         let root = serde_json::json!({
@@ -1261,7 +1472,7 @@ mod tests {
         let mut b = CheckBuilder::new(&root, 2020).unwrap();
         let c = b.build(&root, "#");
         b.finish().unwrap();
-        let fix = |t: &str| c.0.inner_fix(t.as_bytes());
+        let fix = |t: &str| first_fix(&c, t.as_bytes());
         assert_eq!(
             fix(r#"{"a": [ 1 ]}"#),
             Some(InnerFix::Element {
@@ -1277,7 +1488,9 @@ mod tests {
             })
         );
         let cut = |t: &str| match fix(t) {
-            Some(InnerFix::Drop { start, end }) => format!("{}{}", &t[..start], &t[end..]),
+            Some(InnerFix::Replace { start, end, text }) if text.is_empty() => {
+                format!("{}{}", &t[..start], &t[end..])
+            }
             other => panic!("{t}: {other:?}"),
         };
         assert_eq!(cut(r#"{"o": {"x": 1, "k": 2}}"#), r#"{"o": {"k": 2}}"#);
@@ -1285,6 +1498,72 @@ mod tests {
         assert_eq!(cut(r#"{"o": {"x": {}}}"#), r#"{"o": {}}"#);
         assert_eq!(cut(r#"{"m": [1, 2, 3]}"#), r#"{"m": [1, 2]}"#);
         assert_eq!(cut(r#"{"q": 1}"#), r#"{}"#);
+    }
+
+    #[test]
+    fn strings_pad_objects_grow_and_replacements_join() {
+        // A string too short: one of its characters repeated, at its start, middle, end.
+        assert_eq!(
+            padded(br#""0.php""#, 8),
+            [r#""0000.php""#, r#""0.pppphp""#, r#""0.phpppp""#]
+        );
+        assert_eq!(padded(br#""""#, 2), [r#""00""#]);
+        assert!(padded(br#""abc""#, 3).is_empty());
+        assert!(padded(b"0", 3).is_empty());
+        // One more member: any key when none, else a key the object lacks.
+        assert_eq!(
+            more_members(b"{}", 1),
+            InnerFix::Member {
+                close: 1,
+                members: false
+            }
+        );
+        assert_eq!(
+            more_members(br#"{"":0,"0":1}"#, 11),
+            InnerFix::Key {
+                close: 11,
+                members: true,
+                key: "1".into()
+            }
+        );
+        // Replacements apart become one; one inside an earlier one is left out.
+        let text = br#"[0, 1, 2]"#;
+        let r = |start, end, text: &str| InnerFix::Replace {
+            start,
+            end,
+            text: text.into(),
+        };
+        assert_eq!(
+            joined(text, vec![r(7, 8, "{}"), r(1, 2, "[]"), r(1, 3, "x")]),
+            Some(r(1, 8, "[], 1, {}"))
+        );
+        assert_eq!(joined(text, Vec::new()), None);
+    }
+
+    #[test]
+    fn a_not_of_property_names_asks_for_the_key_it_refutes() {
+        let keys = |k: &[&'static str]| k.iter().map(|&x| Cow::Borrowed(x)).collect::<Vec<_>>();
+        let schema = serde_json::json!({"anyOf": [
+            {"propertyNames": {"not": {"enum": ["1", "3"]}}},
+            {"propertyNames": {"not": {"enum": ["2", "3"]}}}]});
+        assert_eq!(
+            key_not_refutes(&schema, &keys(&[]), 0).as_deref(),
+            Some("1")
+        );
+        assert_eq!(
+            key_not_refutes(&schema, &keys(&["1"]), 0).as_deref(),
+            Some("2")
+        );
+        assert_eq!(key_not_refutes(&schema, &keys(&["3"]), 0), None);
+        let schema = serde_json::json!({"propertyNames": {"not": {"const": "k"}}});
+        assert_eq!(
+            key_not_refutes(&schema, &keys(&["a"]), 0).as_deref(),
+            Some("k")
+        );
+        assert_eq!(
+            key_not_refutes(&serde_json::json!({"type": "object"}), &keys(&[]), 0),
+            None
+        );
     }
 
     #[test]

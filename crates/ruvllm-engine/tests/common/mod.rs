@@ -60,6 +60,14 @@ pub fn maskbench_files() -> Vec<PathBuf> {
     files
 }
 
+/// The schema of MaskBench file `name` (without `.json`).
+pub fn maskbench_schema(name: &str) -> serde_json::Value {
+    let f = shared_data().join(format!("maskbench/data/{name}.json"));
+    let mut doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap();
+    doc["schema"].take()
+}
+
 /// Llama 3.1's vocabulary, loaded once per test binary.
 pub fn llama3() -> Arc<Vocabulary> {
     static V: OnceLock<Arc<Vocabulary>> = OnceLock::new();

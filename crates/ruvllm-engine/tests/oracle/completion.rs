@@ -454,10 +454,8 @@ fn completed_after(c: &Arc<Constraint>, prefix: &[u8]) -> Option<String> {
 fn overlapping_one_of_completes_with_member_hints() {
     let vocab = common::llama3();
     let limits = Limits::default();
-    let f = common::shared_data().join("maskbench/data/Github_easy---o13129.json");
-    let doc: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(f).unwrap()).unwrap();
-    let g = schema_to_grammar(&doc["schema"], &SchemaOptions::default()).unwrap();
+    let schema = common::maskbench_schema("Github_easy---o13129");
+    let g = schema_to_grammar(&schema, &SchemaOptions::default()).unwrap();
     let c = Constraint::new(&g, vocab.clone(), &limits).unwrap();
     let mut m = Matcher::new(&c).unwrap();
     let w = m
@@ -467,9 +465,7 @@ fn overlapping_one_of_completes_with_member_hints() {
     let text = String::from_utf8(w.text().to_vec()).unwrap();
     let valid = |text: &str| {
         let v: serde_json::Value = serde_json::from_str(text).unwrap();
-        jsonschema::validator_for(&doc["schema"])
-            .unwrap()
-            .is_valid(&v)
+        jsonschema::validator_for(&schema).unwrap().is_valid(&v)
     };
     assert!(valid(&text), "{text}");
     // Mid-value, after text the model wrote: the first field is told apart already, the
@@ -606,12 +602,7 @@ fn required_keys_complete_with_the_grammars_values() {
         any_order: true,
         ..SchemaOptions::default()
     };
-    let maskbench = |name: &str| {
-        let f = common::shared_data().join(format!("maskbench/data/{name}.json"));
-        let doc: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(f).unwrap()).unwrap();
-        doc["schema"].clone()
-    };
+    let mb = common::maskbench_schema;
     let nested = serde_json::json!({
         "type": "object", "required": ["when", "kind", "code", "owner", "ratio"],
         "properties": {
@@ -626,41 +617,41 @@ fn required_keys_complete_with_the_grammars_values() {
         "dependentRequired": {"note": ["kind"]}});
     let cases: Vec<(serde_json::Value, Vec<&[u8]>, usize)> = vec![
         (
-            maskbench("Glaiveai2K---create_calendar_event_c2876547"),
+            mb("Glaiveai2K---create_calendar_event_c2876547"),
             vec![b"", br#"{"location": "Paris", "#],
             4,
         ),
-        (maskbench("Github_hard---o45482"), vec![b""], 1),
-        (maskbench("Github_hard---o41273"), vec![b""], 2),
+        (mb("Github_hard---o45482"), vec![b""], 1),
+        (mb("Github_hard---o41273"), vec![b""], 2),
         // An `allOf` of `if`/`then` on the `type` const: a validator check, whose
         // `required` error names `name` and whose type error then blames its value.
-        (maskbench("JsonSchemaStore---openrewrite"), vec![b""], 2),
+        (mb("JsonSchemaStore---openrewrite"), vec![b""], 2),
         // A viewer configuration with 317 required keys over many nested objects: each
         // key filled is read once, not with the whole candidate again, so the fill ends
         // well within the search's share of the mask time limit (about 200 ms of
         // re-reading before).
-        (maskbench("Github_ultra---o16062"), vec![b""], 4),
+        (mb("Github_ultra---o16062"), vec![b""], 4),
         // `a` needs `b` or `c` (an `anyOf` of `required`s), and `b` excludes `a`: the
         // fill's first choice (`b`) leads nowhere, its second (`c`) passes.
-        (maskbench("Handwritten---dep3"), vec![b""], 2),
+        (mb("Handwritten---dep3"), vec![b""], 2),
         // Four exclusive branches, each naming the others' keys as `null`.
-        (maskbench("Github_trivial---o88605"), vec![b""], 4),
+        (mb("Github_trivial---o88605"), vec![b""], 4),
         // fstab: `/` is a pattern property, typed by the validator only (any value in the
         // grammar): its value is replaced by `{}`, then its required keys written.
         (
-            maskbench("Github_medium---o56232"),
+            mb("Github_medium---o56232"),
             vec![b"", br#"{"swap": {"device": "", "fstype": ""}, "/": "#],
             2,
         ),
-        (maskbench("Github_easy---o45260"), vec![b""], 4),
+        (mb("Github_easy---o45260"), vec![b""], 4),
         // `minProperties: 1` where every key must match a pattern and every value be an
         // object: the key is the pattern's shortest match (`"000":{}`).
-        (maskbench("Github_medium---o84154"), vec![b""], 3),
+        (mb("Github_medium---o84154"), vec![b""], 3),
         // A service under a pattern key whose `basePath` is a `uri`: the format's example.
-        (maskbench("Github_medium---o7574"), vec![b""], 2),
+        (mb("Github_medium---o7574"), vec![b""], 2),
         // A root of type object or null whose `oneOf` needs an object with a `type` the
         // branch names: the fill writes an object in place of `null`, then its keys.
-        (maskbench("Github_medium---o81746"), vec![b""], 2),
+        (mb("Github_medium---o81746"), vec![b""], 2),
         (
             nested,
             vec![b"", br#"{"note": "x", "#, br#"{"owner": {"#],
@@ -686,6 +677,41 @@ fn required_keys_complete_with_the_grammars_values() {
                 assert_eq!(v.as_object().unwrap().len(), keys, "{whole}");
             }
         }
+    }
+}
+
+/// MaskBench schemas whose first candidates fail checks that need more than a key: a
+/// `minLength` on a string the pattern keeps short (`o63939`), `minProperties` past the
+/// grammar's shortest key (`o48619`, `o74560`), an exclusive `oneOf` that a key tells
+/// apart (`o2231`), forty members of the wrong type (`o83286`), `not` over
+/// `propertyNames` (`pnmp2`, `pnmp10`), nested `enum`s (`catalogue-entry-schema`). Each
+/// has a completion from the start, and it is valid to the `jsonschema` crate.
+#[test]
+fn maskbench_schemas_past_checks_complete_from_the_start() {
+    let vocab = common::llama3();
+    let opts = SchemaOptions {
+        any_order: true,
+        ..SchemaOptions::default()
+    };
+    for name in [
+        "Github_easy---o2231",
+        "Github_hard---o73817",
+        "Github_hard---o74560",
+        "Github_medium---o48619",
+        "Github_medium---o63939",
+        "Github_medium---o83286",
+        "Handwritten---pnmp10",
+        "Handwritten---pnmp2",
+        "JsonSchemaStore---catalogue-entry-schema",
+        "JsonSchemaStore---github-issue-forms",
+    ] {
+        let schema = common::maskbench_schema(name);
+        let g = schema_to_grammar(&schema, &opts).unwrap();
+        let c = Constraint::new(&g, vocab.clone(), &Limits::default()).unwrap();
+        let whole = completed_after(&c, b"").unwrap_or_else(|| panic!("{name}"));
+        let v: serde_json::Value = serde_json::from_str(&whole).unwrap();
+        let validator = jsonschema::validator_for(&schema).unwrap();
+        assert!(validator.is_valid(&v), "{name}: {whole}");
     }
 }
 
