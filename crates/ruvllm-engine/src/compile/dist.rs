@@ -69,7 +69,7 @@ const fn preferred() -> [u8; 256] {
 }
 
 /// The distance table of a flat DFA, its largest finite entry, each state's first byte on
-/// its shortest text (kept so that building a text costs a step per byte), and the bytes those texts are made of ([`chosen_bytes`]).
+/// its shortest text (kept so that building a text costs a step per byte), and the bytes those texts are made of ([`choices`]).
 #[derive(Debug)]
 pub(crate) struct FlatDist {
     pub(crate) dist: Box<[u32]>,

@@ -81,7 +81,7 @@ impl KeySink for BuildExpr<'_> {
     }
 }
 
-/// The expansion of a [`KeyComplement`] of `keys` (sorted, no duplicates; none gives any
+/// The expansion of a [`crate::grammar::KeyComplement`] of `keys` (sorted, no duplicates; none gives any
 /// string),
 /// built by `s`: the JSON strings, quotes included, other than the keys, each written the
 /// way `json_chars` writes it. Cost: O(total key characters x trie depth).

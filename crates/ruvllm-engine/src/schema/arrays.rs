@@ -264,7 +264,7 @@ impl Compiler<'_> {
     /// of values already used, offering only the unused ones. Unlike a semantic check,
     /// this never lets the output reach a point where every continuation repeats a value
     /// (`["en","fr","en"` under `maxItems: 3` had no valid next token). Cost: at most
-    /// 2^[`MAX_UNIQUE_VALUES`] rules.
+    /// 2^`MAX_UNIQUE_VALUES` (`values.rs`) rules.
     pub(super) fn unique_array(
         &mut self,
         values: &[Value],

@@ -382,7 +382,7 @@ pub fn schema_to_grammar_limited(
 }
 
 /// The schema as one self-contained document for a JSON Schema validator: references to
-/// other documents resolved into it from `registry` (see [`bundle`]; nothing is fetched),
+/// other documents resolved into it from `registry` (see [`bundle()`]; nothing is fetched),
 /// and patterns rewritten so that a validator with a Unicode regex engine reads them as
 /// ECMA-262 does (`\b`, `.`, `\s`). A validator given this document judges as the grammar
 /// does. Cost: one walk of the schema; a copy when anything changes.

@@ -182,7 +182,7 @@ pub(crate) struct Tables {
 const MAX_RECENT: usize = 4;
 
 /// Plain-reach answers kept per lexeme (about 2 MiB at most; their growth counts toward
-/// the table bytes that bound the lexeme cache, see [`table_bytes`]).
+/// the table bytes that bound the lexeme cache, see [`Tables::memory`] and `EngineConfig::max_table_bytes`).
 const MAX_REACH_MEMO: usize = 1 << 16;
 
 /// Pairs one plain-reach search expands at most (then it answers with a lower bound), or
@@ -567,7 +567,7 @@ impl Tables {
 
     /// A table the table of `state` derives from, and the bound in characters that
     /// cuts its plain tokens (see [`PlainReach::bound_from`]): for a counted lexeme's
-    /// state between items, the table registered for its item in [`Classes`]; for others,
+    /// state between items, the table registered for its item in [`store::Classes`]; for others,
     /// the most recent table of this lexeme that bounds it, if any. Cost: a lock, then
     /// O(1) (counted) or one [`PlainReach::bound_from`] search per recent table.
     fn reference(
@@ -596,7 +596,7 @@ impl Tables {
         })
     }
 
-    /// Keeps `t`, the table of `state`, as a reference for later tables: in [`Classes`]
+    /// Keeps `t`, the table of `state`, as a reference for later tables: in [`store::Classes`]
     /// for a counted lexeme's state between items with more items left than the one
     /// registered for its item, else first in [`Tables::recent`]. Cost: a lock, and a
     /// shift of [`MAX_RECENT`] entries.
