@@ -293,7 +293,14 @@ fn shape_fix(
     };
     let last = || container_items(inner)?.len().checked_sub(1);
     match e.kind() {
-        Kind::MinItems { .. } | Kind::OneOfMultipleValid { .. } if array => {
+        Kind::MinItems { .. } if array => Some(InnerFix::Element {
+            close,
+            elements: members,
+        }),
+        // A `oneOf` that a short array passes twice (branches that differ further on):
+        // longer, up to a bound (where every length passes twice, the chain would spend
+        // the fill's clock).
+        Kind::OneOfMultipleValid { .. } if array && container_items(inner)?.len() < MAX_GROW => {
             Some(InnerFix::Element {
                 close,
                 elements: members,
@@ -443,7 +450,7 @@ fn joined(text: &[u8], mut fixes: Vec<InnerFix>) -> Option<InnerFix> {
     let (start, mut at) = (spans.first()?.0, spans.first()?.0);
     let mut out = Vec::new();
     for (a, b, t) in spans {
-        if a < at || b > text.len() {
+        if a < at || a > b || b > text.len() {
             continue;
         }
         out.extend_from_slice(&text[at..a]);
@@ -552,11 +559,15 @@ fn container_items(value: &[u8]) -> Option<Vec<(usize, usize)>> {
             }
             i = skip_blanks(value, i + 1);
         }
-        let end = value_end(value, i)?;
+        // An item that is no value (`[:]`): not a container this reads (and no step
+        // that does not move on).
+        let end = value_end(value, i).filter(|&e| e > i)?;
         items.push((start, end));
         i = skip_blanks(value, end);
-        if value.get(i) == Some(&b',') {
-            i = skip_blanks(value, i + 1);
+        match value.get(i)? {
+            b',' => i = skip_blanks(value, i + 1),
+            b'}' | b']' => {}
+            _ => return None,
         }
     }
     Some(items)
@@ -622,6 +633,9 @@ fn required_missing(
 /// The most validator errors [`SchemaCheck::inner_fixes`] reads for changes to make at
 /// once.
 const MAX_FIXES: usize = 256;
+
+/// The longest array a `oneOf` that more than one branch passes makes longer.
+const MAX_GROW: usize = 16;
 
 /// The most characters a `minLength` fix adds to a string (a longer one is left to the
 /// search).
@@ -1498,6 +1512,17 @@ mod tests {
         assert_eq!(cut(r#"{"o": {"x": {}}}"#), r#"{"o": {}}"#);
         assert_eq!(cut(r#"{"m": [1, 2, 3]}"#), r#"{"m": [1, 2]}"#);
         assert_eq!(cut(r#"{"q": 1}"#), r#"{}"#);
+    }
+
+    #[test]
+    fn malformed_containers_are_not_read() {
+        for t in ["[:]", "[1 2]", "{1}", "{\"a\" 1}", "[", "{\"a\":}"] {
+            assert_eq!(container_items(t.as_bytes()), None, "{t}");
+        }
+        assert_eq!(
+            container_items(br#"{"a": [1, {"b": 2}], "c": "}"}"#),
+            Some(vec![(1, 19), (21, 29)])
+        );
     }
 
     #[test]
