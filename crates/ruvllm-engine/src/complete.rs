@@ -880,9 +880,21 @@ impl Matcher {
                 stack.push(node);
                 step
             } else if node.next == choices.len() {
-                // Then what the check asks for below the object's own members.
-                let step = self.inner_fix(start, &node.text, &node.f)?;
-                node.next += 1;
+                // Then what the check asks for below the object's own members, a way per
+                // visit (the other branches of a failed `anyOf` when the first leads
+                // nowhere).
+                let ways = match node.ways.take() {
+                    Some(w) => w,
+                    None => {
+                        let value = self.failed_value(start, &node.text, &node.f);
+                        node.f.check.0.inner_fixes(&value)
+                    }
+                };
+                let step = self.inner_fix(start, &node.text, &node.f, &ways, &mut node.way)?;
+                if step.is_none() {
+                    node.next += 1;
+                }
+                node.ways = Some(ways);
                 node.went_on |= step.is_some();
                 stack.push(node);
                 step
@@ -950,14 +962,22 @@ impl Matcher {
     }
 
     /// Where the check of the failing value (`f`, on the candidate `text` after set
-    /// `start`) asks for a change in it ([`crate::grammar::ValueCheck::inner_fixes`]):
-    /// the candidate with the first of its ways that the grammar reads ([`Matcher::fixed`]),
-    /// with the check that still fails. Cost: a validation, and a parse of the changed
-    /// part per way tried.
-    fn inner_fix(&mut self, start: usize, text: &[u8], f: &Failed) -> Result<Reached, MatchError> {
-        let value = self.failed_value(start, text, f);
-        for fix in f.check.0.inner_fixes(&value) {
-            if let Some(t) = self.fixed(start, text, f, fix)? {
+    /// `start`) asks for a change in it (`ways`, from
+    /// [`crate::grammar::ValueCheck::inner_fixes`]): the candidate with the first way from
+    /// `*next` on that the grammar reads ([`Matcher::fixed`]), with the check that still
+    /// fails; `*next` moves past it. `None` once the ways are spent. Cost: a parse of the
+    /// changed part per way tried.
+    fn inner_fix(
+        &mut self,
+        start: usize,
+        text: &[u8],
+        f: &Failed,
+        ways: &[InnerFix],
+        next: &mut usize,
+    ) -> Result<Reached, MatchError> {
+        while let Some(fix) = ways.get(*next) {
+            *next += 1;
+            if let Some(t) = self.fixed(start, text, f, fix.clone())? {
                 if let Some(step) = self.judged(start, t)? {
                     return Ok(Some(step));
                 }
@@ -1182,7 +1202,8 @@ impl Matcher {
         // on its first.
         let goal = Goal::Member(f.start, key);
         if let Some(g) = g.as_ref().filter(|g| !self.reached(start, &t, g, goal)) {
-            if let Some(step) = self.inner_fix(start, &t, g)? {
+            let ways = g.check.0.inner_fixes(&self.failed_value(start, &t, g));
+            if let Some(step) = self.inner_fix(start, &t, g, &ways, &mut 0)? {
                 return Ok(Some(step));
             }
             if let Some(found) = self.search_from(start, &t[..value_at], goal, clock)? {
@@ -1533,6 +1554,10 @@ struct FillNode {
     /// Whether an array in place of the value remains to be tried (after the value's own
     /// ways, [`Matcher::fill_value`]).
     array_next: bool,
+    /// The changes the check asks for below the members, once asked, and the next to try
+    /// ([`Matcher::inner_fix`]).
+    ways: Option<Vec<InnerFix>>,
+    way: usize,
 }
 
 impl FillNode {
@@ -1545,6 +1570,8 @@ impl FillNode {
             went_on: false,
             may_empty: true,
             array_next: false,
+            ways: None,
+            way: 0,
         }
     }
 }

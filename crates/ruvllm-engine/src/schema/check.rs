@@ -51,6 +51,9 @@ pub(crate) struct SchemaCheck {
     pointer: String,
     /// Members the sub-schema names (`super::hints`).
     hints: Vec<String>,
+    /// The root document, where the sub-schema has a `not` (a value it refutes may be
+    /// built through `$ref`s, [`witness`]); shared by the document's checks.
+    root: Option<Arc<Value>>,
 }
 
 impl std::fmt::Debug for SchemaCheck {
@@ -170,10 +173,21 @@ impl ValueCheck for SchemaCheck {
         // The first error's change; and where several errors ask for replacements in
         // places apart (forty members of the wrong type), all of them at once first: one
         // candidate instead of forty, each a validation of the whole value.
+        let root = self.root.as_deref();
         self.with_errors(text, false, |errors, at| {
             let mut fixes: Vec<InnerFix> = Vec::new();
+            // The first error's other ways (the other branches of a failed `anyOf`).
+            let mut others: Vec<InnerFix> = Vec::new();
             for e in errors.take(MAX_FIXES) {
-                match inner_fix(&e, at, text, 0, &clears) {
+                // Only the first error's other ways are kept: those of the rest would
+                // cost validations (a padded string's) that no candidate uses.
+                let most = if fixes.is_empty() { MAX_WAYS } else { 1 };
+                let mut ways = inner_fix(&e, at, text, root, most, 0, &clears).into_iter();
+                let first = ways.next();
+                if first.is_some() && fixes.is_empty() {
+                    others.extend(ways);
+                }
+                match first {
                     // A cut goes alone (the first way) or not at all.
                     Some(fix @ InnerFix::Replace { .. }) if fixes.is_empty() => fixes.push(fix),
                     Some(fix @ InnerFix::Replace { .. })
@@ -181,13 +195,20 @@ impl ValueCheck for SchemaCheck {
                     {
                         fixes.push(fix)
                     }
-                    Some(fix) if fixes.is_empty() => return vec![fix],
+                    Some(fix) if fixes.is_empty() => {
+                        others.insert(0, fix);
+                        return others;
+                    }
                     _ => {}
                 }
             }
             let first = fixes.first().cloned();
             let mut out: Vec<InnerFix> = joined(text, fixes).into_iter().collect();
-            out.extend(first.filter(|f| !out.contains(f)));
+            for f in first.into_iter().chain(others) {
+                if !out.contains(&f) {
+                    out.push(f);
+                }
+            }
             out
         })
         .unwrap_or_default()
@@ -228,37 +249,64 @@ fn blames(e: &jsonschema::ValidationError<'_>, at: &str, member: &str, depth: us
     }
 }
 
-/// The change error `e` asks for below the members of the object `text` at instance path
-/// `at` (see [`SchemaCheck::inner_fixes`]): located by its instance path, then a change
-/// of shape ([`shape_fix`]) or a replacement ([`value_fix`]).
+/// The changes error `e` asks for below the members of the object `text` at instance
+/// path `at` (see [`SchemaCheck::inner_fixes`]): located by its instance path, then a
+/// change of shape ([`shape_fix`]) or a replacement ([`value_fix`]); for a failed
+/// `anyOf`/`oneOf`, those of its branches, fewest errors first (`most` at most).
 fn inner_fix(
     e: &jsonschema::ValidationError<'_>,
     at: &str,
     text: &[u8],
+    root: Option<&Value>,
+    most: usize,
     depth: usize,
     clears: &dyn Fn(&[u8], &str) -> bool,
-) -> Option<InnerFix> {
+) -> Vec<InnerFix> {
     use jsonschema::error::ValidationErrorKind as Kind;
     let path = e.instance_path().as_str();
     let mut span = (0, text.len());
-    // A failed `anyOf`/`oneOf`, here or nested: its branch with the fewest errors.
+    // A failed `anyOf`/`oneOf`, here or nested: each branch's first change, the branch
+    // with the fewest errors first.
     if let Kind::AnyOf { context } | Kind::OneOfNotValid { context } = e.kind() {
-        let branch = context
-            .iter()
-            .min_by_key(|b| b.len())
-            .filter(|_| depth < 8)?;
-        return branch
-            .iter()
-            .find_map(|e| inner_fix(e, at, text, depth + 1, clears));
+        if depth >= 8 {
+            return Vec::new();
+        }
+        let mut branches: Vec<_> = context.iter().collect();
+        branches.sort_by_key(|b| b.len());
+        let mut out: Vec<InnerFix> = Vec::new();
+        for b in branches {
+            if out.len() >= most {
+                break;
+            }
+            let ways = b
+                .iter()
+                .map(|e| inner_fix(e, at, text, root, most - out.len(), depth + 1, clears))
+                .find(|w| !w.is_empty())
+                .unwrap_or_default();
+            for w in ways {
+                if out.len() < most && !out.contains(&w) {
+                    out.push(w);
+                }
+            }
+        }
+        return out;
     }
     let own = path == at;
     if !own {
-        let rest = path.strip_prefix(at)?.strip_prefix('/')?;
+        let Some(rest) = path.strip_prefix(at).and_then(|r| r.strip_prefix('/')) else {
+            return Vec::new();
+        };
         for seg in rest.split('/') {
-            span = child_span(text, span, &seg.replace("~1", "/").replace("~0", "~"))?;
+            match child_span(text, span, &seg.replace("~1", "/").replace("~0", "~")) {
+                Some(s) => span = s,
+                None => return Vec::new(),
+            }
         }
     }
-    shape_fix(e, own, text, span).or_else(|| value_fix(e, text, span, clears))
+    shape_fix(e, own, text, span, root)
+        .or_else(|| value_fix(e, text, span, clears))
+        .into_iter()
+        .collect()
 }
 
 /// The change of an object's or array's shape that error `e` asks for on the value at
@@ -270,6 +318,7 @@ fn shape_fix(
     own: bool,
     text: &[u8],
     span: (usize, usize),
+    root: Option<&Value>,
 ) -> Option<InnerFix> {
     use jsonschema::error::ValidationErrorKind as Kind;
     let inner = &text[span.0..span.1];
@@ -328,11 +377,7 @@ fn shape_fix(
             key: property.as_str()?.to_string(),
         }),
         Kind::MinProperties { .. } if object => Some(more_members(inner, close)),
-        Kind::Not { schema } if object => Some(InnerFix::Key {
-            close,
-            members,
-            key: key_not_refutes(schema, &top_level_keys(inner)?, 0)?,
-        }),
+        Kind::Not { schema } if object => not_refuted(schema, text, span, root, 0),
         _ => None,
     }
 }
@@ -398,40 +443,220 @@ fn value_fix(
     }
 }
 
-/// A key that an object with `keys` lacks and that would make the `not` sub-schema
-/// `schema` fail where it holds now: under `propertyNames: {not: S}`, a key `S` allows
-/// (its `const`, first `enum` string, or a pattern's shortest match) when no key present
-/// is one; under an `anyOf`/`oneOf` (each branch must fail) or an `allOf` (one must),
-/// the first branch's that gives one. `None` for any other shape.
-fn key_not_refutes(schema: &Value, keys: &[Cow<'_, str>], depth: usize) -> Option<String> {
+/// The change to the object at `span` of `text` that would make the `not` sub-schema
+/// `schema` fail where it holds now:
+/// - under `propertyNames: {not: S}`, a key `S` allows (its `const`, first `enum`
+///   string, or a pattern's shortest match) when no key present is one;
+/// - under `patternProperties` (or `properties`), a member whose value fails its
+///   sub-schema: where a key present matches, its value replaced by one that fails (see
+///   [`refuting`]); else a key the pattern matches, whose value a later step fixes;
+/// - under an `anyOf`/`oneOf` (each branch must fail) or an `allOf` (one must), the
+///   first branch's that gives one.
+///
+/// `None` for any other shape. These are guesses the check then judges. Cost: a walk of
+/// `schema` (depth 8 at most), a regex compile per pattern.
+fn not_refuted(
+    schema: &Value,
+    text: &[u8],
+    span: (usize, usize),
+    root: Option<&Value>,
+    depth: usize,
+) -> Option<InnerFix> {
     let m = schema.as_object()?;
+    let inner = text.get(span.0..span.1)?;
     if depth > 8 {
         return None;
     }
+    let keys = top_level_keys(inner)?;
+    let members = !keys.is_empty();
+    let key = |key: String| InnerFix::Key {
+        close: span.1 - 1,
+        members,
+        key,
+    };
     if let Some(names) = m.get("propertyNames") {
-        let s = names.get("not")?;
-        let allowed: Vec<String> = match (s.get("const"), s.get("enum"), s.get("pattern")) {
-            (Some(Value::String(c)), _, _) => vec![c.clone()],
-            (_, Some(Value::Array(e)), _) => e
-                .iter()
-                .filter_map(|x| x.as_str().map(String::from))
-                .collect(),
-            (_, _, Some(Value::String(p))) => {
-                return super::hints::pattern_example(p).filter(|k| !keys.iter().any(|x| x == k));
-            }
-            _ => return None,
-        };
-        if keys.iter().any(|k| allowed.iter().any(|a| a == k)) {
-            return None;
+        return key_not_refutes(names, &keys).map(key);
+    }
+    // A member whose key `matches` and whose value fails `sub`.
+    let member = |matches: &dyn Fn(&str) -> bool, sub: &Value, example: Option<String>| match keys
+        .iter()
+        .find(|k| matches(k))
+    {
+        Some(k) => {
+            let (start, end) = child_span(text, span, k)?;
+            Some(InnerFix::Replace {
+                start,
+                end,
+                text: refuting(sub, root, depth)?.to_string(),
+            })
         }
-        return allowed.into_iter().next();
+        None => example.filter(|e| matches(e)).map(key),
+    };
+    if let Some(props) = m.get("properties").and_then(Value::as_object) {
+        if let Some(fix) = props
+            .iter()
+            .find_map(|(k, sub)| member(&|x| x == k, sub, Some(k.clone())))
+        {
+            return Some(fix);
+        }
+    }
+    if let Some(props) = m.get("patternProperties").and_then(Value::as_object) {
+        if let Some(fix) = props.iter().find_map(|(p, sub)| {
+            let re = super::strings::ecma_to_rust(p)
+                .ok()
+                .and_then(|r| regex_automata::meta::Regex::new(&r).ok())?;
+            member(&|x| re.is_match(x), sub, super::hints::pattern_example(p))
+        }) {
+            return Some(fix);
+        }
     }
     ["anyOf", "oneOf", "allOf"].iter().find_map(|k| {
         m.get(*k)?
             .as_array()?
             .iter()
-            .find_map(|b| key_not_refutes(b, keys, depth + 1))
+            .find_map(|b| not_refuted(b, text, span, root, depth + 1))
     })
+}
+
+/// A key that an object with `keys` lacks and that `propertyNames: names` refuses where
+/// `names` is `{not: S}`: `S`'s `const`, first `enum` string, or its pattern's shortest
+/// match; `None` where a key present already is one, or for another shape.
+fn key_not_refutes(names: &Value, keys: &[Cow<'_, str>]) -> Option<String> {
+    let s = names.get("not")?;
+    let allowed: Vec<String> = match (s.get("const"), s.get("enum"), s.get("pattern")) {
+        (Some(Value::String(c)), _, _) => vec![c.clone()],
+        (_, Some(Value::Array(e)), _) => e
+            .iter()
+            .filter_map(|x| x.as_str().map(String::from))
+            .collect(),
+        (_, _, Some(Value::String(p))) => {
+            return super::hints::pattern_example(p).filter(|k| !keys.iter().any(|x| x == k));
+        }
+        _ => return None,
+    };
+    if keys.iter().any(|k| allowed.iter().any(|a| a == k)) {
+        return None;
+    }
+    allowed.into_iter().next()
+}
+
+/// A value that fails the sub-schema `sub` (a guess the check judges): for `false`,
+/// `null`; for `{not: S}`, a value `S` accepts ([`witness`]); for a `type`, a value of a
+/// type it does not list. `None` for another shape. `root` resolves `$ref`s.
+fn refuting(sub: &Value, root: Option<&Value>, depth: usize) -> Option<Value> {
+    if sub == &Value::Bool(false) {
+        return Some(Value::Null);
+    }
+    if let Some(s) = sub.get("not") {
+        return witness(s, root, depth + 1);
+    }
+    let types: Vec<&str> = match sub.get("type")? {
+        Value::String(t) => vec![t.as_str()],
+        Value::Array(ts) => ts.iter().filter_map(Value::as_str).collect(),
+        _ => return None,
+    };
+    [
+        ("null", Value::Null),
+        ("boolean", Value::Bool(true)),
+        ("string", Value::String(String::new())),
+        ("object", Value::Object(Map::new())),
+        ("array", Value::Array(Vec::new())),
+    ]
+    .into_iter()
+    .find(|(t, _)| !types.contains(t))
+    .map(|(_, v)| v)
+}
+
+/// A value that the sub-schema `s` accepts, built from the keywords that constrain a
+/// value alone (a guess the check judges): its `const`, first `enum` member, a
+/// `pattern`'s or `format`'s example string, the simplest value of its `type` (the
+/// `minimum` for a number), an object with the member a `not` of its members asks for
+/// ([`refuted_into`]), `0` for `true` or `{}`; a `$ref` is followed into `root`. `None`
+/// for another shape (a combinator, a bound it cannot meet) or past depth 8.
+fn witness(s: &Value, root: Option<&Value>, depth: usize) -> Option<Value> {
+    if depth > 8 {
+        return None;
+    }
+    if s == &Value::Bool(true) {
+        return Some(Value::from(0));
+    }
+    let m = s.as_object()?;
+    if let Some(r) = m.get("$ref").and_then(Value::as_str) {
+        let (_, fragment) = r.split_once('#')?;
+        return witness(root?.pointer(fragment)?, root, depth + 1);
+    }
+    if let Some(c) = m.get("const") {
+        return Some(c.clone());
+    }
+    if let Some(e) = m.get("enum") {
+        return e.as_array()?.first().cloned();
+    }
+    if let Some(p) = m.get("pattern").and_then(Value::as_str) {
+        return Some(Value::String(super::hints::pattern_example(p)?));
+    }
+    if let Some(f) = m.get("format").and_then(Value::as_str) {
+        return Some(Value::String(super::hints::format_example(f)?.to_string()));
+    }
+    let simple = ["type", "minimum", "not", "title", "description", "$comment"];
+    if m.keys().any(|k| !simple.contains(&k.as_str())) {
+        return None;
+    }
+    let t = match m.get("type") {
+        None => "null",
+        Some(Value::String(t)) => t.as_str(),
+        Some(Value::Array(ts)) => ts.first()?.as_str()?,
+        _ => return None,
+    };
+    if m.contains_key("not") && t != "object" {
+        return None;
+    }
+    Some(match t {
+        "object" => {
+            let mut members = Map::new();
+            if let Some(n) = m.get("not") {
+                refuted_into(n, &mut members, root, depth + 1)?;
+            }
+            Value::Object(members)
+        }
+        "array" => Value::Array(Vec::new()),
+        "string" => Value::String(String::new()),
+        "integer" | "number" => {
+            let lo = m.get("minimum").and_then(Value::as_f64).unwrap_or(0.0);
+            Value::from(lo.ceil() as i64)
+        }
+        "boolean" => Value::Bool(true),
+        "null" => Value::Null,
+        _ => return None,
+    })
+}
+
+/// Adds to `members` the member that makes the `not` sub-schema `n` fail: under
+/// `patternProperties` or `properties`, a key its first entry names (a pattern's
+/// shortest match) with a value that fails the entry ([`refuting`]); under
+/// `propertyNames: {not: S}`, a key `S` allows. `None` for another shape.
+fn refuted_into(
+    n: &Value,
+    members: &mut Map<String, Value>,
+    root: Option<&Value>,
+    depth: usize,
+) -> Option<()> {
+    if let Some(names) = n.get("propertyNames") {
+        let keys: Vec<Cow<'_, str>> = members.keys().map(|k| Cow::Borrowed(k.as_str())).collect();
+        let key = key_not_refutes(names, &keys)?;
+        members.insert(key, Value::Null);
+        return Some(());
+    }
+    let (key, sub) = if let Some((k, sub)) = n
+        .get("properties")
+        .and_then(|p| p.as_object()?.iter().next())
+    {
+        (k.clone(), sub)
+    } else {
+        let (p, sub) = n.get("patternProperties")?.as_object()?.iter().next()?;
+        (super::hints::pattern_example(p)?, sub)
+    };
+    members.insert(key, refuting(sub, root, depth + 1)?);
+    Some(())
 }
 
 /// The replacements `fixes` (into `text`) that do not overlap an earlier one (the
@@ -634,6 +859,23 @@ fn required_missing(
 /// once.
 const MAX_FIXES: usize = 256;
 
+/// Whether `schema` has a `not` keyword within depth 16 (outside `const`, `enum`,
+/// `default` and `examples`). Cost: a walk of the schema.
+fn has_not(schema: &Value, depth: usize) -> bool {
+    match schema {
+        Value::Object(m) if depth < 16 => m.iter().any(|(k, v)| {
+            k == "not"
+                || (!matches!(k.as_str(), "const" | "enum" | "default" | "examples")
+                    && has_not(v, depth + 1))
+        }),
+        Value::Array(a) if depth < 16 => a.iter().any(|v| has_not(v, depth + 1)),
+        _ => false,
+    }
+}
+
+/// The most ways a failed `anyOf`/`oneOf` offers (one per branch, fewest errors first).
+const MAX_WAYS: usize = 8;
+
 /// The longest array a `oneOf` that more than one branch passes makes longer.
 const MAX_GROW: usize = 16;
 
@@ -656,6 +898,8 @@ pub(crate) struct CheckBuilder<'a> {
     /// The checked sub-schemas (references rebased) with their pointers, by check index.
     schemas: Vec<(Value, String)>,
     validator: Arc<OnceLock<Validator>>,
+    /// A copy of the root, made for the first check with a `not` (see [`SchemaCheck`]).
+    shared_root: Option<Arc<Value>>,
 }
 
 fn draft_of(d: u32) -> Draft {
@@ -692,6 +936,7 @@ impl<'a> CheckBuilder<'a> {
             draft,
             schemas: Vec::new(),
             validator: Arc::new(OnceLock::new()),
+            shared_root: None,
         })
     }
 
@@ -705,11 +950,17 @@ impl<'a> CheckBuilder<'a> {
         ecma_patterns(&mut s, true, 0);
         let key = self.schemas.len().to_string();
         self.schemas.push((s, pointer.to_string()));
+        let root = has_not(schema, 0).then(|| {
+            self.shared_root
+                .get_or_insert_with(|| Arc::new(self.root.clone()))
+                .clone()
+        });
         Check(Arc::new(SchemaCheck {
             validator: self.validator.clone(),
             key,
             pointer: pointer.to_string(),
             hints,
+            root,
         }))
     }
 
@@ -1566,28 +1817,49 @@ mod tests {
     }
 
     #[test]
-    fn a_not_of_property_names_asks_for_the_key_it_refutes() {
-        let keys = |k: &[&'static str]| k.iter().map(|&x| Cow::Borrowed(x)).collect::<Vec<_>>();
+    fn a_not_asks_for_the_member_it_refutes() {
+        let fix = |schema: Value, text: &str| {
+            not_refuted(&schema, text.as_bytes(), (0, text.len()), None, 0)
+        };
+        let key = |k: &str, members: bool, close: usize| {
+            Some(InnerFix::Key {
+                close,
+                members,
+                key: k.into(),
+            })
+        };
         let schema = serde_json::json!({"anyOf": [
             {"propertyNames": {"not": {"enum": ["1", "3"]}}},
             {"propertyNames": {"not": {"enum": ["2", "3"]}}}]});
-        assert_eq!(
-            key_not_refutes(&schema, &keys(&[]), 0).as_deref(),
-            Some("1")
-        );
-        assert_eq!(
-            key_not_refutes(&schema, &keys(&["1"]), 0).as_deref(),
-            Some("2")
-        );
-        assert_eq!(key_not_refutes(&schema, &keys(&["3"]), 0), None);
+        assert_eq!(fix(schema.clone(), "{}"), key("1", false, 1));
+        assert_eq!(fix(schema.clone(), r#"{"1":0}"#), key("2", true, 6));
+        assert_eq!(fix(schema, r#"{"3":0}"#), None);
         let schema = serde_json::json!({"propertyNames": {"not": {"const": "k"}}});
+        assert_eq!(fix(schema, r#"{"a":0}"#), key("k", true, 6));
+        assert_eq!(fix(serde_json::json!({"type": "object"}), "{}"), None);
+        // A `not` of `patternProperties`: a key the pattern matches, then its value
+        // replaced by one the inner `not` refuses.
+        let schema = serde_json::json!({"patternProperties": {"c": {"not":
+            {"type": "string", "pattern": "99"}}}});
+        assert_eq!(fix(schema.clone(), "{}"), key("c", false, 1));
+        let text = r#"{"x":1,"abc": 0}"#;
         assert_eq!(
-            key_not_refutes(&schema, &keys(&["a"]), 0).as_deref(),
-            Some("k")
+            fix(schema, text),
+            Some(InnerFix::Replace {
+                start: 14,
+                end: 15,
+                text: r#""99""#.into()
+            })
         );
+        let schema = serde_json::json!({"properties": {"n": {"type": "integer"}}});
+        assert_eq!(fix(schema.clone(), "{}"), key("n", false, 1));
         assert_eq!(
-            key_not_refutes(&serde_json::json!({"type": "object"}), &keys(&[]), 0),
-            None
+            fix(schema, r#"{"n":1}"#),
+            Some(InnerFix::Replace {
+                start: 5,
+                end: 6,
+                text: "null".into()
+            })
         );
     }
 
