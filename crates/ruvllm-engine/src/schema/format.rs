@@ -20,7 +20,7 @@
 //!
 //! Part of the schema front end. Owns: the format grammars and checks. Uses: the IR.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde_json::{json, Value};
 
@@ -331,24 +331,35 @@ fn is_hostname(name: &str, a_label: &jsonschema::Validator) -> bool {
 
 /// The `hostname` format check that ruvllm's validators use (the same as the grammar's), for
 /// `jsonschema`'s `ValidationOptions::with_format("hostname", ...)`, so that what the
-/// grammar allows and what post-validation accepts are one language. Cost: one small
-/// validator build; each call is linear in the name.
+/// grammar allows and what post-validation accepts are one language. Cost: nothing until
+/// the first call, which builds a small validator (every schema's check validator is
+/// built with this format, and most never read a hostname); then linear in the name.
 pub fn hostname_format() -> impl Fn(&str) -> bool + Send + Sync + 'static {
-    let a_label = jsonschema::options()
-        .should_validate_formats(true)
-        .build(&json!({ "format": "hostname" }))
-        .expect("the format schema is valid");
-    move |name: &str| is_hostname(name, &a_label)
+    let a_label = OnceLock::new();
+    move |name: &str| {
+        let a_label = a_label.get_or_init(|| {
+            jsonschema::options()
+                .should_validate_formats(true)
+                .build(&json!({ "format": "hostname" }))
+                .expect("the format schema is valid")
+        });
+        is_hostname(name, a_label)
+    }
 }
 
 /// The `uri-template` format check for ruvllm's validators: RFC 6570's grammar (with
 /// erratum 6937), the same regex as the grammar's, so that what the mask allows and what
-/// post-validation accepts are one language. Cost: one regex build; each call linear in
-/// the text.
+/// post-validation accepts are one language. Cost: nothing until the first call, which
+/// builds the regex (see [`hostname_format`]); then linear in the text.
 pub fn uri_template_format() -> impl Fn(&str) -> bool + Send + Sync + 'static {
-    let re = regex_automata::meta::Regex::new(&format!(r"\A(?:{})\z", uri_template()))
-        .expect("the URI template regex is valid");
-    move |s: &str| re.is_match(s)
+    let re = OnceLock::new();
+    move |s: &str| {
+        re.get_or_init(|| {
+            regex_automata::meta::Regex::new(&format!(r"\A(?:{})\z", uri_template()))
+                .expect("the URI template regex is valid")
+        })
+        .is_match(s)
+    }
 }
 
 impl ValueCheck for FormatCheck {
