@@ -41,12 +41,12 @@
 //! needs about 700 transitions). A clone of a matcher starts with an empty memo: it is a
 //! cache, and copying it would make forks cost more than the parser history they copy.
 
+use crate::constraint::Constraint;
 use crate::deadline::Deadline;
 use crate::earley::{Item, Parser, ROOT};
 use crate::error::MatchError;
 use crate::states::Walked;
 use crate::util::FastMap;
-use crate::Constraint;
 
 /// No node: the position is not memoized (below a step that ran a semantic check).
 const NONE: u32 = u32::MAX;
@@ -371,7 +371,9 @@ impl Walk<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Limits, Matcher, Vocabulary};
+    use crate::matcher::Matcher;
+    use crate::vocab::Vocabulary;
+    use crate::Limits;
     use std::sync::Arc;
 
     /// A walk over tens of thousands of boundary-crossing tokens fills the memo past its
@@ -388,7 +390,7 @@ mod tests {
         );
         // Every letter is a lexeme of its own (the rule is ambiguous and recursive), so
         // every token made of letters crosses lexeme boundaries.
-        let c = crate::Constraint::from_gbnf(
+        let c = crate::constraint::Constraint::from_gbnf(
             "root ::= s\ns ::= s s | [a-z] | \"\"",
             vocab.clone(),
             &Limits::default(),

@@ -46,21 +46,21 @@
 //! the tokens inside lexemes are bounded (the items' bounds, no walk), and the mask is the
 //! exact mask with the boundary-crossing tokens left to be confirmed (tentative); the walk
 //! comes with the state's second visit, or at once near the end. Memory: each cache of a
-//! constraint holds at most [`MAX_ENTRIES`] entries and [`MAX_BYTES`] bytes (then it is
+//! constraint holds at most `facts::MAX_ENTRIES` entries and `facts::MAX_BYTES` bytes (then it is
 //! emptied); a budget table's large token groups are bitmaps.
 //!
-//! Owns: the budget facts per parse state and the budget tables per lexeme state of a
-//! constraint (`BudgetCache`). Uses: the compiled grammar and its distances, the Earley
+//! Owns: the computing of budget facts per parse state and budget tables per lexeme
+//! state, which a constraint keeps (`facts::BudgetCache`). Uses: the compiled grammar and its distances, the Earley
 //! sets, the token tables, shortest completions (`complete`), the state identities.
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
-use crate::compile::dist::{add, INF};
+use crate::compile::automata::dist::{add, INF};
 use crate::compile::Sym;
 use crate::deadline::Deadline;
 use crate::earley::{Item, Parser};
 use crate::error::MatchError;
-use crate::facts::{Leaf, StateBudget};
+use crate::facts::{BudgetTable, Group, Leaf, LexemeClose, StateBudget};
 use crate::matcher::Matcher;
 use crate::states::UNIQUE;
 use crate::util::FastMap;
@@ -70,11 +70,6 @@ use crate::util::FastMap;
 const HINT_STEPS: u32 = 16;
 /// How far is far for that: the tokens left are at least this many times the bound.
 const HINT_SLACK: u32 = 4;
-
-/// Identities whose budget facts a constraint keeps.
-const MAX_ENTRIES: usize = 1 << 16;
-/// Budget tables a constraint keeps.
-const MAX_BYTES: usize = 64 << 20;
 
 /// What [`Matcher::compute_budget_mask`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -113,86 +108,9 @@ fn keep_with_eos(mask: &mut [u32], allowed: &[u32], eos: &[u32]) -> bool {
     narrowed
 }
 
-/// The tokens that stay inside a lexeme from one state, grouped by the state they end in.
-#[derive(Debug)]
-struct BudgetTable {
-    groups: Vec<Group>,
-}
-
-#[derive(Debug)]
-struct Group {
-    /// Bytes from the end state to the end of the lexeme.
-    dist: u32,
-    /// The end state.
-    state: u32,
-    tokens: crate::tables::TokenSet,
-    /// Tokens of the end state's shortest text (computed on first need).
-    fewest: OnceLock<u32>,
-}
-
-/// A map bounded by entries and by (approximate) bytes: emptied when an insertion would
-/// pass either bound.
-struct Bounded<K, V> {
-    map: FastMap<K, V>,
-    bytes: usize,
-}
-
-impl<K, V> Default for Bounded<K, V> {
-    fn default() -> Self {
-        Bounded {
-            map: FastMap::default(),
-            bytes: 0,
-        }
-    }
-}
-
-impl<K: std::hash::Hash + Eq, V: Clone> Bounded<K, V> {
-    fn get(&self, k: &K) -> Option<V> {
-        self.map.get(k).cloned()
-    }
-
-    /// Inserts `v` of about `size` bytes (a replaced value's bytes stay counted until the
-    /// next emptying). Cost: O(1), O(entries) when emptied.
-    fn insert(&mut self, k: K, v: V, size: usize) {
-        if self.map.len() >= MAX_ENTRIES || self.bytes + size > MAX_BYTES {
-            self.map.clear();
-            self.bytes = 0;
-        }
-        self.bytes += size;
-        self.map.insert(k, v);
-    }
-}
-
-/// Per-constraint caches of budget facts (see the module docs).
-#[derive(Default)]
-pub(crate) struct BudgetCache {
-    states: Mutex<Bounded<u32, Arc<StateBudget>>>,
-    tables: Mutex<Bounded<(u32, u32), Arc<BudgetTable>>>,
-    closes: Mutex<Bounded<(u32, u32), Arc<LexemeClose>>>,
-}
-
-impl BudgetCache {
-    /// Approximate heap bytes (each cache at most [`MAX_BYTES`]). Cost: three locks.
-    pub(crate) fn memory(&self) -> usize {
-        self.states.lock().map_or(0, |m| m.bytes)
-            + self.tables.lock().map_or(0, |m| m.bytes)
-            + self.closes.lock().map_or(0, |m| m.bytes)
-    }
-}
-
 /// Lexeme states a token search ([`Matcher::lexeme_close`]) visits at most: each costs
 /// a budget table (one trie walk, kept).
 const CLOSE_STATES: usize = 32;
-
-/// The fewest tokens found that take a lexeme from one state to its end: `steps`, tokens
-/// that stay inside the lexeme, then from the state `end` where they stop, the lexeme's
-/// shortest text in its fewest tokens; `count` in all.
-#[derive(Debug)]
-pub(crate) struct LexemeClose {
-    pub(crate) count: u32,
-    pub(crate) steps: Vec<u32>,
-    pub(crate) end: u32,
-}
 
 /// Walks the token trie over the sorted, disjoint node `ranges` with the real parser (no
 /// memo), calling `at` at each node that ends tokens the parser accepts. The parser is
@@ -779,7 +697,7 @@ impl Matcher {
 }
 
 /// The trie ranges holding the leaves' tokens: each token's node, as a range of one.
-fn leaf_ranges(c: &crate::Constraint, facts: &StateBudget) -> Vec<(u32, u32)> {
+fn leaf_ranges(c: &crate::constraint::Constraint, facts: &StateBudget) -> Vec<(u32, u32)> {
     let trie = c.vocab.trie();
     let mut nodes: Vec<u32> = facts
         .leaves

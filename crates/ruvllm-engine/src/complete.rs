@@ -83,7 +83,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use crate::compile::dist::{add, INF};
+use crate::compile::automata::dist::{add, INF};
 use crate::compile::shortest::{Shortest, MAX_TEXT};
 use crate::compile::{CompiledGrammar, EarleyRuleId, Sym};
 use crate::earley::{Failed, Item, Parser, WaitCost, ROOT};
@@ -679,7 +679,7 @@ impl Matcher {
                 // whose branches differ on `value`; a lexeme's shortest completion is one
                 // text, so the other keys of an object are only reached this way).
                 let allowed = self.parser.top_info().allowed;
-                for &b in crate::compile::dist::PREFERRED.iter() {
+                for &b in crate::compile::automata::dist::PREFERRED.iter() {
                     if !allowed.contains(b) {
                         continue;
                     }
@@ -1455,7 +1455,7 @@ impl Matcher {
         let sh = g.shortest();
         let mut dive = Vec::new();
         // The preferred order with whitespace last: blanks between tokens change nothing.
-        let (blank, mut order): (Vec<u8>, Vec<u8>) = crate::compile::dist::PREFERRED
+        let (blank, mut order): (Vec<u8>, Vec<u8>) = crate::compile::automata::dist::PREFERRED
             .iter()
             .copied()
             .partition(|b| b" \t\r\n".contains(b));
@@ -1674,7 +1674,7 @@ fn keep_fewer(best: &mut Option<Completion>, w: Completion) {
     }
 }
 
-fn consider(best: &mut Option<Completion>, vocab: &crate::Vocabulary, text: &[u8]) {
+fn consider(best: &mut Option<Completion>, vocab: &crate::vocab::Vocabulary, text: &[u8]) {
     let Some(tokens) = vocab.fewest_tokens(text) else {
         return;
     };
@@ -1689,8 +1689,8 @@ fn consider(best: &mut Option<Completion>, vocab: &crate::Vocabulary, text: &[u8
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::constraint::Constraint;
     use crate::schema::{schema_to_grammar, SchemaOptions};
-    use crate::Constraint;
     use std::sync::Arc;
 
     /// [`Matcher::accepts_at`] keeps the sets of the beginning a candidate shares with the

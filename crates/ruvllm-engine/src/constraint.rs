@@ -1,13 +1,25 @@
 //! A compiled grammar bound to one vocabulary, with what its matchers share.
 //!
+//! The layer between the engine (caches per vocabulary) and the matchers (one generation
+//! each): a [`Constraint`] is assembled here, by [`Engine::bind`] and
+//! [`Engine::constraint`] (which live in this module, so that the engine names no
+//! constraint), and handed to every matcher; the matcher, the boundary walk, completions
+//! and budget masks read it and fill its caches.
+//!
 //! Owns: per lexeme, a handle to its token tables (kept in the engine's table store), and
 //! per parse state, identities, boundary-walk results and budget facts. Uses: the
-//! compiled grammar, the engine, the tables, the state caches.
+//! compiled grammar, the engine, the tables, the state caches (`states`), the budget
+//! caches (`facts`).
 
 use std::sync::Arc;
 
-use crate::{budget, states, tables};
-use crate::{CompiledGrammar, Engine, Grammar, GrammarError, Limits, Vocabulary};
+use crate::compile::CompiledGrammar;
+use crate::engine::Engine;
+use crate::error::GrammarError;
+use crate::facts::BudgetCache;
+use crate::grammar::{Grammar, GrammarWarning};
+use crate::vocab::Vocabulary;
+use crate::{states, tables, Limits};
 
 /// A compiled grammar bound to a vocabulary: the unit a runtime caches per request shape.
 /// Holds the lazily computed token tables; share it with `Arc` across matchers and threads.
@@ -25,7 +37,7 @@ pub struct Constraint {
     /// Boundary-walk results per parse state (see `states`).
     pub(crate) walks: states::WalkCache,
     /// Budget facts per parse state and budget tables per lexeme state (see `budget`).
-    pub(crate) budget: budget::BudgetCache,
+    pub(crate) budget: BudgetCache,
 }
 
 impl std::fmt::Debug for Constraint {
@@ -40,7 +52,7 @@ impl std::fmt::Debug for Constraint {
 impl Constraint {
     /// The warnings of the grammar it was compiled from ([`CompiledGrammar::warnings`]).
     /// Cost: O(1).
-    pub fn warnings(&self) -> &[crate::GrammarWarning] {
+    pub fn warnings(&self) -> &[GrammarWarning] {
         self.grammar.warnings()
     }
 }
@@ -88,7 +100,7 @@ impl Constraint {
             limits: limits.clone(),
             states: states::StateIds::default(),
             walks: states::WalkCache::default(),
-            budget: budget::BudgetCache::default(),
+            budget: BudgetCache::default(),
         })
     }
 
@@ -143,5 +155,25 @@ impl Constraint {
             }
         }
         (n, b)
+    }
+}
+
+/// The constraints an engine makes: the grammar bound here, so that the engine below
+/// (its caches) names no constraint.
+impl Engine {
+    /// Binds a compiled grammar to this engine's vocabulary: its lexemes get their token
+    /// tables from the table store (shared with every other grammar using the same
+    /// lexemes; built on first use). Cost: a lookup per lexeme.
+    pub fn bind(&self, grammar: Arc<CompiledGrammar>, limits: &Limits) -> Arc<Constraint> {
+        Constraint::bind(grammar, self.clone(), limits)
+    }
+
+    /// [`Engine::compile`] then [`Engine::bind`].
+    pub fn constraint(
+        &self,
+        g: &Grammar,
+        limits: &Limits,
+    ) -> Result<Arc<Constraint>, GrammarError> {
+        Ok(self.bind(self.compile(g, limits)?, limits))
     }
 }

@@ -20,7 +20,7 @@
 //!
 //! An `Engine` is a cheap handle (`Clone` shares the same caches) and is `Send + Sync`.
 //! Shared between threads: the compile caches, the table store, and through each
-//! [`Constraint`] its token tables, parse-state identities and walk results (all behind
+//! [`Constraint`](crate::constraint::Constraint) its token tables, parse-state identities and walk results (all behind
 //! short locks or `OnceLock`s; a table is computed once, by whichever thread first needs
 //! it, while others needing the same table wait for it). Per generation and never
 //! shared: a [`crate::Matcher`] (Earley sets, scratch buffers); clone it to fork.
@@ -31,13 +31,17 @@
 //! when the current one fills half of a bound, so what the engine itself keeps stays
 //! within the bounds. A constraint keeps the tables it uses for as long as it lives,
 //! whatever the engine drops meanwhile (that memory is the constraint's, see
-//! [`Constraint::table_usage`]).
+//! [`Constraint::table_usage`](crate::constraint::Constraint::table_usage)).
 
 use std::sync::Arc;
 
 use crate::compile::cache::{self, Caches};
+use crate::compile::CompiledGrammar;
+use crate::error::GrammarError;
+use crate::grammar::Grammar;
 use crate::tables::{self, Store};
-use crate::{CompiledGrammar, Constraint, Grammar, GrammarError, Limits, Vocabulary};
+use crate::vocab::Vocabulary;
+use crate::Limits;
 
 /// Bounds of an [`Engine`]'s caches. The defaults suit a server that compiles thousands
 /// of distinct schemas with one vocabulary: a few hundred MiB at most.
@@ -59,12 +63,13 @@ pub struct EngineConfig {
 
 impl Default for EngineConfig {
     fn default() -> Self {
+        let compile = cache::Bounds::default();
         EngineConfig {
-            max_cached_lexemes: 8192,
-            max_cached_dfa_bytes: 256 << 20,
+            max_cached_lexemes: compile.lexemes,
+            max_cached_dfa_bytes: compile.dfa_bytes,
             max_table_lexemes: 8192,
             max_table_bytes: 256 << 20,
-            max_key_sets: 1 << 14,
+            max_key_sets: compile.key_sets,
         }
     }
 }
@@ -172,22 +177,6 @@ impl Engine {
         CompiledGrammar::compile_in(g, limits, &self.shared.compile).map(Arc::new)
     }
 
-    /// Binds a compiled grammar to this engine's vocabulary: its lexemes get their token
-    /// tables from the table store (shared with every other grammar using the same
-    /// lexemes; built on first use). Cost: a lookup per lexeme.
-    pub fn bind(&self, grammar: Arc<CompiledGrammar>, limits: &Limits) -> Arc<Constraint> {
-        Constraint::bind(grammar, self.clone(), limits)
-    }
-
-    /// [`Engine::compile`] then [`Engine::bind`].
-    pub fn constraint(
-        &self,
-        g: &Grammar,
-        limits: &Limits,
-    ) -> Result<Arc<Constraint>, GrammarError> {
-        Ok(self.bind(self.compile(g, limits)?, limits))
-    }
-
     /// Drops everything the caches keep. Live constraints and grammars keep what they
     /// use; the next compiles and first masks build again. Cost: the frees, on helper
     /// threads.
@@ -248,8 +237,8 @@ mod tests {
     #[test]
     fn handles_are_send_and_sync() {
         assert_send_sync::<Engine>();
-        assert_send_sync::<Constraint>();
+        assert_send_sync::<crate::constraint::Constraint>();
         assert_send_sync::<CompiledGrammar>();
-        assert_send_sync::<crate::Matcher>();
+        assert_send_sync::<crate::matcher::Matcher>();
     }
 }

@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use crate::boundary::WalkMemo;
 use crate::compile::Sym;
+use crate::constraint::Constraint;
 pub(crate) use crate::deadline::Deadline;
 use crate::earley::Parser;
 use crate::error::MatchError;
-use crate::Constraint;
 
 /// Tracks one generation against a [`Constraint`].
 ///

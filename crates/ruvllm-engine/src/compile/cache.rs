@@ -9,7 +9,7 @@
 //! rebuilt meanwhile, since equal parts are recognized by identity).
 //!
 //! Owns: the [`Cache`] of lexemes, the key-set measures, the NFA compiler. Uses: the
-//! lexeme automata ([`super::dfa`]) only. Nothing here knows of vocabularies or token
+//! lexeme automata ([`super::automata::dfa`]) only. Nothing here knows of vocabularies or token
 //! tables: those live in the engine's table store (`crate::tables::Store`), keyed by
 //! lexeme.
 
@@ -19,20 +19,33 @@ use std::sync::{Arc, Mutex};
 use regex_automata::nfa::thompson;
 use regex_syntax::hir::Hir;
 
-use super::dfa::{Dfa, DfaError, Lexeme};
+use super::automata::dfa::{Dfa, DfaError, Lexeme};
 
 /// A cached build: the lexeme, or why it could not be built.
 pub(crate) type Entry = Result<Arc<Lexeme>, DfaError>;
 
-/// Bounds of the compile caches (see [`crate::EngineConfig`]).
+/// Bounds of the compile caches. An engine's come from its configuration
+/// (`EngineConfig`, whose defaults are these); a standalone compile uses the defaults.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Bounds {
-    /// Lexemes kept, both generations together.
+    /// Lexemes kept, both generations together (default 8,192).
     pub lexemes: usize,
-    /// DFA bytes the kept lexemes may hold, both generations together.
+    /// DFA bytes the kept lexemes may hold, both generations together (default 256 MiB;
+    /// one DFA can reach `Limits::max_lexeme_states` x 1 KiB, so a count alone does not
+    /// bound it).
     pub dfa_bytes: usize,
-    /// Key sets whose measures are kept.
+    /// Key sets whose measures are kept (default 16,384).
     pub key_sets: usize,
+}
+
+impl Default for Bounds {
+    fn default() -> Self {
+        Bounds {
+            lexemes: 8192,
+            dfa_bytes: 256 << 20,
+            key_sets: 1 << 14,
+        }
+    }
 }
 
 /// The compile caches of one engine. `Send + Sync`: every part is behind its own lock,
@@ -72,7 +85,7 @@ impl Caches {
     /// Caches for one compile outside any engine (a standalone
     /// [`super::CompiledGrammar::new`]): the defaults' bounds.
     pub fn private() -> Caches {
-        Caches::new(crate::EngineConfig::default().compile_bounds())
+        Caches::new(Bounds::default())
     }
 
     /// Lexemes kept and their DFA bytes. Cost: a lock and O(lexemes) for the bytes.

@@ -59,8 +59,8 @@ use std::sync::Arc;
 
 use regex_syntax::hir::{Hir, HirKind};
 
+use super::automata::dfa::{Dfa, DfaError, Lexeme};
 use super::cache::Caches;
-use super::dfa::{Dfa, DfaError, Lexeme};
 use super::setpool::SetPool;
 use super::subset::Subset;
 use crate::byteset::ByteSet;

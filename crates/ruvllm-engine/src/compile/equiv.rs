@@ -3,7 +3,7 @@
 //! (under their own budget), and the tests use it as an oracle for counted lexemes'
 //! canonical states. Uses only the DFA.
 
-use super::dfa::Dfa;
+use super::automata::dfa::Dfa;
 use crate::util::FastSet;
 
 /// Whether state `s` of `a` and state `t` of `b` agree on every byte string of length at

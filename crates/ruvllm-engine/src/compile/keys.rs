@@ -40,7 +40,7 @@
 //! the IR's key complements and JSON string encodings (`grammar::json_string`), the lexeme
 //! automata and the subset construction.
 
-use super::dfa::{Dfa, DfaError};
+use super::automata::dfa::{Dfa, DfaError};
 use super::subset::Subset;
 use crate::grammar::Expr;
 
@@ -348,7 +348,7 @@ mod tests {
     }
 
     /// The key complements that are rule bodies of `g`.
-    fn key_complements(g: &crate::Grammar) -> Vec<Arc<KeyComplement>> {
+    fn key_complements(g: &crate::grammar::Grammar) -> Vec<Arc<KeyComplement>> {
         g.rules
             .iter()
             .filter_map(|r| match &r.body {
@@ -499,8 +499,9 @@ mod tests {
         toks.push(b"<eos>".to_vec());
         let mut special = vec![false; 257];
         special[256] = true;
-        let vocab =
-            std::sync::Arc::new(crate::Vocabulary::new("bytes", toks, special, vec![256]).unwrap());
+        let vocab = std::sync::Arc::new(
+            crate::vocab::Vocabulary::new("bytes", toks, special, vec![256]).unwrap(),
+        );
         // The direct automaton of this key set has more states than this.
         let ks = &key_complements(&g)[0];
         let caches = super::super::cache::Caches::private();
@@ -513,8 +514,8 @@ mod tests {
         };
         assert!(direct.num_states() > small.max_lexeme_states);
         let accepts = |limits: &Limits, text: &str| {
-            let c = crate::Constraint::new(&g, vocab.clone(), limits).unwrap();
-            let mut m = crate::Matcher::new(&c).unwrap();
+            let c = crate::constraint::Constraint::new(&g, vocab.clone(), limits).unwrap();
+            let mut m = crate::matcher::Matcher::new(&c).unwrap();
             text.bytes().all(|b| m.commit_token(b as u32).is_ok()) && m.is_accepting()
         };
         for (text, ok) in [

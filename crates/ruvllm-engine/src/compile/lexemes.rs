@@ -42,7 +42,7 @@ pub(super) fn build_hir_lexeme(
     states: usize,
     bytes: usize,
     deadline: Option<std::time::Instant>,
-) -> Result<Dfa, dfa::DfaError> {
+) -> Result<Dfa, automata::dfa::DfaError> {
     if let Some((lit, rest)) = literal_head(hir) {
         match caches.cached(&rest.to_string(), &rest, states, bytes, deadline) {
             Ok(r) => {
@@ -50,8 +50,10 @@ pub(super) fn build_hir_lexeme(
                     return Ok(d);
                 }
             }
-            Err(dfa::DfaError::Deadline) => return Err(dfa::DfaError::Deadline),
-            Err(dfa::DfaError::TooBig { .. }) => {}
+            Err(automata::dfa::DfaError::Deadline) => {
+                return Err(automata::dfa::DfaError::Deadline)
+            }
+            Err(automata::dfa::DfaError::TooBig { .. }) => {}
         }
     }
     Dfa::build_lexeme(caches, hir, states, bytes, deadline)
@@ -295,15 +297,17 @@ impl Lowerer<'_> {
             Dfa::build_lexeme(caches, hir, states, bytes, deadline)
         })? {
             Ok(r) => r,
-            Err(dfa::DfaError::Deadline) => return Ok(Some(Err(dfa::DfaError::Deadline))),
-            Err(dfa::DfaError::TooBig { .. }) => return Ok(None),
+            Err(automata::dfa::DfaError::Deadline) => {
+                return Ok(Some(Err(automata::dfa::DfaError::Deadline)))
+            }
+            Err(automata::dfa::DfaError::TooBig { .. }) => return Ok(None),
         };
         let Some(d) = Dfa::prepend_literal(&lit, &r, states, bytes) else {
             return Ok(None);
         };
         let entry = self.caches.put(cache_key, Ok(d));
         if let Ok(l) = &entry {
-            let mut name = printed_prefix(&Hir::literal(lit), dfa::NAME_BYTES);
+            let mut name = printed_prefix(&Hir::literal(lit), automata::dfa::NAME_BYTES);
             name.push_str(r.name().unwrap_or_default());
             l.set_name(&name);
         }
@@ -319,7 +323,7 @@ impl Lowerer<'_> {
         cache_key: &[u8],
         group: Group,
         items: &[&Expr],
-        build: impl FnOnce(&Hir) -> Result<Dfa, dfa::DfaError>,
+        build: impl FnOnce(&Hir) -> Result<Dfa, automata::dfa::DfaError>,
     ) -> Result<cache::Entry, GrammarError> {
         if let Some(entry) = self.caches.get(cache_key) {
             return Ok(entry);
@@ -334,7 +338,7 @@ impl Lowerer<'_> {
         };
         let entry = self.caches.put(cache_key, build(&hir));
         if let Ok(l) = &entry {
-            l.set_name(&printed_prefix(&hir, dfa::NAME_BYTES));
+            l.set_name(&printed_prefix(&hir, automata::dfa::NAME_BYTES));
         }
         Ok(entry)
     }
@@ -347,7 +351,7 @@ impl Lowerer<'_> {
         cache_key: &[u8],
         key: Vec<u8>,
         name: impl FnOnce() -> String,
-        build: impl FnOnce() -> Result<Dfa, dfa::DfaError>,
+        build: impl FnOnce() -> Result<Dfa, automata::dfa::DfaError>,
     ) -> Result<Option<u32>, GrammarError> {
         if let Some(&l) = self.lex_map.get(&key) {
             return Ok(Some(l));
@@ -412,11 +416,11 @@ impl Lowerer<'_> {
                 self.lex_map.insert(key, l);
                 Ok(Some(l))
             }
-            Err(dfa::DfaError::TooBig { cost }) => {
+            Err(automata::dfa::DfaError::TooBig { cost }) => {
                 self.dfa_spent += cost;
                 Ok(None)
             }
-            Err(dfa::DfaError::Deadline) => Err(self.time_error()),
+            Err(automata::dfa::DfaError::Deadline) => Err(self.time_error()),
         }
     }
 }

@@ -25,11 +25,10 @@
 //! lowering by concern), `byteset`, `error`, `util`; never the vocabulary or the token
 //! tables.
 
+pub(crate) mod automata;
+mod build;
 pub(crate) mod cache;
 mod compose;
-mod counted;
-pub(crate) mod dfa;
-pub(crate) mod dist;
 pub(crate) mod equiv;
 pub(crate) mod keys;
 mod setpool;
@@ -51,11 +50,12 @@ use std::hash::{Hash, Hasher};
 
 use regex_syntax::hir::{self, Hir};
 
-pub use dfa::{Dfa, Lexeme};
+pub use automata::dfa::{Dfa, Lexeme};
 
+use crate::error::GrammarError;
 use crate::grammar::{Check, Expr, Grammar};
 pub(crate) use crate::util::{EarleyRuleId, LexemeId};
-use crate::{GrammarError, Limits};
+use crate::Limits;
 
 /// A grammar symbol at a parser position.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,7 +103,7 @@ pub struct CompiledGrammar {
     /// [`CompiledGrammar::completion_bytes`]), computed on first use.
     completion_bytes: std::sync::OnceLock<crate::byteset::ByteSet>,
     /// The source grammar's warnings ([`crate::GrammarWarning`]), for the caller to report.
-    pub(crate) warnings: Vec<crate::GrammarWarning>,
+    pub(crate) warnings: Vec<crate::grammar::GrammarWarning>,
 }
 
 /// Size figures of a compiled grammar.
@@ -167,7 +167,7 @@ impl CompiledGrammar {
 
     /// What the front end accepted with a warning (an unknown JSON Schema `format`, read as
     /// an annotation), carried from the source [`Grammar`]. Cost: O(1).
-    pub fn warnings(&self) -> &[crate::GrammarWarning] {
+    pub fn warnings(&self) -> &[crate::grammar::GrammarWarning] {
         &self.warnings
     }
 
@@ -472,7 +472,7 @@ impl<'a> Lowerer<'a> {
     /// Regular elements are grouped into runs, each lexed as one lexeme when it fits; a
     /// heavy element stays a run of its own, so that identical ones (the same bounded
     /// string in many properties) share one DFA and its tables. A heavy bounded repetition
-    /// of a prefix-free item becomes a counted lexeme (see [`counted`]) that takes in the
+    /// of a prefix-free item becomes a counted lexeme (see [`automata::counted`]) that takes in the
     /// light runs on either side (the quotes of a string) when it can.
     fn seq(&mut self, e: &Expr) -> Result<Vec<Sym>, GrammarError> {
         let mut elems: Vec<&Expr> = Vec::new();

@@ -153,7 +153,7 @@ impl Lowerer<'_> {
                 let head = if head.is_empty() {
                     String::new()
                 } else {
-                    printed_prefix(&Hir::literal(head.to_vec()), dfa::NAME_BYTES)
+                    printed_prefix(&Hir::literal(head.to_vec()), automata::dfa::NAME_BYTES)
                 };
                 format!(
                     "{head}{}(?:{}){{{min},{bound}}}{}",
@@ -234,11 +234,11 @@ impl Lowerer<'_> {
         match entry {
             // Charged once, as part of the counted lexeme's states (see `register`).
             Ok(d) => Ok(Some((key, d))),
-            Err(dfa::DfaError::TooBig { cost }) => {
+            Err(automata::dfa::DfaError::TooBig { cost }) => {
                 self.dfa_spent += cost;
                 Ok(None)
             }
-            Err(dfa::DfaError::Deadline) => Err(self.time_error()),
+            Err(automata::dfa::DfaError::Deadline) => Err(self.time_error()),
         }
     }
 

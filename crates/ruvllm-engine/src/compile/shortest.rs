@@ -3,7 +3,7 @@
 //! that finish its alternative from there.
 //!
 //! These are the grammar half of a shortest completion (`crate::complete` adds the
-//! parser's stack; `super::dist` gives the lexemes' half). They depend on the grammar
+//! parser's stack; `super::automata::dist` gives the lexemes' half). They depend on the grammar
 //! only, not on a vocabulary, so a compiled grammar computes them once, on first use
 //! (grammars never asked for a completion never pay).
 //!
@@ -20,7 +20,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use super::dist::{add, INF};
+use super::automata::dist::{add, INF};
 use super::{CompiledGrammar, LexemeId, Sym};
 
 /// The longest shortest text ever built (bytes): a grammar whose completion needs more is
@@ -179,7 +179,9 @@ impl Shortest {
 
 #[cfg(test)]
 mod tests {
-    use crate::{CompiledGrammar, Grammar, Limits};
+    use crate::compile::CompiledGrammar;
+    use crate::grammar::Grammar;
+    use crate::Limits;
 
     fn compiled(gbnf: &str) -> CompiledGrammar {
         let g = Grammar::from_gbnf(gbnf, &Limits::default()).unwrap();

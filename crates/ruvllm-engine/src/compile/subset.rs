@@ -21,7 +21,7 @@
 //!   with the parser's one-multiply-per-word hasher.
 //!
 //! The result is the same language as the dense builder's (checked state by state in the
-//! tests of [`super::dfa`]), with at most as many states.
+//! tests of [`super::automata::dfa`]), with at most as many states.
 //!
 //! **Budgets.** `max_states` bounds the live states; `set_bytes` bounds the memory of the
 //! sets and closures (what grows with NFA states per DFA state, the factor that made some

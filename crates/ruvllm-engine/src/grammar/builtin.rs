@@ -17,7 +17,8 @@
 //!   the match exactly. CDATA sections and DOCTYPE are not part of the subset.
 
 use super::ir::Grammar;
-use crate::{GrammarError, Limits};
+use crate::error::GrammarError;
+use crate::Limits;
 
 /// A built-in format.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -18,7 +18,8 @@
 use std::collections::HashMap;
 
 use super::ir::{Expr, Grammar, Rule, RuleId};
-use crate::{GrammarError, Limits};
+use crate::error::GrammarError;
+use crate::Limits;
 
 struct Parser<'a> {
     src: &'a str,

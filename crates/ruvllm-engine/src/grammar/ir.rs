@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::GrammarError;
+use crate::error::GrammarError;
 
 /// A semantic predicate on the exact text a rule derived, for constraints that are not
 /// context-free (JSON Schema's `uniqueItems`, exclusive `oneOf`, `not`, ...).

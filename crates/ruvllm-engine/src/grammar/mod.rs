@@ -32,7 +32,7 @@ use crate::Limits;
 impl Grammar {
     /// Parses GBNF text (llama.cpp's format). Errors carry line and column.
     /// Cost: linear in the text.
-    pub fn from_gbnf(text: &str, limits: &Limits) -> Result<Grammar, crate::GrammarError> {
+    pub fn from_gbnf(text: &str, limits: &Limits) -> Result<Grammar, crate::error::GrammarError> {
         gbnf::parse(text, limits)
     }
 
@@ -40,14 +40,19 @@ impl Grammar {
     /// (Rust/ECMAScript common syntax; `^`/`$` anywhere, with their meaning in a whole-string
     /// match: see the `anchors` module). Cost: linear in the pattern, more where anchors
     /// stand inside groups (bounded by [`Limits::max_grammar_nodes`]).
-    pub fn from_regex(pattern: &str, limits: &Limits) -> Result<Grammar, crate::GrammarError> {
+    pub fn from_regex(
+        pattern: &str,
+        limits: &Limits,
+    ) -> Result<Grammar, crate::error::GrammarError> {
         regex::parse(pattern, limits)
     }
 
     /// A grammar whose sentences are exactly the given strings.
-    pub fn from_choices<S: AsRef<str>>(choices: &[S]) -> Result<Grammar, crate::GrammarError> {
+    pub fn from_choices<S: AsRef<str>>(
+        choices: &[S],
+    ) -> Result<Grammar, crate::error::GrammarError> {
         if choices.is_empty() {
-            return Err(crate::GrammarError::Invalid(
+            return Err(crate::error::GrammarError::Invalid(
                 "a choice list needs at least one option".into(),
             ));
         }
@@ -59,7 +64,7 @@ impl Grammar {
     }
 
     /// A built-in format (JSON, JSON object, JSONL, CSV, XML).
-    pub fn builtin(which: Builtin, limits: &Limits) -> Result<Grammar, crate::GrammarError> {
+    pub fn builtin(which: Builtin, limits: &Limits) -> Result<Grammar, crate::error::GrammarError> {
         builtin::grammar(which, limits)
     }
 }

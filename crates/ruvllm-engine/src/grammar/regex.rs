@@ -13,7 +13,8 @@
 use regex_syntax::hir::{Class, Hir, HirKind, Look};
 
 use super::ir::{Expr, Grammar};
-use crate::{GrammarError, Limits};
+use crate::error::GrammarError;
+use crate::Limits;
 
 pub(crate) fn parse(pattern: &str, limits: &Limits) -> Result<Grammar, GrammarError> {
     if pattern.len() > limits.max_grammar_bytes {

@@ -92,8 +92,12 @@ pub fn text_without(words: &[&str]) -> Expr {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::constraint::Constraint;
     use crate::grammar::Grammar;
-    use crate::{CheckResult, Constraint, Limits, Matcher, Vocabulary};
+    use crate::matcher::CheckResult;
+    use crate::matcher::Matcher;
+    use crate::vocab::Vocabulary;
+    use crate::Limits;
     use std::sync::Arc;
 
     fn constraint(words: &[&str]) -> Arc<Constraint> {

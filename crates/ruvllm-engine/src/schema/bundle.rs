@@ -52,6 +52,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 use url::Url;
 
+use super::tree::{child_mut, children};
 use super::{join, percent_decode, SchemaError};
 
 /// The key of the bundle under which the registry's documents are copied (an unknown
@@ -308,57 +309,6 @@ fn id_keyword(draft: u32) -> &'static str {
     } else {
         "$id"
     }
-}
-
-/// The sub-schemas of `m`: (key path, value), by the keywords that hold schemas.
-pub(super) fn children(m: &Map<String, Value>, draft: u32) -> Vec<(Vec<String>, &Value)> {
-    const ONE: &[&str] = &[
-        "additionalProperties",
-        "additionalItems",
-        "items",
-        "contains",
-        "propertyNames",
-        "not",
-        "if",
-        "then",
-        "else",
-        "unevaluatedItems",
-        "unevaluatedProperties",
-        "contentSchema",
-    ];
-    const LIST: &[&str] = &["allOf", "anyOf", "oneOf", "prefixItems", "items"];
-    const NAMED: &[&str] = &[
-        "properties",
-        "patternProperties",
-        "$defs",
-        "definitions",
-        "dependentSchemas",
-        "dependencies",
-    ];
-    let _ = draft;
-    let mut out = Vec::new();
-    for (k, v) in m {
-        let k = k.as_str();
-        match v {
-            Value::Object(_) | Value::Bool(_) if ONE.contains(&k) => {
-                out.push((vec![k.to_string()], v));
-            }
-            Value::Array(a) if LIST.contains(&k) => {
-                for (i, x) in a.iter().enumerate() {
-                    out.push((vec![k.to_string(), i.to_string()], x));
-                }
-            }
-            Value::Object(named) if NAMED.contains(&k) => {
-                for (name, x) in named {
-                    if x.is_object() || x.is_boolean() {
-                        out.push((vec![k.to_string(), name.clone()], x));
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
-    out
 }
 
 impl Index {
@@ -752,19 +702,6 @@ fn fragment(ptr: &str) -> String {
         }
     }
     out
-}
-
-/// The value at `path` (keys and indices) under `v`.
-pub(super) fn child_mut<'v>(v: &'v mut Value, path: &[String]) -> Option<&'v mut Value> {
-    let Some((k, rest)) = path.split_first() else {
-        return Some(v);
-    };
-    let next = match v {
-        Value::Object(o) => o.get_mut(k)?,
-        Value::Array(a) => a.get_mut(k.parse::<usize>().ok()?)?,
-        _ => return None,
-    };
-    child_mut(next, rest)
 }
 
 /// Whether `schema` needs [`bundle`]: an identifier or a reference that is not a plain

@@ -379,12 +379,12 @@ fn strip(v: &mut Value, off: &[&str], draft: u32, depth: usize) {
         return;
     };
     m.retain(|k, _| !off.contains(&k.as_str()));
-    let paths: Vec<Vec<String>> = super::bundle::children(m, draft)
+    let paths: Vec<Vec<String>> = super::tree::children(m, draft)
         .into_iter()
         .map(|(p, _)| p)
         .collect();
     for p in paths {
-        if let Some(child) = super::bundle::child_mut(v, &p) {
+        if let Some(child) = super::tree::child_mut(v, &p) {
             strip(child, off, draft, depth + 1);
         }
     }

@@ -64,6 +64,7 @@ mod num;
 mod numbers;
 mod objects;
 mod strings;
+mod tree;
 mod types;
 use types::*;
 mod values;
@@ -84,11 +85,12 @@ use thiserror::Error;
 pub use bundle::{bundle, needs_bundle, RegistryError, SchemaRegistry, DOCS_KEY};
 pub use format::{hostname_format, uri_template_format};
 
+use crate::error::GrammarError;
 use crate::grammar::json_string::{
     json_chars, json_chars_with, short_escapes, spelled_raw_only, PATTERN_U_ESCAPED,
 };
 use crate::grammar::{Check, Expr, Grammar, GrammarWarning, KeyComplement, Rule, RuleId};
-use crate::{GrammarError, Limits};
+use crate::Limits;
 
 /// Where whitespace may appear between JSON tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -139,17 +139,20 @@ pub(crate) fn int_range(lo: Option<i128>, hi: Option<i128>) -> Expr {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Grammar, Limits};
+    use crate::grammar::Grammar;
+    use crate::Limits;
 
-    fn compile(e: &Expr) -> std::sync::Arc<crate::Constraint> {
+    fn compile(e: &Expr) -> std::sync::Arc<crate::constraint::Constraint> {
         let g = Grammar::single("root", e.clone());
-        let vocab = crate::Vocabulary::new("t", vec![b"\0".to_vec()], vec![true], vec![]).unwrap();
-        crate::Constraint::new(&g, std::sync::Arc::new(vocab), &Limits::default()).unwrap()
+        let vocab =
+            crate::vocab::Vocabulary::new("t", vec![b"\0".to_vec()], vec![true], vec![]).unwrap();
+        crate::constraint::Constraint::new(&g, std::sync::Arc::new(vocab), &Limits::default())
+            .unwrap()
     }
 
-    fn matches(c: &std::sync::Arc<crate::Constraint>, s: &str) -> bool {
-        let mut m = crate::Matcher::new(c).unwrap();
-        m.check_bytes(s.as_bytes()).unwrap() == crate::CheckResult::Accepted
+    fn matches(c: &std::sync::Arc<crate::constraint::Constraint>, s: &str) -> bool {
+        let mut m = crate::matcher::Matcher::new(c).unwrap();
+        m.check_bytes(s.as_bytes()).unwrap() == crate::matcher::CheckResult::Accepted
     }
 
     #[test]

@@ -808,12 +808,13 @@ mod tests {
     }
 
     /// The vocabulary of tokenizer `tok` from the fetched assets.
-    fn test_vocab(tok: &str) -> crate::Vocabulary {
+    fn test_vocab(tok: &str) -> crate::vocab::Vocabulary {
         let path = format!(
             "{}/../../assets/tokenizers/{tok}/tokenizer.json",
             env!("CARGO_MANIFEST_DIR")
         );
-        crate::Vocabulary::from_file(&path).expect("assets missing: run scripts/fetch-assets.sh")
+        crate::vocab::Vocabulary::from_file(&path)
+            .expect("assets missing: run scripts/fetch-assets.sh")
     }
 
     /// The plain walk, which a forced state's first use runs (the literal after a key's
