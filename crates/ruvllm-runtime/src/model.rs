@@ -457,13 +457,101 @@ impl Model {
         Self::from_content(&content, &mut f, opts)
     }
 
-    /// Loads from parsed GGUF content and its reader.
+    /// Loads from parsed GGUF content and its reader: the shape from the metadata
+    /// ([`Model::config_of`]), then the tensors layer by layer ([`Model::layer`]), then
+    /// the rotary tables ([`rope_tables`]).
     pub fn from_content<R: Read + Seek>(
         content: &gguf_file::Content,
         reader: &mut R,
         opts: &LoadOptions,
     ) -> Result<Model, RuntimeError> {
         let device = Device::Cpu;
+        let mut cfg = Self::config_of(content, opts)?;
+        let total = cfg.n_layer as u64 + 2;
+        let bar = if opts.progress {
+            let b = indicatif::ProgressBar::new(total);
+            b.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "loading {msg} [{bar:30}] {pos}/{len} {elapsed}",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            b.set_message(cfg.family.clone());
+            b
+        } else {
+            indicatif::ProgressBar::hidden()
+        };
+
+        let wide = match opts.batch_weights {
+            BatchWeights::Off => false,
+            BatchWeights::F16 => true,
+            BatchWeights::Auto => {
+                let params: usize = content
+                    .tensor_infos
+                    .values()
+                    .map(|t| t.shape.elem_count())
+                    .sum();
+                params * 2 <= AUTO_F16_MAX_BYTES
+            }
+        };
+        let mut g = Gguf {
+            content,
+            reader,
+            device: &device,
+            wide,
+            own: opts.own_kernel,
+        };
+        let rq = opts.requantize;
+        if rq == Some(GgmlDType::Q4_0) {
+            return Err(RuntimeError::Model(
+                "re-quantizing to Q4_0 changes the model's answers; use Q8_0 or none".into(),
+            ));
+        }
+        let embed = g.qtensor("token_embd.weight")?;
+        cfg.vocab_size = embed.shape().dims2().map_err(me)?.0;
+        let mut layers = Vec::with_capacity(cfg.n_layer);
+        bar.inc(1);
+        for i in 0..cfg.n_layer {
+            layers.push(Self::layer(&mut g, i, cfg.arch, rq)?);
+            bar.inc(1);
+        }
+        let norm = g.tensor("output_norm.weight")?;
+        let output = if g.has("output.weight") {
+            g.matmul("output.weight", rq)?
+        } else {
+            g.matmul("token_embd.weight", rq)?
+        };
+        let freq_factors = if g.has("rope_freqs.weight") {
+            Some(
+                g.tensor("rope_freqs.weight")?
+                    .to_vec1::<f32>()
+                    .map_err(me)?,
+            )
+        } else {
+            None
+        };
+        bar.inc(1);
+        bar.finish_and_clear();
+        let (cos, sin) = rope_tables(&cfg, freq_factors.as_deref(), &device)?;
+        Ok(Model {
+            cfg,
+            embed,
+            layers,
+            norm,
+            output,
+            cos,
+            sin,
+            device,
+        })
+    }
+
+    /// The model's shape from the GGUF metadata, checked before anything is allocated
+    /// (hostile or corrupt files must not drive allocations); `vocab_size` is 0 until the
+    /// embedding is read.
+    fn config_of(
+        content: &gguf_file::Content,
+        opts: &LoadOptions,
+    ) -> Result<ModelConfig, RuntimeError> {
         let arch_name = content
             .metadata
             .get("general.architecture")
@@ -475,7 +563,6 @@ impl Model {
         let n_layer = meta_usize(content, &format!("{a}.block_count"))?;
         let n_embd = meta_usize(content, &format!("{a}.embedding_length"))?;
         let n_head = meta_usize(content, &format!("{a}.attention.head_count"))?;
-        // Hostile or corrupt files must not drive allocations: bound the shape first.
         for (key, v, max) in [
             ("block_count", n_layer, 1024),
             ("embedding_length", n_embd, 65_536),
@@ -511,160 +598,75 @@ impl Model {
             .unwrap_or(4096)
             .min(opts.max_context)
             .max(1);
+        Ok(ModelConfig {
+            arch,
+            family: arch_name.clone(),
+            n_layer,
+            n_embd,
+            n_head,
+            n_kv_head,
+            head_dim,
+            rope_base,
+            rms_eps,
+            context_length,
+            vocab_size: 0,
+        })
+    }
 
-        let total = n_layer as u64 + 2;
-        let bar = if opts.progress {
-            let b = indicatif::ProgressBar::new(total);
-            b.set_style(
-                indicatif::ProgressStyle::with_template(
-                    "loading {msg} [{bar:30}] {pos}/{len} {elapsed}",
-                )
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-            );
-            b.set_message(arch_name.clone());
-            b
-        } else {
-            indicatif::ProgressBar::hidden()
-        };
-
-        let wide = match opts.batch_weights {
-            BatchWeights::Off => false,
-            BatchWeights::F16 => true,
-            BatchWeights::Auto => {
-                let params: usize = content
-                    .tensor_infos
-                    .values()
-                    .map(|t| t.shape.elem_count())
-                    .sum();
-                params * 2 <= AUTO_F16_MAX_BYTES
-            }
-        };
-        let mut g = Gguf {
-            content,
-            reader,
-            device: &device,
-            wide,
-            own: opts.own_kernel,
-        };
-        let rq = opts.requantize;
-        if rq == Some(GgmlDType::Q4_0) {
-            return Err(RuntimeError::Model(
-                "re-quantizing to Q4_0 changes the model's answers; use Q8_0 or none".into(),
-            ));
-        }
-        let embed = g.qtensor("token_embd.weight")?;
-        let vocab_size = embed.shape().dims2().map_err(me)?.0;
-        let mut layers = Vec::with_capacity(n_layer);
-        bar.inc(1);
-        for i in 0..n_layer {
-            let p = format!("blk.{i}");
-            let bias = if g.has(&format!("{p}.attn_q.bias")) {
-                Some((
-                    g.tensor(&format!("{p}.attn_q.bias"))?,
-                    g.tensor(&format!("{p}.attn_k.bias"))?,
-                    g.tensor(&format!("{p}.attn_v.bias"))?,
-                ))
-            } else {
-                None
-            };
-            let qkv_names = ["q", "k", "v"].map(|x| format!("{p}.attn_{x}.weight"));
-            let attn = if arch == Arch::Phi3 {
-                Attn::Fused(g.matmul(&format!("{p}.attn_qkv.weight"), rq)?, None)
-            } else if let Some(f) = g.fused(&qkv_names, rq)? {
-                let b = match &bias {
-                    Some((q, k, v)) => Some(Tensor::cat(&[q, k, v], 0).map_err(me)?),
-                    None => None,
-                };
-                Attn::Fused(f, b)
-            } else {
-                Attn::Separate {
-                    q: Box::new(g.matmul(&qkv_names[0], rq)?),
-                    k: Box::new(g.matmul(&qkv_names[1], rq)?),
-                    v: Box::new(g.matmul(&qkv_names[2], rq)?),
-                    bias,
-                }
-            };
-            let gate_up = ["gate", "up"].map(|x| format!("{p}.ffn_{x}.weight"));
-            let mlp = if arch == Arch::Phi3 {
-                Mlp::Fused(g.matmul(&format!("{p}.ffn_up.weight"), rq)?)
-            } else if let Some(f) = g.fused(&gate_up, rq)? {
-                Mlp::Fused(f)
-            } else {
-                Mlp::Separate {
-                    gate: g.matmul(&gate_up[0], rq)?,
-                    up: g.matmul(&gate_up[1], rq)?,
-                }
-            };
-            layers.push(Layer {
-                attn_norm: g.tensor(&format!("{p}.attn_norm.weight"))?,
-                attn,
-                o: g.matmul(&format!("{p}.attn_output.weight"), rq)?,
-                ffn_norm: g.tensor(&format!("{p}.ffn_norm.weight"))?,
-                mlp,
-                down: g.matmul(&format!("{p}.ffn_down.weight"), rq)?,
-            });
-            bar.inc(1);
-        }
-        let norm = g.tensor("output_norm.weight")?;
-        let output = if g.has("output.weight") {
-            g.matmul("output.weight", rq)?
-        } else {
-            g.matmul("token_embd.weight", rq)?
-        };
-        let freq_factors = if g.has("rope_freqs.weight") {
-            Some(
-                g.tensor("rope_freqs.weight")?
-                    .to_vec1::<f32>()
-                    .map_err(me)?,
-            )
+    /// Layer `i`'s tensors: attention (fused Q/K/V where the file or the loader fuses
+    /// them), the MLP (fused gate and up likewise), norms and projections, re-quantized
+    /// to `rq` where asked.
+    fn layer<R: Read + Seek>(
+        g: &mut Gguf<'_, R>,
+        i: usize,
+        arch: Arch,
+        rq: Option<GgmlDType>,
+    ) -> Result<Layer, RuntimeError> {
+        let p = format!("blk.{i}");
+        let bias = if g.has(&format!("{p}.attn_q.bias")) {
+            Some((
+                g.tensor(&format!("{p}.attn_q.bias"))?,
+                g.tensor(&format!("{p}.attn_k.bias"))?,
+                g.tensor(&format!("{p}.attn_v.bias"))?,
+            ))
         } else {
             None
         };
-        bar.inc(1);
-        bar.finish_and_clear();
-
-        let half = head_dim / 2;
-        let inv: Vec<f32> = (0..half)
-            .map(|i| {
-                let f = 1.0 / rope_base.powf(2.0 * i as f32 / head_dim as f32);
-                match &freq_factors {
-                    Some(ff) => f / ff.get(i).copied().unwrap_or(1.0),
-                    None => f,
-                }
-            })
-            .collect();
-        let mut cos = Vec::with_capacity(context_length * half);
-        let mut sin = Vec::with_capacity(context_length * half);
-        for pos in 0..context_length {
-            for &f in &inv {
-                let a = pos as f32 * f;
-                cos.push(a.cos());
-                sin.push(a.sin());
+        let qkv_names = ["q", "k", "v"].map(|x| format!("{p}.attn_{x}.weight"));
+        let attn = if arch == Arch::Phi3 {
+            Attn::Fused(g.matmul(&format!("{p}.attn_qkv.weight"), rq)?, None)
+        } else if let Some(f) = g.fused(&qkv_names, rq)? {
+            let b = match &bias {
+                Some((q, k, v)) => Some(Tensor::cat(&[q, k, v], 0).map_err(me)?),
+                None => None,
+            };
+            Attn::Fused(f, b)
+        } else {
+            Attn::Separate {
+                q: Box::new(g.matmul(&qkv_names[0], rq)?),
+                k: Box::new(g.matmul(&qkv_names[1], rq)?),
+                v: Box::new(g.matmul(&qkv_names[2], rq)?),
+                bias,
             }
-        }
-        let cos = Tensor::from_vec(cos, (context_length, half), &device).map_err(me)?;
-        let sin = Tensor::from_vec(sin, (context_length, half), &device).map_err(me)?;
-        Ok(Model {
-            cfg: ModelConfig {
-                arch,
-                family: arch_name.clone(),
-                n_layer,
-                n_embd,
-                n_head,
-                n_kv_head,
-                head_dim,
-                rope_base,
-                rms_eps,
-                context_length,
-                vocab_size,
-            },
-            embed,
-            layers,
-            norm,
-            output,
-            cos,
-            sin,
-            device,
+        };
+        let gate_up = ["gate", "up"].map(|x| format!("{p}.ffn_{x}.weight"));
+        let mlp = if arch == Arch::Phi3 {
+            Mlp::Fused(g.matmul(&format!("{p}.ffn_up.weight"), rq)?)
+        } else if let Some(f) = g.fused(&gate_up, rq)? {
+            Mlp::Fused(f)
+        } else {
+            Mlp::Separate {
+                gate: g.matmul(&gate_up[0], rq)?,
+                up: g.matmul(&gate_up[1], rq)?,
+            }
+        };
+        Ok(Layer {
+            attn_norm: g.tensor(&format!("{p}.attn_norm.weight"))?,
+            attn,
+            o: g.matmul(&format!("{p}.attn_output.weight"), rq)?,
+            ffn_norm: g.tensor(&format!("{p}.ffn_norm.weight"))?,
+            mlp,
+            down: g.matmul(&format!("{p}.ffn_down.weight"), rq)?,
         })
     }
 
@@ -939,4 +941,36 @@ impl Model {
         let last = candle_nn::ops::rms_norm(&last, &self.norm, c.rms_eps as f32)?;
         self.output.forward(&last)?.squeeze(0)
     }
+}
+
+/// The rotary embedding's cosine and sine tables, `context_length x head_dim/2`: position
+/// times each frequency (divided by the file's `rope_freqs` factors where it has them).
+fn rope_tables(
+    cfg: &ModelConfig,
+    freq_factors: Option<&[f32]>,
+    device: &Device,
+) -> Result<(Tensor, Tensor), RuntimeError> {
+    let (head_dim, ctx) = (cfg.head_dim, cfg.context_length);
+    let half = head_dim / 2;
+    let inv: Vec<f32> = (0..half)
+        .map(|i| {
+            let f = 1.0 / cfg.rope_base.powf(2.0 * i as f32 / head_dim as f32);
+            match freq_factors {
+                Some(ff) => f / ff.get(i).copied().unwrap_or(1.0),
+                None => f,
+            }
+        })
+        .collect();
+    let mut cos = Vec::with_capacity(ctx * half);
+    let mut sin = Vec::with_capacity(ctx * half);
+    for pos in 0..ctx {
+        for &f in &inv {
+            let a = pos as f32 * f;
+            cos.push(a.cos());
+            sin.push(a.sin());
+        }
+    }
+    let cos = Tensor::from_vec(cos, (ctx, half), device).map_err(me)?;
+    let sin = Tensor::from_vec(sin, (ctx, half), device).map_err(me)?;
+    Ok((cos, sin))
 }

@@ -6,9 +6,9 @@
 
 use super::*;
 
-/// Intersection of two combinator-free schemas; `None` when provably empty.
-// Long (229 lines): one arm per JSON Schema keyword family, each short; the keyword list
-// is the function's outline.
+/// Intersection of two combinator-free schemas; `None` when provably empty. The keywords
+/// of both sides one by one ([`merge_keyword`]), then `enum` with `const`, the object
+/// keywords ([`merge_objects`]) and the array keywords ([`merge_arrays`]) together.
 pub(super) fn merge(
     a: &Map<String, Value>,
     b: &Map<String, Value>,
@@ -50,115 +50,13 @@ pub(super) fn merge(
             // Equal, or handled together below.
             continue;
         }
-        let av = av.clone();
-        let merged = match k.as_str() {
-            "type" => {
-                let mut m = type_mask(&av) & type_mask(bv);
-                if m == 0 {
-                    // number & integer: integer
-                    return Ok(None);
-                }
-                if m & T_NUMBER != 0
-                    && m & T_INTEGER != 0
-                    && (type_mask(&av) & T_NUMBER == 0 || type_mask(bv) & T_NUMBER == 0)
-                {
-                    m &= !T_NUMBER;
-                }
-                let names: Vec<Value> = [
-                    "null", "boolean", "object", "array", "number", "string", "integer",
-                ]
-                .iter()
-                .filter(|t| {
-                    let bit = type_bit(t);
-                    if **t == "number" {
-                        m & T_NUMBER != 0
-                    } else {
-                        m & bit == bit && !(**t == "integer" && m & T_NUMBER != 0)
-                    }
-                })
-                .map(|t| Value::String(t.to_string()))
-                .collect();
-                if names.is_empty() {
-                    return Ok(None);
-                }
-                Value::Array(names)
+        match merge_keyword(k, av, bv, ptr)? {
+            Merged::Value(v) => {
+                out.insert(k.clone(), v);
             }
-            "required" => {
-                let mut r: Vec<Value> = av.as_array().cloned().unwrap_or_default();
-                for x in bv.as_array().cloned().unwrap_or_default() {
-                    if !r.contains(&x) {
-                        r.push(x);
-                    }
-                }
-                Value::Array(r)
-            }
-            "minLength" | "minItems" | "minProperties" | "minimum" | "exclusiveMinimum"
-                if av.is_number() && bv.is_number() =>
-            {
-                if exact_num(&av) >= exact_num(bv) {
-                    av
-                } else {
-                    bv.clone()
-                }
-            }
-            "maxLength" | "maxItems" | "maxProperties" | "maximum" | "exclusiveMaximum"
-                if av.is_number() && bv.is_number() =>
-            {
-                if exact_num(&av) <= exact_num(bv) {
-                    av
-                } else {
-                    bv.clone()
-                }
-            }
-            // Both divide the value: their least common multiple does, when a JSON number
-            // holds it exactly.
-            "multipleOf" if av.is_number() && bv.is_number() => {
-                match exact_num(&av)
-                    .zip(exact_num(bv))
-                    .filter(|(x, y)| !x.is_zero() && !y.is_zero())
-                    .and_then(|(x, y)| x.lcm(&y, 40))
-                    .and_then(|l| l.to_number())
-                {
-                    Some(n) => Value::Number(n),
-                    None => {
-                        return Err(unsupported(
-                            k,
-                            ptr,
-                            "two multipleOf values whose least common multiple no JSON number holds exactly",
-                        ))
-                    }
-                }
-            }
-            "enum" | "const" => {
-                let as_list = |v: &Value, key: &str| {
-                    if key == "const" {
-                        vec![v.clone()]
-                    } else {
-                        v.as_array().cloned().unwrap_or_default()
-                    }
-                };
-                let x = as_list(&av, k);
-                let y = as_list(bv, k);
-                Value::Array(
-                    x.into_iter()
-                        .filter(|v| y.iter().any(|w| json_eq(v, w)))
-                        .collect(),
-                )
-            }
-            "properties" | "additionalProperties" | "items" | "prefixItems" | "additionalItems" => {
-                // Handled together below.
-                continue;
-            }
-            _ if !ASSERTIONS.contains(&k.as_str()) => continue, // an annotation
-            _ => {
-                return Err(unsupported(
-                    k,
-                    ptr,
-                    "cannot intersect two different values of this keyword (allOf or siblings)",
-                ))
-            }
-        };
-        out.insert(k.clone(), merged);
+            Merged::Kept => {}
+            Merged::Empty => return Ok(None),
+        }
     }
     // enum + const in one map: keep as enum.
     if let (Some(_), Some(c)) = (out.get("enum").cloned(), out.get("const").cloned()) {
@@ -173,38 +71,176 @@ pub(super) fn merge(
         out.remove("const");
         out.insert("enum".into(), Value::Array(list));
     }
-    // Objects: properties/additionalProperties, exactly.
     if objects {
-        let none = Map::new();
-        let pa = a
-            .get("properties")
-            .and_then(|p| p.as_object())
-            .unwrap_or(&none);
-        let pb = b
-            .get("properties")
-            .and_then(|p| p.as_object())
-            .unwrap_or(&none);
-        let xa = a
-            .get("additionalProperties")
-            .cloned()
-            .unwrap_or(Value::Bool(true));
-        let xb = b
-            .get("additionalProperties")
-            .cloned()
-            .unwrap_or(Value::Bool(true));
-        let mut props = Map::new();
-        // `a`'s keys, then those of `b` that `a` lacks (a lookup each, not a scan).
-        let keys = pa.keys().chain(pb.keys().filter(|k| !pa.contains_key(*k)));
-        for k in keys {
-            let sa = pa.get(k).cloned().unwrap_or_else(|| xa.clone());
-            let sb = pb.get(k).cloned().unwrap_or_else(|| xb.clone());
-            props.insert(k.clone(), and_schema(sa, sb));
-        }
-        out.insert("properties".into(), Value::Object(props));
-        out.insert("additionalProperties".into(), and_schema(xa, xb));
+        merge_objects(a, b, &mut out);
     }
-    // Arrays: `items` means "after prefixItems" only next to the prefixItems of its own
-    // schema, so the tuple keywords must come from one side.
+    merge_arrays(a, b, &mut out, ptr)?;
+    Ok(Some(out))
+}
+
+/// What two different values of one keyword intersect to.
+enum Merged {
+    /// This value.
+    Value(Value),
+    /// The first side's, as it is (an annotation; or a keyword merged elsewhere).
+    Kept,
+    /// Nothing: the schemas admit no value together.
+    Empty,
+}
+
+/// The intersection of `av` and `bv`, two different values of keyword `k` (one arm per
+/// keyword family); an error naming `k` where no one value says both.
+fn merge_keyword(k: &str, av: &Value, bv: &Value, ptr: &str) -> Result<Merged, SchemaError> {
+    let merged = match k {
+        "type" => match merge_types(av, bv) {
+            Some(t) => t,
+            None => return Ok(Merged::Empty),
+        },
+        "required" => {
+            let mut r: Vec<Value> = av.as_array().cloned().unwrap_or_default();
+            for x in bv.as_array().cloned().unwrap_or_default() {
+                if !r.contains(&x) {
+                    r.push(x);
+                }
+            }
+            Value::Array(r)
+        }
+        "minLength" | "minItems" | "minProperties" | "minimum" | "exclusiveMinimum"
+            if av.is_number() && bv.is_number() =>
+        {
+            if exact_num(av) >= exact_num(bv) {
+                av.clone()
+            } else {
+                bv.clone()
+            }
+        }
+        "maxLength" | "maxItems" | "maxProperties" | "maximum" | "exclusiveMaximum"
+            if av.is_number() && bv.is_number() =>
+        {
+            if exact_num(av) <= exact_num(bv) {
+                av.clone()
+            } else {
+                bv.clone()
+            }
+        }
+        // Both divide the value: their least common multiple does, when a JSON number
+        // holds it exactly.
+        "multipleOf" if av.is_number() && bv.is_number() => {
+            match exact_num(av)
+                .zip(exact_num(bv))
+                .filter(|(x, y)| !x.is_zero() && !y.is_zero())
+                .and_then(|(x, y)| x.lcm(&y, 40))
+                .and_then(|l| l.to_number())
+            {
+                Some(n) => Value::Number(n),
+                None => {
+                    return Err(unsupported(
+                        k,
+                        ptr,
+                        "two multipleOf values whose least common multiple no JSON number holds exactly",
+                    ))
+                }
+            }
+        }
+        // Two constants meet where they are equal as JSON values (`1` and `1.0`).
+        "const" if json_eq(av, bv) => return Ok(Merged::Kept),
+        "const" => return Ok(Merged::Empty),
+        "enum" => {
+            let list = |v: &Value| v.as_array().cloned().unwrap_or_default();
+            let y = list(bv);
+            Value::Array(
+                list(av)
+                    .into_iter()
+                    .filter(|v| y.iter().any(|w| json_eq(v, w)))
+                    .collect(),
+            )
+        }
+        // Handled together (`merge_objects`, `merge_arrays`).
+        "properties" | "additionalProperties" | "items" | "prefixItems" | "additionalItems" => {
+            return Ok(Merged::Kept)
+        }
+        _ if !ASSERTIONS.contains(&k) => return Ok(Merged::Kept), // an annotation
+        _ => {
+            return Err(unsupported(
+                k,
+                ptr,
+                "cannot intersect two different values of this keyword (allOf or siblings)",
+            ))
+        }
+    };
+    Ok(Merged::Value(merged))
+}
+
+/// The `type` both `av` and `bv` allow (`number` and `integer`: `integer`); `None` when
+/// none.
+fn merge_types(av: &Value, bv: &Value) -> Option<Value> {
+    let mut m = type_mask(av) & type_mask(bv);
+    if m == 0 {
+        return None;
+    }
+    if m & T_NUMBER != 0
+        && m & T_INTEGER != 0
+        && (type_mask(av) & T_NUMBER == 0 || type_mask(bv) & T_NUMBER == 0)
+    {
+        m &= !T_NUMBER;
+    }
+    let names: Vec<Value> = [
+        "null", "boolean", "object", "array", "number", "string", "integer",
+    ]
+    .iter()
+    .filter(|t| {
+        let bit = type_bit(t);
+        if **t == "number" {
+            m & T_NUMBER != 0
+        } else {
+            m & bit == bit && !(**t == "integer" && m & T_NUMBER != 0)
+        }
+    })
+    .map(|t| Value::String(t.to_string()))
+    .collect();
+    (!names.is_empty()).then_some(Value::Array(names))
+}
+
+/// Objects: `properties` and `additionalProperties` of both sides, exactly (a key one
+/// side lacks meets the other's `additionalProperties`), into `out`.
+fn merge_objects(a: &Map<String, Value>, b: &Map<String, Value>, out: &mut Map<String, Value>) {
+    let none = Map::new();
+    let pa = a
+        .get("properties")
+        .and_then(|p| p.as_object())
+        .unwrap_or(&none);
+    let pb = b
+        .get("properties")
+        .and_then(|p| p.as_object())
+        .unwrap_or(&none);
+    let xa = a
+        .get("additionalProperties")
+        .cloned()
+        .unwrap_or(Value::Bool(true));
+    let xb = b
+        .get("additionalProperties")
+        .cloned()
+        .unwrap_or(Value::Bool(true));
+    let mut props = Map::new();
+    // `a`'s keys, then those of `b` that `a` lacks (a lookup each, not a scan).
+    let keys = pa.keys().chain(pb.keys().filter(|k| !pa.contains_key(*k)));
+    for k in keys {
+        let sa = pa.get(k).cloned().unwrap_or_else(|| xa.clone());
+        let sb = pb.get(k).cloned().unwrap_or_else(|| xb.clone());
+        props.insert(k.clone(), and_schema(sa, sb));
+    }
+    out.insert("properties".into(), Value::Object(props));
+    out.insert("additionalProperties".into(), and_schema(xa, xb));
+}
+
+/// Arrays: `items` means "after prefixItems" only next to the prefixItems of its own
+/// schema, so the tuple keywords must come from one side; two plain `items` meet.
+fn merge_arrays(
+    a: &Map<String, Value>,
+    b: &Map<String, Value>,
+    out: &mut Map<String, Value>,
+    ptr: &str,
+) -> Result<(), SchemaError> {
     let tuple = |m: &Map<String, Value>| -> Map<String, Value> {
         m.iter()
             .filter(|(k, _)| {
@@ -247,7 +283,7 @@ pub(super) fn merge(
             _ => {}
         }
     }
-    Ok(Some(out))
+    Ok(())
 }
 
 /// `x ∧ y` as a schema.

@@ -274,6 +274,19 @@ fn schemas_accept_exactly_what_validates() {
             vec!["{\"a\": 1, \"b\": \"x\"}", "{\"a\": 0, \"b\": \"\"}"],
             vec!["{\"a\": -1, \"b\": \"x\"}", "{\"a\": 1}", "{\"b\": \"x\"}"],
         ),
+        // Two constants equal as JSON values (`1`, `1.0`) admit it (they had merged
+        // into `const: [1]`, which accepted only the array); two different ones, no
+        // value (`allof_of_different_constants_allows_no_value`).
+        (
+            json!({"allOf": [{"const": 1}, {"const": 1.0}]}),
+            vec!["1", "1.0"],
+            vec!["[1]", "2", "[]"],
+        ),
+        (
+            json!({"allOf": [{"enum": [1, "a", null]}, {"enum": ["a", 1.0, true]}]}),
+            vec!["1", "\"a\""],
+            vec!["null", "true", "[1]"],
+        ),
         (
             json!({"$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"}, "next": {"anyOf": [{"$ref": "#/$defs/node"}, {"type": "null"}]}}, "required": ["v", "next"], "additionalProperties": false}}, "$ref": "#/$defs/node"}),
             vec![
@@ -328,6 +341,25 @@ fn schemas_accept_exactly_what_validates() {
 /// Keywords enforced by semantic checks: every verdict agrees with the oracle, and an
 /// invalid value is refused exactly at the byte that completes it (not earlier: the prefix
 /// could still have become valid; not later: the violation is complete).
+/// Two different constants in an `allOf` admit no value: the compile says so at the
+/// schema's pointer (they had merged into `const: []`, which accepted `[]`).
+#[test]
+fn allof_of_different_constants_allows_no_value() {
+    let schema = json!({"allOf": [{"const": 1}, {"const": 2}]});
+    let err = schema_to_grammar(&schema, &SchemaOptions::default())
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("allows no value"), "{err}");
+    // Under an optional property: the object without it.
+    let c = compile(&json!({"type": "object",
+        "properties": {"a": {"allOf": [{"const": 1}, {"const": 2}]}}}));
+    assert!(accepts(&c, "{}"));
+    for t in [r#"{"a": []}"#, r#"{"a": 1}"#, r#"{"a": 2}"#] {
+        assert!(!accepts(&c, t), "{t}");
+    }
+}
+
 #[test]
 fn semantic_checks_refuse_the_completing_byte() {
     // (schema, valid texts, (invalid text, offset of the byte that must be refused)).
