@@ -457,9 +457,8 @@ impl Model {
         Self::from_content(&content, &mut f, opts)
     }
 
-    /// Loads from parsed GGUF content and its reader: the shape from the metadata
-    /// ([`Model::config_of`]), then the tensors layer by layer ([`Model::layer`]), then
-    /// the rotary tables ([`rope_tables`]).
+    /// Loads from parsed GGUF content and its reader: the shape from the metadata, then
+    /// the tensors layer by layer, then the rotary tables.
     pub fn from_content<R: Read + Seek>(
         content: &gguf_file::Content,
         reader: &mut R,
