@@ -864,6 +864,7 @@ impl Matcher {
             let Some(mut node) = stack.pop() else {
                 break;
             };
+
             let choices = match self.failed_object(start, &node.text, &node.f) {
                 Some((_, value)) => node.f.check.0.key_choices(&value),
                 None => Vec::new(),
@@ -1052,9 +1053,26 @@ impl Matcher {
             InnerFix::Replace {
                 start: a,
                 end: b,
-                text: x,
+                text: mut x,
             } => {
-                let (Some(a), Some(b)) = (at(a), at(b)) else {
+                // A value that starts in the output already written (a string whose
+                // opening quote and first letters are committed) is replaced where the
+                // new text begins with what is written: its rest follows.
+                let a = match at(a) {
+                    Some(a) => Some(a),
+                    None => {
+                        let from = f.start as usize + a;
+                        let written = self.parser.bytes.get(from..start).unwrap_or_default();
+                        match x.as_bytes().strip_prefix(written) {
+                            Some(rest) if from < start => {
+                                x = String::from_utf8_lossy(rest).into_owned();
+                                Some(0)
+                            }
+                            _ => None,
+                        }
+                    }
+                };
+                let (Some(a), Some(b)) = (a, at(b)) else {
                     return Ok(None);
                 };
                 if a > b || b > text.len() {

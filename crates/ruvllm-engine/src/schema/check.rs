@@ -303,10 +303,25 @@ fn inner_fix(
             }
         }
     }
-    shape_fix(e, own, text, span, root)
-        .or_else(|| value_fix(e, text, span, clears))
-        .into_iter()
-        .collect()
+    if let Some(fix) = shape_fix(e, own, text, span, root) {
+        return vec![fix];
+    }
+    // An `enum`: each member is a way (where the value starts in text already written,
+    // only a member that begins the same way can replace it; the fill tries them in turn).
+    if let jsonschema::error::ValidationErrorKind::Enum { options } = e.kind() {
+        return options
+            .as_array()
+            .into_iter()
+            .flatten()
+            .take(MAX_ENUM_WAYS)
+            .map(|o| InnerFix::Replace {
+                start: span.0,
+                end: span.1,
+                text: o.to_string(),
+            })
+            .collect();
+    }
+    value_fix(e, text, span, clears).into_iter().collect()
 }
 
 /// The change of an object's or array's shape that error `e` asks for on the value at
@@ -384,8 +399,8 @@ fn shape_fix(
 
 /// The replacement error `e` asks for of the value at `span` of `text`: a `format`'s
 /// example, a `pattern`'s shortest match, a string padded to its `minLength` (the first
-/// padding that `clears` its errors), the `const`, the first `enum` member, the simplest
-/// value of the type wanted.
+/// padding that `clears` its errors), the `const`, the first `enum` member (all of them
+/// are ways, see [`inner_fix`]), the simplest value of the type wanted.
 fn value_fix(
     e: &jsonschema::ValidationError<'_>,
     text: &[u8],
@@ -875,6 +890,9 @@ fn has_not(schema: &Value, depth: usize) -> bool {
 
 /// The most ways a failed `anyOf`/`oneOf` offers (one per branch, fewest errors first).
 const MAX_WAYS: usize = 8;
+
+/// The most members of a failed `enum` offered as ways.
+const MAX_ENUM_WAYS: usize = 64;
 
 /// The longest array a `oneOf` that more than one branch passes makes longer.
 const MAX_GROW: usize = 16;

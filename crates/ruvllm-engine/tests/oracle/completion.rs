@@ -781,3 +781,25 @@ fn suite_groups_with_a_valid_instance_complete_from_the_start() {
     }
     assert!(checked >= 390, "{checked} groups checked");
 }
+
+/// A value that starts in the output already written (`{"json":{"type":"W`, where the
+/// grammar's shortest string is `""` and the check wants an `enum` member) completes: the
+/// replacement keeps what is written and the fill tries each member (MaskBench o58839,
+/// where generation had stopped with "no completion fits").
+#[test]
+fn a_value_begun_in_the_output_is_completed_by_a_member_that_begins_alike() {
+    let vocab = common::llama3();
+    let schema = common::maskbench_schema("Github_easy---o58839");
+    let g = schema_to_grammar(&schema, &SchemaOptions::default()).unwrap();
+    let c = Constraint::new(&g, vocab.clone(), &Limits::default()).unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    for prefix in [
+        r#"{"json":{"type":""#,
+        r#"{"json":{"type":"W"#,
+        r#"{"json":{"ast":"SK"#,
+    ] {
+        let whole = completed_after(&c, prefix.as_bytes()).unwrap_or_else(|| panic!("{prefix}"));
+        let v: serde_json::Value = serde_json::from_str(&whole).unwrap();
+        assert!(validator.is_valid(&v), "{prefix}: {whole}");
+    }
+}
