@@ -399,8 +399,8 @@ fn shape_fix(
 
 /// The replacement error `e` asks for of the value at `span` of `text`: a `format`'s
 /// example, a `pattern`'s shortest match, a string padded to its `minLength` (the first
-/// padding that `clears` its errors), the `const`, the first `enum` member (all of them
-/// are ways, see [`inner_fix`]), the simplest value of the type wanted.
+/// padding that `clears` its errors), the `const`, the simplest value of the type
+/// wanted (an `enum`'s members are ways of their own, see [`inner_fix`]).
 fn value_fix(
     e: &jsonschema::ValidationError<'_>,
     text: &[u8],
@@ -438,7 +438,6 @@ fn value_fix(
                 .and_then(with)
         }
         Kind::Constant { expected_value } => with(expected_value.to_string()),
-        Kind::Enum { options } => with(options.as_array()?.first()?.to_string()),
         Kind::Type { kind } => {
             let t = match kind {
                 TypeKind::Single(t) => *t,
