@@ -30,15 +30,16 @@ use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use ruvllm_runtime::{
-    FinishReason, GenerateParams, Generation, Message, OutputConstraint, Prompt, Tool, ToolCall,
+    FinishReason, GenerateParams, Generation, Message, OutputConstraint, Tool, ToolCall,
     ToolCalling, ToolChoice, ToolEvent, ToolParser,
 };
 use serde_json::{json, Value};
 
 use crate::error::{ApiError, ApiResult, Dialect};
 use crate::params::{self, type_name, Fields};
-use crate::stream::{channel, collect, next_chunk};
-use crate::{json_body, new_id, Shared};
+use crate::pipeline::{self, respond, Input, Request};
+use crate::state::{extension, json_body, new_id, Shared};
+use crate::stream::{channel, next_chunk};
 
 const D: Dialect = Dialect::Anthropic;
 
@@ -216,8 +217,7 @@ fn tools(f: &Fields) -> ApiResult<Option<ToolCalling>> {
                     }
                 };
                 if t.get("strict") == Some(&Value::Bool(true)) {
-                    schema = params::strict_schema(&schema, &format!("{p}.input_schema"))
-                        .map_err(|e| e.dialect(D))?;
+                    schema = params::strict_schema(&schema, &format!("{p}.input_schema"))?;
                 }
                 Tool::new(name, description, schema)
                     .map_err(|e| bad(format!("{p}.name"), e.to_string()))
@@ -279,15 +279,12 @@ fn tools(f: &Fields) -> ApiResult<Option<ToolCalling>> {
 /// budget, `{"type": "disabled"}` or no field leaves it off (Anthropic's default), for
 /// chat templates with a reasoning section. Returns `(enabled, budget)`.
 fn thinking(f: &Fields) -> ApiResult<(Option<bool>, Option<usize>)> {
-    let Some(t) = f.obj("thinking").map_err(|e| e.dialect(D))? else {
+    let Some(t) = f.obj("thinking")? else {
         return Ok((Some(false), None));
     };
-    match t.str("type").map_err(|e| e.dialect(D))? {
+    match t.str("type")? {
         Some("enabled") => {
-            let budget = t
-                .int("budget_tokens", 0, 1 << 20)
-                .map_err(|e| e.dialect(D))?
-                .map(|n| n as usize);
+            let budget = t.int("budget_tokens", 0, 1 << 20)?.map(|n| n as usize);
             Ok((Some(true), budget))
         }
         Some("disabled") => Ok((Some(false), None)),
@@ -298,24 +295,10 @@ fn thinking(f: &Fields) -> ApiResult<(Option<bool>, Option<usize>)> {
     }
 }
 
-/// The request as a prompt, generation parameters and the field its constraint came from.
-fn read(st: &Shared, v: &Value) -> ApiResult<(Prompt, GenerateParams, String, bool)> {
-    let f = Fields::of(v, "").map_err(|e| e.dialect(D))?;
-    st.check_model(f.str("model").map_err(|e| e.dialect(D))?, D)?;
-    let thinking = thinking(&f)?;
-    let msgs = messages(&f)?;
-    let calling = tools(&f)?;
-    let objects = st.objects(&f).map_err(|e| e.dialect(D))?;
-    let max_tokens = match f
-        .int("max_tokens", i64::MIN, i64::MAX)
-        .map_err(|e| e.dialect(D))?
-    {
-        Some(n) => st
-            .max_tokens(Some(n), "max_tokens")
-            .map_err(|e| e.dialect(D))?,
-        None => return Err(bad("max_tokens", "`max_tokens` is required")),
-    };
-    // Structured outputs: `output_config.format` (current), or the beta's `output_format`.
+/// `output_config.format` (current) or the beta's `output_format`: a schema constraint,
+/// objects closed and every declared property required, as Anthropic's structured
+/// outputs define them.
+fn output_format(f: &Fields, objects: &params::Objects) -> ApiResult<Option<params::Constraint>> {
     let spelled = match (
         f.get("output_config").and_then(|c| c.get("format")),
         f.get("output_format"),
@@ -330,76 +313,62 @@ fn read(st: &Shared, v: &Value) -> ApiResult<(Prompt, GenerateParams, String, bo
         }
         _ => None,
     };
-    let format = match spelled {
-        None => None,
-        Some((of, at)) => {
-            if of.get("type").and_then(Value::as_str) != Some("json_schema") {
-                return Err(bad(format!("{at}.type"), "must be \"json_schema\""));
-            }
-            let param = format!("{at}.schema");
-            let schema = of
-                .get("schema")
-                .ok_or_else(|| bad(&param, format!("`{param}` is required")))?;
-            // Anthropic's structured outputs close objects and require what is declared.
-            let schema = params::strict_schema(schema, &param).map_err(|e| e.dialect(D))?;
-            let js =
-                ruvllm_runtime::JsonSchema::from_value_with(schema, objects.registry.as_deref())
-                    .map_err(|e| bad(&param, format!("not a valid JSON Schema: {e}")))?;
-            Some((
-                OutputConstraint::JsonSchema {
-                    schema: js,
-                    options: objects.options(&param, true),
-                },
-                param,
-            ))
-        }
+    let Some((of, at)) = spelled else {
+        return Ok(None);
     };
-    let tool_on = calling
-        .as_ref()
-        .filter(|t| t.choice != ToolChoice::None)
-        .cloned();
-    let (constraint, param) = match (&tool_on, format) {
-        (Some(t), format) => (
-            Some(OutputConstraint::Tools {
-                calling: t.clone(),
-                text: format.map(|(c, _)| Box::new(c)),
-                options: objects.options("tools", false),
-            }),
-            "tools".to_string(),
-        ),
-        (None, Some((c, param))) => (Some(c), param),
-        (None, None) => (None, String::new()),
+    if of.get("type").and_then(Value::as_str) != Some("json_schema") {
+        return Err(bad(format!("{at}.type"), "must be \"json_schema\""));
+    }
+    let param = format!("{at}.schema");
+    let schema = of
+        .get("schema")
+        .ok_or_else(|| bad(&param, format!("`{param}` is required")))?;
+    let schema = params::strict_schema(schema, &param)?;
+    let js = ruvllm_runtime::JsonSchema::from_value_with(schema, objects.registry.as_deref())
+        .map_err(|e| bad(&param, format!("not a valid JSON Schema: {e}")))?;
+    Ok(Some(params::Constraint {
+        c: OutputConstraint::JsonSchema {
+            schema: js,
+            options: objects.options(&param, true),
+        },
+        param,
+    }))
+}
+
+/// Sampling: `max_tokens` (required), `temperature` (0 to 1), `top_p`, `top_k`,
+/// `stop_sequences`.
+fn sampling(st: &Shared, f: &Fields) -> ApiResult<GenerateParams> {
+    let max_tokens = match f.int("max_tokens", i64::MIN, i64::MAX)? {
+        Some(n) => st.max_tokens(Some(n), "max_tokens")?,
+        None => return Err(bad("max_tokens", "`max_tokens` is required")),
     };
-    let top_p = match f.num("top_p", 0.0, 1.0).map_err(|e| e.dialect(D))? {
+    let top_p = match f.num("top_p", 0.0, 1.0)? {
         Some(p) if p <= 0.0 => return Err(bad("top_p", "`top_p` must be greater than 0")),
         Some(p) => p,
         None => 1.0,
     };
-    let gp = GenerateParams {
+    Ok(GenerateParams {
         max_tokens,
-        temperature: f
-            .num("temperature", 0.0, 1.0)
-            .map_err(|e| e.dialect(D))?
-            .unwrap_or(1.0),
+        temperature: f.num("temperature", 0.0, 1.0)?.unwrap_or(1.0),
         top_p,
-        top_k: f
-            .int("top_k", 0, 1 << 20)
-            .map_err(|e| e.dialect(D))?
-            .map_or(0, |k| k as usize),
-        stop: f.stop("stop_sequences").map_err(|e| e.dialect(D))?,
-        budget_aware: st.budget_aware(&f, false).map_err(|e| e.dialect(D))?,
-        constraint,
-        thinking: st.thinking(thinking.0, thinking.1),
+        top_k: f.int("top_k", 0, 1 << 20)?.map_or(0, |k| k as usize),
+        stop: f.stop("stop_sequences")?,
+        budget_aware: st.budget_aware(f, false)?,
         ..Default::default()
-    };
-    let prompt = Prompt::Chat {
-        messages: msgs,
-        tools: tool_on
-            .as_ref()
-            .map(|t| Value::from(t.tools.iter().map(Tool::to_openai).collect::<Vec<_>>())),
-    };
-    let stream = f.bool("stream").map_err(|e| e.dialect(D))?.unwrap_or(false);
-    Ok((prompt, gp, param, stream))
+    })
+}
+
+/// The body as a [`Request`], and its `stream` (default false).
+fn read(st: &Shared, v: &Value) -> ApiResult<(Request, bool)> {
+    let f = Fields::of(v, "")?;
+    st.check_model(f.str("model")?, D)?;
+    let thinking = thinking(&f)?;
+    let msgs = messages(&f)?;
+    let mut req = Request::read(st, &f, D, Input::Chat(msgs), sampling(st, &f)?)?;
+    req.tools = tools(&f)?;
+    req.format = output_format(&f, &req.objects)?;
+    req.thinking = thinking;
+    Ok((req, f.bool("stream")?.unwrap_or(false)))
 }
 
 fn stop_reason(finish: FinishReason, calls: bool) -> &'static str {
@@ -420,53 +389,43 @@ pub async fn messages_endpoint(
     State(st): State<Shared>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    messages_inner(st, body)
-        .await
-        .unwrap_or_else(IntoResponse::into_response)
+    respond(D, messages_inner(st, body).await)
 }
 
 async fn messages_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResult<Response> {
     let v = json_body(body, D)?;
-    let (prompt, gp, param, stream) = read(&st, &v)?;
-    let tools = matches!(gp.constraint, Some(OutputConstraint::Tools { .. }));
-    let markers = st.reasoning(&prompt, &gp);
-    let s = st
-        .start(prompt, gp, param)
-        .await
-        .map_err(|e| e.dialect(D))?;
+    let (req, stream) = read(&st, &v)?;
+    let s = pipeline::start(&st, req).await?;
     let id = new_id("msg_");
     let model = st.model_id.clone();
     if stream {
-        let parser = ToolParser::with_options(tools.then(|| st.call_format()), markers.as_ref());
-        return Ok(message_stream(s, id, model, parser).into_response());
+        return Ok(s.stream_with(|stream, parser| {
+            message_stream(stream, id, model, parser).into_response()
+        }));
     }
-    let g = collect(s).await.map_err(|e| e.dialect(D))?;
-    let (text, calls) = if tools {
-        ruvllm_runtime::tools::parse_output_as(st.call_format(), &g.text)
-    } else {
-        (g.text.clone(), Vec::new())
-    };
+    let a = s.answer().await?;
+    let g = &a.generation;
     let mut content = Vec::new();
     if let Some(r) = &g.reasoning {
         content.push(json!({"type": "thinking", "thinking": r, "signature": ""}));
     }
-    if !text.is_empty() {
-        content.push(json!({"type": "text", "text": text}));
+    if !a.content.is_empty() {
+        content.push(json!({"type": "text", "text": a.content}));
     }
-    content.extend(calls.iter().map(tool_use));
+    content.extend(a.calls.iter().map(tool_use));
     let r = Json(json!({
         "id": id,
         "type": "message",
         "role": "assistant",
         "model": model,
         "content": content,
-        "stop_reason": stop_reason(g.finish, !calls.is_empty()),
+        "stop_reason": stop_reason(g.finish, !a.calls.is_empty()),
         "stop_sequence": null,
-        "usage": usage(&g),
-        "ruvllm": crate::extension(&g),
+        "usage": usage(g),
+        "ruvllm": extension(g),
     }))
     .into_response();
-    Ok(crate::with_budget_header(r, &g))
+    Ok(a.headers(r))
 }
 
 fn usage(g: &Generation) -> Value {
@@ -620,7 +579,7 @@ fn message_stream(
             "delta": {"stop_reason": stop_reason(g.finish, blocks.calls > 0),
                       "stop_sequence": null},
             "usage": usage(&g)});
-        delta["ruvllm"] = crate::extension(&g);
+        delta["ruvllm"] = extension(&g);
         let _ = tx.send(event("message_delta", delta)).await;
         let _ = tx
             .send(event("message_stop", json!({"type": "message_stop"})))
@@ -634,7 +593,7 @@ pub async fn count_tokens(
     State(st): State<Shared>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    count_inner(st, body).unwrap_or_else(IntoResponse::into_response)
+    respond(D, count_inner(st, body))
 }
 
 fn count_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResult<Response> {
@@ -643,14 +602,15 @@ fn count_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResult<Res
     if let Value::Object(m) = &mut v {
         m.entry("max_tokens").or_insert(json!(1));
     }
-    let (prompt, gp, _, _) = read(&st, &v)?;
+    let (req, _) = read(&st, &v)?;
+    let p = pipeline::prepare(&st, req);
     let b = st.sched.model();
     // Rendered as the request would be: with its reasoning section on or off.
     let text = b
-        .render_with(&prompt, gp.thinking.enabled)
-        .map_err(|e| ApiError::from_runtime(&e, "messages").dialect(D))?;
+        .render_with(&p.prompt, p.params.thinking.enabled)
+        .map_err(|e| ApiError::from_runtime(&e, "messages"))?;
     let ids = b
         .encode(&text)
-        .map_err(|e| ApiError::from_runtime(&e, "messages").dialect(D))?;
+        .map_err(|e| ApiError::from_runtime(&e, "messages"))?;
     Ok(Json(json!({"input_tokens": ids.len()})).into_response())
 }

@@ -24,6 +24,9 @@ pub enum Dialect {
     LlamaCpp,
     /// Anthropic's Messages API (`/v1/messages`).
     Anthropic,
+    /// OpenAI's Responses API (`/v1/responses`): OpenAI's error shape, flat tools
+    /// (`tools[i].parameters`).
+    Responses,
 }
 
 /// An HTTP error answer.
@@ -78,6 +81,7 @@ impl ApiError {
         self.dialect = d;
         match d {
             Dialect::Anthropic => self.tool_schema_at("input_schema"),
+            Dialect::Responses => self.tool_schema_at("parameters"),
             _ => self,
         }
     }
@@ -162,7 +166,7 @@ impl ApiError {
     /// The JSON body.
     pub fn body(&self) -> serde_json::Value {
         match self.dialect {
-            Dialect::OpenAi => json!({"error": {
+            Dialect::OpenAi | Dialect::Responses => json!({"error": {
                 "message": self.message,
                 "type": self.kind,
                 "param": self.param,

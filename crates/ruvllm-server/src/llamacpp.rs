@@ -14,13 +14,16 @@ use axum::extract::State;
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use ruvllm_runtime::{FinishReason, GenerateParams, Generation, Prompt};
+use ruvllm_runtime::{FinishReason, GenerateParams, Generation};
 use serde_json::{json, Value};
 
 use crate::error::{ApiError, ApiResult, Dialect};
 use crate::params::{self, Fields};
-use crate::stream::{channel, collect, next_chunk};
-use crate::{json_body, Shared};
+use crate::pipeline::{self, respond, Input, Request};
+use crate::state::{extension, json_body, Shared};
+use crate::stream::{channel, next_chunk};
+
+const D: Dialect = Dialect::LlamaCpp;
 
 fn final_fields(g: &Generation, model: &str, stop: &[String]) -> Value {
     // A stop sequence ended it when the output stopped before the model or grammar did;
@@ -40,7 +43,7 @@ fn final_fields(g: &Generation, model: &str, stop: &[String]) -> Value {
         "tokens_predicted": g.usage.completion_tokens,
         "tokens_evaluated": g.usage.prompt_tokens,
         "truncated": false,
-        "ruvllm": crate::extension(g),
+        "ruvllm": extension(g),
         "timings": {
             "prompt_n": g.usage.prompt_tokens,
             "prompt_ms": ms(g.usage.prompt_secs),
@@ -54,14 +57,11 @@ fn final_fields(g: &Generation, model: &str, stop: &[String]) -> Value {
 
 /// `POST /completion`.
 pub async fn completion(State(st): State<Shared>, body: Result<Bytes, BytesRejection>) -> Response {
-    inner(st, body)
-        .await
-        .map_err(|e| e.dialect(Dialect::LlamaCpp))
-        .unwrap_or_else(IntoResponse::into_response)
+    respond(D, inner(st, body).await)
 }
 
 async fn inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResult<Response> {
-    let v = json_body(body, Dialect::LlamaCpp)?;
+    let v = json_body(body, D)?;
     let f = Fields::of(&v, "")?;
     let prompt = match f.get("prompt") {
         Some(Value::String(s)) if !s.is_empty() => s.clone(),
@@ -84,8 +84,6 @@ async fn inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResult<Res
         Some(n) => st.max_tokens(Some(n), "n_predict")?,
     };
     let stop = f.stop("stop")?;
-    let format = params::constraint(&f, false, &st.objects(&f)?)?;
-    let param = format.as_ref().map(|c| c.param.clone()).unwrap_or_default();
     let gp = GenerateParams {
         max_tokens,
         temperature: f.num("temperature", 0.0, 100.0)?.unwrap_or(0.8),
@@ -109,38 +107,38 @@ async fn inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResult<Res
             .seed("seed")?
             .filter(|&s| s != u32::MAX as u64 && s != u64::MAX),
         stop: stop.clone(),
-        constraint: format.map(|c| c.c),
         budget_aware: st.budget_aware(&f, false)?,
         ..Default::default()
     };
+    let mut req = Request::read(&st, &f, D, Input::Raw(prompt), gp)?;
+    req.format = params::constraint(&f, false, &req.objects)?;
     let stream = f.bool("stream")?.unwrap_or(false);
-    let s = st.start(Prompt::Raw(prompt), gp, param).await?;
+    let s = pipeline::start(&st, req).await?;
     let model = st.model_id.clone();
     if !stream {
-        let g = collect(s).await?;
-        let r = Json(final_fields(&g, &model, &stop)).into_response();
-        return Ok(crate::with_budget_header(r, &g));
+        let a = s.answer().await?;
+        let r = Json(final_fields(&a.generation, &model, &stop)).into_response();
+        return Ok(a.headers(r));
     }
-    let (tx, rx) = channel::<Result<Event, Infallible>>();
-    let mut s = s;
-    tokio::spawn(async move {
-        let ev = |v: Value| Ok(Event::default().data(v.to_string()));
-        while let Some(item) = next_chunk(&mut s, &tx).await {
-            let v = match item {
-                Ok(t) => json!({"content": t, "stop": false}),
-                Err(e) => ApiError::from_runtime(&e, "")
-                    .dialect(Dialect::LlamaCpp)
-                    .body(),
-            };
-            if tx.send(ev(v)).await.is_err() {
-                return;
+    Ok(s.stream_with(|mut s, _| {
+        let (tx, rx) = channel::<Result<Event, Infallible>>();
+        tokio::spawn(async move {
+            let ev = |v: Value| Ok(Event::default().data(v.to_string()));
+            while let Some(item) = next_chunk(&mut s, &tx).await {
+                let v = match item {
+                    Ok(t) => json!({"content": t, "stop": false}),
+                    Err(e) => ApiError::from_runtime(&e, "").dialect(D).body(),
+                };
+                if tx.send(ev(v)).await.is_err() {
+                    return;
+                }
             }
-        }
-        if let Some(Ok(g)) = s.outcome() {
-            let mut last = final_fields(&g, &model, &stop);
-            last["content"] = json!("");
-            let _ = tx.send(ev(last)).await;
-        }
-    });
-    Ok(Sse::new(rx).into_response())
+            if let Some(Ok(g)) = s.outcome() {
+                let mut last = final_fields(&g, &model, &stop);
+                last["content"] = json!("");
+                let _ = tx.send(ev(last)).await;
+            }
+        });
+        Sse::new(rx).into_response()
+    }))
 }

@@ -15,15 +15,17 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use ruvllm_runtime::{
-    GenerateParams, Generation, Message, OutputConstraint, Prompt, ToolCall, ToolCalling,
-    ToolChoice, ToolEvent, ToolParser,
+    GenerateParams, Generation, Message, TextStream, ToolCall, ToolEvent, ToolParser,
 };
 use serde_json::{json, Value};
 
 use crate::error::{ApiError, ApiResult, Dialect};
 use crate::params::{self, Fields};
-use crate::stream::{channel, collect, next_events};
-use crate::{json_body, Shared};
+use crate::pipeline::{self, respond, Input, Request};
+use crate::state::{extension, json_body, Shared};
+use crate::stream::{channel, next_events};
+
+const D: Dialect = Dialect::Ollama;
 
 /// An RFC 3339 UTC timestamp for now (Ollama's `created_at`).
 pub fn rfc3339_now() -> String {
@@ -40,10 +42,6 @@ pub fn rfc3339_now() -> String {
         t % 60,
         d.subsec_nanos()
     )
-}
-
-fn with_dialect<T>(r: ApiResult<T>) -> ApiResult<T> {
-    r.map_err(|e| e.dialect(Dialect::Ollama))
 }
 
 /// `options` to [`GenerateParams`].
@@ -101,7 +99,7 @@ fn done_fields(g: &Generation) -> Value {
         "prompt_eval_duration": ns(g.usage.prompt_secs),
         "eval_count": g.usage.completion_tokens,
         "eval_duration": ns(g.usage.decode_secs()),
-        "ruvllm": crate::extension(g),
+        "ruvllm": extension(g),
     })
 }
 
@@ -150,7 +148,7 @@ fn messages(f: &Fields) -> ApiResult<Vec<Message>> {
 /// `think`: `true` (or `"low"`, `"medium"`, `"high"`, as gpt-oss takes it) leaves a chat
 /// template's reasoning section on, `false` turns it off; unset, the template decides
 /// (on). The reasoning budget is `options.reasoning_budget`.
-fn thinking(st: &Shared, f: &Fields) -> ApiResult<ruvllm_runtime::reasoning::Thinking> {
+fn thinking(f: &Fields) -> ApiResult<(Option<bool>, Option<usize>)> {
     let enabled = match f.get("think") {
         None | Some(Value::Null) => None,
         Some(Value::Bool(b)) => Some(*b),
@@ -166,131 +164,58 @@ fn thinking(st: &Shared, f: &Fields) -> ApiResult<ruvllm_runtime::reasoning::Thi
         Some(o) => o.int("reasoning_budget", 0, 1 << 20)?.map(|n| n as usize),
         None => None,
     };
-    Ok(st.thinking(enabled, budget))
+    Ok((enabled, budget))
 }
 
 /// `POST /api/chat`.
 pub async fn chat(State(st): State<Shared>, body: Result<Bytes, BytesRejection>) -> Response {
-    with_dialect(chat_inner(st, body).await).unwrap_or_else(IntoResponse::into_response)
+    respond(D, chat_inner(st, body).await)
+}
+
+/// A chat body as a [`Request`], and its `stream` (default true).
+fn read_chat(st: &Shared, v: &Value) -> ApiResult<(Request, bool)> {
+    let f = Fields::of(v, "")?;
+    st.check_model(f.str("model")?, D)?;
+    let mut req = Request::read(st, &f, D, Input::Chat(messages(&f)?), options(st, &f)?)?;
+    req.tools = params::tools(&f)?;
+    req.tools_param = "ollama tools";
+    req.format = params::constraint(&f, true, &req.objects)?;
+    req.thinking = thinking(&f)?;
+    Ok((req, f.bool("stream")?.unwrap_or(true)))
 }
 
 async fn chat_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResult<Response> {
-    let v = json_body(body, Dialect::Ollama)?;
-    let f = Fields::of(&v, "")?;
-    st.check_model(f.str("model")?, Dialect::Ollama)?;
-    let msgs = messages(&f)?;
-    let tools = params::tools(&f)?;
-    let objects = st.objects(&f)?;
-    let format = params::constraint(&f, true, &objects)?;
-    let (format, note) =
-        crate::openai::prompt_schema(&st, &f, &msgs, format, tools.as_ref(), &objects)?;
-    let mut gp = options(&st, &f)?;
-    gp.thinking = thinking(&st, &f)?;
-    let stream = f.bool("stream")?.unwrap_or(true);
-    let calling: Option<ToolCalling> = tools.filter(|t| t.choice != ToolChoice::None);
-    let param = format
-        .as_ref()
-        .map_or("tools".to_string(), |c| c.param.clone());
-    gp.constraint = match &calling {
-        Some(t) => Some(OutputConstraint::Tools {
-            calling: t.clone(),
-            text: format.map(|c| Box::new(c.c)),
-            options: objects.options("ollama tools", false),
-        }),
-        None => format.map(|c| c.c),
-    };
-    let prompt = Prompt::Chat {
-        messages: msgs,
-        tools: calling
-            .as_ref()
-            .map(|t| Value::from(t.tools.iter().map(|t| t.to_openai()).collect::<Vec<_>>())),
-    };
-    let markers = st.reasoning(&prompt, &gp);
-    let s = st.start(prompt, gp, param).await?;
+    let v = json_body(body, D)?;
+    let (req, stream) = read_chat(&st, &v)?;
+    let s = pipeline::start(&st, req).await?;
     let model = st.model_id.clone();
     if !stream {
-        let g = collect(s).await?;
-        let (content, calls) = if calling.is_some() {
-            ruvllm_runtime::tools::parse_output_as(st.call_format(), &g.text)
-        } else {
-            (g.text.clone(), Vec::new())
-        };
-        let mut message = json!({"role": "assistant", "content": content});
+        let a = s.answer().await?;
+        let g = &a.generation;
+        let mut message = json!({"role": "assistant", "content": a.content});
         if let Some(r) = &g.reasoning {
             message["thinking"] = json!(r);
         }
-        if !calls.is_empty() {
-            message["tool_calls"] = ollama_calls(&calls);
+        if !a.calls.is_empty() {
+            message["tool_calls"] = ollama_calls(&a.calls);
         }
         let head = json!({"model": model, "created_at": rfc3339_now(), "message": message});
-        let r = Json(merge(head, done_fields(&g))).into_response();
-        return Ok(crate::openai::with_note(
-            crate::with_budget_header(r, &g),
-            note,
-        ));
+        let r = Json(merge(head, done_fields(g))).into_response();
+        return Ok(a.headers(r));
     }
-    let (tx, rx) = channel();
-    let mut parser = ToolParser::with_options(
-        calling.is_some().then(|| st.call_format()),
-        markers.as_ref(),
-    );
-    let mut s = s;
-    tokio::spawn(async move {
-        loop {
-            let (events, done) = match next_events(&mut s, &tx, &mut parser).await {
-                Ok(x) => x,
-                Err(e) => {
-                    let _ = tx.send(ndjson_line(&json!({"error": e.to_string()}))).await;
-                    return;
-                }
-            };
-            // Text and reasoning stream as they come; a call is sent whole once its
-            // arguments are complete (Ollama clients expect object arguments).
-            for e in events {
-                let message = match e {
-                    ToolEvent::Text(t) => json!({"role": "assistant", "content": t}),
-                    ToolEvent::Reasoning(t) => {
-                        json!({"role": "assistant", "content": "", "thinking": t})
-                    }
-                    _ => continue,
-                };
-                let line = json!({"model": model, "created_at": rfc3339_now(),
-                                  "message": message, "done": false});
-                if tx.send(ndjson_line(&line)).await.is_err() {
-                    return;
-                }
-            }
-            if done {
-                break;
-            }
-        }
-        let Some(Ok(g)) = s.outcome() else { return };
-        let mut message = json!({"role": "assistant", "content": ""});
-        let calls = parser.calls();
-        if !calls.is_empty() {
-            message["tool_calls"] = ollama_calls(calls);
-        }
-        let head = json!({"model": model, "created_at": rfc3339_now(), "message": message});
-        let _ = tx.send(ndjson_line(&merge(head, done_fields(&g)))).await;
-    });
-    let r = (
-        [(header::CONTENT_TYPE, "application/x-ndjson")],
-        Body::from_stream(rx),
-    )
-        .into_response();
-    Ok(crate::openai::with_note(r, note))
+    Ok(s.stream_with(|stream, parser| ndjson_stream(stream, parser, model, Shape::Chat)))
 }
 
 /// `POST /api/generate`: `prompt` (+ `system`) through the chat template, or as is with
 /// `raw: true`.
 pub async fn generate(State(st): State<Shared>, body: Result<Bytes, BytesRejection>) -> Response {
-    with_dialect(generate_inner(st, body).await).unwrap_or_else(IntoResponse::into_response)
+    respond(D, generate_inner(st, body).await)
 }
 
 async fn generate_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResult<Response> {
-    let v = json_body(body, Dialect::Ollama)?;
+    let v = json_body(body, D)?;
     let f = Fields::of(&v, "")?;
-    st.check_model(f.str("model")?, Dialect::Ollama)?;
+    st.check_model(f.str("model")?, D)?;
     let text = f.str("prompt")?.unwrap_or("").to_string();
     let model = st.model_id.clone();
     if text.is_empty() {
@@ -308,40 +233,53 @@ async fn generate_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiR
     if f.get("images").is_some() {
         return Err(ApiError::bad("images", "images are not supported"));
     }
-    let prompt = if f.bool("raw")? == Some(true) {
-        Prompt::Raw(text)
+    let input = if f.bool("raw")? == Some(true) {
+        Input::Raw(text)
     } else {
         let mut ms = Vec::new();
         if let Some(sys) = f.str("system")? {
             ms.push(Message::system(sys));
         }
         ms.push(Message::user(text));
-        Prompt::Chat {
-            messages: ms,
-            tools: None,
-        }
+        Input::Chat(ms)
     };
-    let format = params::constraint(&f, true, &st.objects(&f)?)?;
-    let mut gp = options(&st, &f)?;
-    gp.thinking = thinking(&st, &f)?;
-    let param = format.as_ref().map(|c| c.param.clone()).unwrap_or_default();
-    gp.constraint = format.map(|c| c.c);
+    let mut req = Request::read(&st, &f, D, input, options(&st, &f)?)?;
+    req.format = params::constraint(&f, true, &req.objects)?;
+    req.thinking = thinking(&f)?;
     let stream = f.bool("stream")?.unwrap_or(true);
-    let markers = st.reasoning(&prompt, &gp);
-    let s = st.start(prompt, gp, param).await?;
+    let s = pipeline::start(&st, req).await?;
     if !stream {
-        let g = collect(s).await?;
-        let mut head = json!({"model": model, "created_at": rfc3339_now(), "response": g.text});
+        let a = s.answer().await?;
+        let g = &a.generation;
+        let mut head = json!({"model": model, "created_at": rfc3339_now(), "response": a.content});
         if let Some(r) = &g.reasoning {
             head["thinking"] = json!(r);
         }
-        let r = Json(merge(head, done_fields(&g))).into_response();
-        return Ok(crate::with_budget_header(r, &g));
+        let r = Json(merge(head, done_fields(g))).into_response();
+        return Ok(a.headers(r));
     }
+    Ok(s.stream_with(|stream, parser| ndjson_stream(stream, parser, model, Shape::Generate)))
+}
+
+/// What a streamed line carries: a chat `message` or a generate `response`.
+#[derive(Clone, Copy)]
+enum Shape {
+    Chat,
+    Generate,
+}
+
+/// A streamed answer, NDJSON: text and reasoning as they come, then a last line with the
+/// counters (and, for a chat, the calls: each sent whole once its arguments are
+/// complete, as Ollama clients expect object arguments).
+fn ndjson_stream(
+    mut s: TextStream,
+    mut parser: ToolParser,
+    model: String,
+    shape: Shape,
+) -> Response {
     let (tx, rx) = channel();
-    let mut s = s;
-    let mut parser = ToolParser::with_options(None, markers.as_ref());
     tokio::spawn(async move {
+        let line = |body: Value| merge(json!({"model": model, "created_at": rfc3339_now()}), body);
         loop {
             let (events, done) = match next_events(&mut s, &tx, &mut parser).await {
                 Ok(x) => x,
@@ -351,15 +289,21 @@ async fn generate_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiR
                 }
             };
             for e in events {
-                let line = match e {
-                    ToolEvent::Text(t) => json!({"model": model, "created_at": rfc3339_now(),
-                                                 "response": t, "done": false}),
-                    ToolEvent::Reasoning(t) => json!({"model": model,
-                        "created_at": rfc3339_now(), "response": "", "thinking": t,
-                        "done": false}),
+                let body = match (shape, e) {
+                    (Shape::Chat, ToolEvent::Text(t)) => {
+                        json!({"message": {"role": "assistant", "content": t}})
+                    }
+                    (Shape::Chat, ToolEvent::Reasoning(t)) => {
+                        json!({"message": {"role": "assistant", "content": "", "thinking": t}})
+                    }
+                    (Shape::Generate, ToolEvent::Text(t)) => json!({"response": t}),
+                    (Shape::Generate, ToolEvent::Reasoning(t)) => {
+                        json!({"response": "", "thinking": t})
+                    }
                     _ => continue,
                 };
-                if tx.send(ndjson_line(&line)).await.is_err() {
+                let l = line(merge(body, json!({"done": false})));
+                if tx.send(ndjson_line(&l)).await.is_err() {
                     return;
                 }
             }
@@ -367,16 +311,27 @@ async fn generate_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiR
                 break;
             }
         }
-        if let Some(Ok(g)) = s.outcome() {
-            let head = json!({"model": model, "created_at": rfc3339_now(), "response": ""});
-            let _ = tx.send(ndjson_line(&merge(head, done_fields(&g)))).await;
-        }
+        let Some(Ok(g)) = s.outcome() else { return };
+        let body = match shape {
+            Shape::Chat => {
+                let mut message = json!({"role": "assistant", "content": ""});
+                let calls = parser.calls();
+                if !calls.is_empty() {
+                    message["tool_calls"] = ollama_calls(calls);
+                }
+                json!({"message": message})
+            }
+            Shape::Generate => json!({"response": ""}),
+        };
+        let _ = tx
+            .send(ndjson_line(&merge(line(body), done_fields(&g))))
+            .await;
     });
-    Ok((
+    (
         [(header::CONTENT_TYPE, "application/x-ndjson")],
         Body::from_stream(rx),
     )
-        .into_response())
+        .into_response()
 }
 
 /// `GET /api/tags`: the served model.

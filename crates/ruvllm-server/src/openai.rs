@@ -19,15 +19,17 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures::Stream;
 use ruvllm_runtime::{
-    FinishReason, GenerateParams, Generation, OutputConstraint, Prompt, TextStream, ToolCall,
-    ToolCalling, ToolChoice, ToolEvent, ToolParser,
+    FinishReason, GenerateParams, Generation, TextStream, ToolCall, ToolEvent, ToolParser,
 };
 use serde_json::{json, Value};
 
 use crate::error::{ApiError, ApiResult, Dialect};
 use crate::params::{self, Fields};
-use crate::stream::{channel, collect, next_chunk};
-use crate::{json_body, new_id, unix_now, Shared};
+use crate::pipeline::{self, respond, Input, Request};
+use crate::state::{extension, json_body, new_id, unix_now, Shared};
+use crate::stream::{channel, next_chunk};
+
+const D: Dialect = Dialect::OpenAi;
 
 /// Sampling fields shared by the OpenAI endpoints (with the usual extensions `top_k`,
 /// `min_p`, `repetition_penalty`).
@@ -66,33 +68,6 @@ pub(crate) fn sampling(st: &Shared, f: &Fields, max_keys: &[&str]) -> ApiResult<
     })
 }
 
-/// The constraint of a chat request (tools and/or a format) and the field it came from.
-pub(crate) fn chat_constraint(
-    tools: Option<&ToolCalling>,
-    format: Option<params::Constraint>,
-    objects: &params::Objects,
-) -> (Option<OutputConstraint>, String) {
-    match tools {
-        Some(t) if t.choice != ToolChoice::None => {
-            let param = format
-                .as_ref()
-                .map_or("tools".to_string(), |c| c.param.clone());
-            (
-                Some(OutputConstraint::Tools {
-                    calling: t.clone(),
-                    text: format.map(|c| Box::new(c.c)),
-                    options: objects.options("tools", false),
-                }),
-                param,
-            )
-        }
-        _ => match format {
-            Some(c) => (Some(c.c), c.param),
-            None => (None, String::new()),
-        },
-    }
-}
-
 fn usage_json(g: &Generation) -> Value {
     json!({
         "prompt_tokens": g.usage.prompt_tokens,
@@ -124,65 +99,58 @@ fn finish_reason(finish: FinishReason, calls: bool) -> &'static str {
 
 /// `POST /v1/chat/completions`.
 pub async fn chat(State(st): State<Shared>, body: Result<Bytes, BytesRejection>) -> Response {
-    chat_inner(st, body)
-        .await
-        .unwrap_or_else(IntoResponse::into_response)
+    respond(D, chat_inner(st, body).await)
+}
+
+/// A chat request's body as a [`Request`], and its `stream` and
+/// `stream_options.include_usage`.
+fn read_chat(st: &Shared, v: &Value) -> ApiResult<(Request, bool, bool)> {
+    let f = Fields::of(v, "")?;
+    st.check_model(f.str("model")?, D)?;
+    params::refuse_unsupported(&f)?;
+    let mut req = Request::read(
+        st,
+        &f,
+        D,
+        Input::Chat(params::messages(&f)?),
+        sampling(st, &f, &["max_tokens", "max_completion_tokens"])?,
+    )?;
+    req.tools = params::tools(&f)?;
+    req.format = params::constraint(&f, false, &req.objects)?;
+    req.thinking = params::openai_thinking(&f)?;
+    Ok((req, f.bool("stream")?.unwrap_or(false), include_usage(&f)?))
+}
+
+/// `stream_options.include_usage` (default false).
+fn include_usage(f: &Fields) -> ApiResult<bool> {
+    Ok(match f.obj("stream_options")? {
+        Some(o) => o.bool("include_usage")?.unwrap_or(false),
+        None => false,
+    })
 }
 
 async fn chat_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResult<Response> {
-    let v = json_body(body, Dialect::OpenAi)?;
-    let f = Fields::of(&v, "")?;
-    st.check_model(f.str("model")?, Dialect::OpenAi)?;
-    params::refuse_unsupported(&f)?;
-    let messages = params::messages(&f)?;
-    let tools = params::tools(&f)?;
-    let objects = st.objects(&f)?;
-    let format = params::constraint(&f, false, &objects)?;
-    let (format, note) = prompt_schema(&st, &f, &messages, format, tools.as_ref(), &objects)?;
-    let mut gp = sampling(&st, &f, &["max_tokens", "max_completion_tokens"])?;
-    let (think, budget) = params::openai_thinking(&f)?;
-    gp.thinking = st.thinking(think, budget);
-    let stream = f.bool("stream")?.unwrap_or(false);
-    let include_usage = match f.obj("stream_options")? {
-        Some(o) => o.bool("include_usage")?.unwrap_or(false),
-        None => false,
-    };
-    let (constraint, param) = chat_constraint(tools.as_ref(), format, &objects);
-    let calling = tools.filter(|t| t.choice != ToolChoice::None);
-    gp.constraint = constraint;
-    let prompt = Prompt::Chat {
-        messages,
-        tools: calling
-            .as_ref()
-            .map(|t| Value::from(t.tools.iter().map(|t| t.to_openai()).collect::<Vec<_>>())),
-    };
-    let markers = st.reasoning(&prompt, &gp);
-    let s = st.start(prompt, gp, param).await?;
+    let v = json_body(body, D)?;
+    let (req, stream, include_usage) = read_chat(&st, &v)?;
+    let s = pipeline::start(&st, req).await?;
     let id = new_id("chatcmpl-");
     let created = unix_now();
     let model = st.model_id.clone();
     if stream {
-        let parser = ToolParser::with_options(
-            calling.is_some().then(|| st.call_format()),
-            markers.as_ref(),
-        );
-        let r = chat_stream(s, id, created, model, parser, include_usage);
-        return Ok(with_note(r.into_response(), note));
+        return Ok(s.stream_with(|stream, parser| {
+            chat_stream(stream, id, created, model, parser, include_usage).into_response()
+        }));
     }
-    let g = collect(s).await?;
-    let (content, calls) = if calling.is_some() {
-        ruvllm_runtime::tools::parse_output_as(st.call_format(), &g.text)
-    } else {
-        (g.text.clone(), Vec::new())
-    };
-    let ids: Vec<String> = calls.iter().map(|_| new_id("call_")).collect();
+    let a = s.answer().await?;
+    let g = &a.generation;
+    let ids: Vec<String> = a.calls.iter().map(|_| new_id("call_")).collect();
     let mut message = json!({
         "role": "assistant",
-        "content": if content.is_empty() && !calls.is_empty() { Value::Null } else { json!(content) },
+        "content": if a.content.is_empty() && !a.calls.is_empty() { Value::Null } else { json!(a.content) },
         "refusal": null,
     });
-    if !calls.is_empty() {
-        message["tool_calls"] = tool_calls_json(&calls, &ids);
+    if !a.calls.is_empty() {
+        message["tool_calls"] = tool_calls_json(&a.calls, &ids);
     }
     if let Some(r) = &g.reasoning {
         message["reasoning_content"] = json!(r);
@@ -197,55 +165,13 @@ async fn chat_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResul
             "index": 0,
             "message": message,
             "logprobs": null,
-            "finish_reason": finish_reason(g.finish, !calls.is_empty()),
+            "finish_reason": finish_reason(g.finish, !a.calls.is_empty()),
         }],
-        "usage": usage_json(&g),
-        "ruvllm": crate::extension(&g),
+        "usage": usage_json(g),
+        "ruvllm": extension(g),
     }))
     .into_response();
-    Ok(with_note(crate::with_budget_header(r, &g), note))
-}
-
-/// The prompt-declared schema rule ([`params::apply_prompt_schema`]) when the request or
-/// the server turns it on and no tool call is possible.
-pub(crate) fn prompt_schema(
-    st: &Shared,
-    f: &Fields,
-    messages: &[ruvllm_runtime::Message],
-    format: Option<params::Constraint>,
-    tools: Option<&ToolCalling>,
-    objects: &params::Objects,
-) -> ApiResult<(Option<params::Constraint>, Option<String>)> {
-    let tools_on = tools.is_some_and(|t| t.choice != ToolChoice::None);
-    // Off unless the request (`prompt_schema: true`) or the server (`--prompt-schema`)
-    // turns it on.
-    let on = f.bool("prompt_schema")?.unwrap_or(st.config.prompt_schema);
-    if !on || tools_on {
-        return Ok((format, None));
-    }
-    let json_object = format.as_ref().is_some_and(|c| {
-        matches!(
-            c.c,
-            OutputConstraint::JsonObject { .. } | OutputConstraint::Json { .. }
-        )
-    });
-    Ok(params::apply_prompt_schema(
-        messages,
-        format,
-        json_object,
-        st.sched.model().limits(),
-        objects,
-    ))
-}
-
-/// Adds the `x-ruvllm-constraint` header saying where the constraint came from.
-pub(crate) fn with_note(mut r: Response, note: Option<String>) -> Response {
-    if let Some(n) = note {
-        if let Ok(v) = axum::http::HeaderValue::from_str(&n.replace(['\r', '\n'], " ")) {
-            r.headers_mut().insert("x-ruvllm-constraint", v);
-        }
-    }
-    r
+    Ok(a.headers(r))
 }
 
 fn sse(v: &Value) -> Result<Event, Infallible> {
@@ -323,7 +249,7 @@ fn chat_stream(
         };
         let fr = finish_reason(g.finish, !parser.calls().is_empty());
         let mut last = chunk(json!({}), json!(fr));
-        last["ruvllm"] = crate::extension(&g);
+        last["ruvllm"] = extension(&g);
         let _ = tx.send(sse(&last)).await;
         if include_usage {
             let _ = tx
@@ -343,15 +269,13 @@ pub async fn completions(
     State(st): State<Shared>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    completions_inner(st, body)
-        .await
-        .unwrap_or_else(IntoResponse::into_response)
+    respond(D, completions_inner(st, body).await)
 }
 
 async fn completions_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResult<Response> {
-    let v = json_body(body, Dialect::OpenAi)?;
+    let v = json_body(body, D)?;
     let f = Fields::of(&v, "")?;
-    st.check_model(f.str("model")?, Dialect::OpenAi)?;
+    st.check_model(f.str("model")?, D)?;
     params::refuse_unsupported(&f)?;
     let prompt = match f.get("prompt") {
         Some(Value::String(s)) => s.clone(),
@@ -372,64 +296,62 @@ async fn completions_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> A
         // OpenAI's legacy default.
         gp.max_tokens = 16;
     }
-    let format = params::constraint(&f, false, &st.objects(&f)?)?;
-    let param = format.as_ref().map(|c| c.param.clone()).unwrap_or_default();
-    gp.constraint = format.map(|c| c.c);
+    let mut req = Request::read(&st, &f, D, Input::Raw(prompt), gp)?;
+    req.format = params::constraint(&f, false, &req.objects)?;
     let stream = f.bool("stream")?.unwrap_or(false);
-    let include_usage = match f.obj("stream_options")? {
-        Some(o) => o.bool("include_usage")?.unwrap_or(false),
-        None => false,
-    };
-    let s = st.start(Prompt::Raw(prompt), gp, param).await?;
+    let include_usage = include_usage(&f)?;
+    let s = pipeline::start(&st, req).await?;
     let id = new_id("cmpl-");
     let created = unix_now();
     let model = st.model_id.clone();
     if !stream {
-        let g = collect(s).await?;
+        let a = s.answer().await?;
+        let g = &a.generation;
         let r = Json(json!({
             "id": id, "object": "text_completion", "created": created, "model": model,
             "system_fingerprint": "ruvllm",
-            "choices": [{"text": g.text, "index": 0, "logprobs": null,
+            "choices": [{"text": a.content, "index": 0, "logprobs": null,
                          "finish_reason": g.finish.as_str()}],
-            "usage": usage_json(&g),
-            "ruvllm": crate::extension(&g),
+            "usage": usage_json(g),
+            "ruvllm": extension(g),
         }))
         .into_response();
-        return Ok(crate::with_budget_header(r, &g));
+        return Ok(a.headers(r));
     }
-    let (tx, rx) = channel();
-    let mut s = s;
-    tokio::spawn(async move {
-        let chunk = |text: &str, finish: Value| {
-            json!({"id": id, "object": "text_completion", "created": created, "model": model,
+    Ok(s.stream_with(|mut s, _| {
+        let (tx, rx) = channel();
+        tokio::spawn(async move {
+            let chunk = |text: &str, finish: Value| {
+                json!({"id": id, "object": "text_completion", "created": created, "model": model,
                    "system_fingerprint": "ruvllm",
                    "choices": [{"text": text, "index": 0, "logprobs": null,
                                 "finish_reason": finish}]})
-        };
-        while let Some(item) = next_chunk(&mut s, &tx).await {
-            let ev = match item {
-                Ok(t) => sse(&chunk(&t, Value::Null)),
-                Err(e) => sse(&ApiError::from_runtime(&e, "").body()),
             };
-            if tx.send(ev).await.is_err() {
-                return;
+            while let Some(item) = next_chunk(&mut s, &tx).await {
+                let ev = match item {
+                    Ok(t) => sse(&chunk(&t, Value::Null)),
+                    Err(e) => sse(&ApiError::from_runtime(&e, "").body()),
+                };
+                if tx.send(ev).await.is_err() {
+                    return;
+                }
             }
-        }
-        if let Some(Ok(g)) = s.outcome() {
-            let mut last = chunk("", json!(g.finish.as_str()));
-            last["ruvllm"] = crate::extension(&g);
-            let _ = tx.send(sse(&last)).await;
-            if include_usage {
-                let _ = tx
-                    .send(sse(&json!({"id": id, "object": "text_completion",
+            if let Some(Ok(g)) = s.outcome() {
+                let mut last = chunk("", json!(g.finish.as_str()));
+                last["ruvllm"] = extension(&g);
+                let _ = tx.send(sse(&last)).await;
+                if include_usage {
+                    let _ = tx
+                        .send(sse(&json!({"id": id, "object": "text_completion",
                         "created": created, "model": model, "choices": [],
                         "usage": usage_json(&g)})))
-                    .await;
+                        .await;
+                }
             }
-        }
-        let _ = tx.send(Ok(Event::default().data("[DONE]"))).await;
-    });
-    Ok(Sse::new(rx).into_response())
+            let _ = tx.send(Ok(Event::default().data("[DONE]"))).await;
+        });
+        Sse::new(rx).into_response()
+    }))
 }
 
 /// `GET /v1/models`.

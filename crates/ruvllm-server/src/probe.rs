@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 
 use crate::error::{ApiError, ApiResult, Dialect};
 use crate::params::{type_name, Fields};
-use crate::{json_body, Shared};
+use crate::state::{json_body, Shared};
 
 /// `GET /v1/models/{id}`: the model under any name it answers to (404 otherwise).
 pub async fn model(State(st): State<Shared>, Path(id): Path<String>) -> Response {

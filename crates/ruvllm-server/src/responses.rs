@@ -30,15 +30,17 @@ use axum::extract::State;
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use ruvllm_runtime::{
-    FinishReason, Generation, Message, OutputConstraint, Prompt, ToolChoice, ToolEvent, ToolParser,
-};
+use ruvllm_runtime::{FinishReason, Generation, Message, OutputConstraint, ToolEvent, ToolParser};
 use serde_json::{json, Map, Value};
 
 use crate::error::{ApiError, ApiResult, Dialect};
+use crate::openai::sampling;
 use crate::params::{self, type_name, Fields};
-use crate::stream::{channel, collect, next_events};
-use crate::{json_body, new_id, unix_now, Shared};
+use crate::pipeline::{self, respond, Input, Request};
+use crate::state::{extension, json_body, new_id, unix_now, Shared};
+use crate::stream::{channel, next_events};
+
+const D: Dialect = Dialect::Responses;
 
 /// How many responses `previous_response_id` can name (the most recent ones).
 pub const KEPT: usize = 256;
@@ -246,15 +248,13 @@ fn text_format(f: &Fields, objects: &params::Objects) -> ApiResult<Option<params
 
 /// `POST /v1/responses`.
 pub async fn create(State(st): State<Shared>, body: Result<Bytes, BytesRejection>) -> Response {
-    create_inner(st, body)
-        .await
-        .unwrap_or_else(IntoResponse::into_response)
+    respond(D, create_inner(st, body).await)
 }
 
 async fn create_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResult<Response> {
-    let v = json_body(body, Dialect::OpenAi)?;
+    let v = json_body(body, D)?;
     let f = Fields::of(&v, "")?;
-    st.check_model(f.str("model")?, Dialect::OpenAi)?;
+    st.check_model(f.str("model")?, D)?;
     if f.bool("background")? == Some(true) {
         return Err(ApiError::bad(
             "background",
@@ -296,27 +296,13 @@ async fn create_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiRes
         .ok_or_else(|| ApiError::bad("input", "`input` is required"))?;
     input_messages(input, &mut messages)?;
     let shaped = chat_shape(&v)?;
-    let tools = params::tools(&Fields::of(&shaped, "")?)?;
-    let objects = st.objects(&f)?;
-    let format = text_format(&f, &objects)?;
-    let mut gp = crate::openai::sampling(&st, &f, &["max_output_tokens"])?;
-    let calling = tools.filter(|t| t.choice != ToolChoice::None);
-    let (constraint, param) = crate::openai::chat_constraint(calling.as_ref(), format, &objects);
-    gp.constraint = constraint;
-    gp.thinking = st.thinking(think, budget);
-    let prompt = Prompt::Chat {
-        messages: messages.clone(),
-        tools: calling
-            .as_ref()
-            .map(|t| Value::from(t.tools.iter().map(|t| t.to_openai()).collect::<Vec<_>>())),
-    };
+    let gp = sampling(&st, &f, &["max_output_tokens"])?;
+    let mut req = Request::read(&st, &f, D, Input::Chat(messages.clone()), gp)?;
+    req.tools = params::tools(&Fields::of(&shaped, "")?)?;
+    req.format = text_format(&f, &req.objects)?;
+    req.thinking = (think, budget);
     let stream = f.bool("stream")?.unwrap_or(false);
-    let markers = st.reasoning(&prompt, &gp);
-    // Responses tools are flat (`tools[i].parameters`).
-    let s = st
-        .start(prompt, gp, param)
-        .await
-        .map_err(|e| e.tool_schema_at("parameters"))?;
+    let s = pipeline::start(&st, req).await?;
     let head = Head {
         id: new_id("resp_"),
         created: unix_now(),
@@ -324,27 +310,22 @@ async fn create_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiRes
         echo: echo(&v),
     };
     if stream {
-        let parser = ToolParser::with_options(
-            calling.is_some().then(|| st.call_format()),
-            markers.as_ref(),
-        );
-        return Ok(response_stream(st.clone(), s, head, parser, messages).into_response());
+        let st = st.clone();
+        return Ok(s.stream_with(|stream, parser| {
+            response_stream(st, stream, head, parser, messages).into_response()
+        }));
     }
-    let g = collect(s).await?;
-    let (text, calls) = if calling.is_some() {
-        ruvllm_runtime::tools::parse_output_as(st.call_format(), &g.text)
-    } else {
-        (g.text.clone(), Vec::new())
-    };
+    let a = s.answer().await?;
+    let (g, text, calls) = (&a.generation, &a.content, &a.calls);
     let mut output = Vec::new();
     if let Some(r) = &g.reasoning {
         output.push(reasoning_item(&new_id("rs_"), r, "completed"));
     }
     if !text.is_empty() {
-        output.push(message_item(&new_id("msg_"), &text, "completed"));
+        output.push(message_item(&new_id("msg_"), text, "completed"));
     }
     let mut items: Vec<(String, String, String)> = Vec::new();
-    for c in &calls {
+    for c in calls {
         let call_id = new_id("call_");
         output.push(call_item(
             &new_id("fc_"),
@@ -355,9 +336,9 @@ async fn create_inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiRes
         ));
         items.push((call_id, c.name.clone(), c.arguments.clone()));
     }
-    remember(&st, &head.id, messages, &text, &items);
-    let r = Json(response_json(&head, &g, output)).into_response();
-    Ok(crate::with_budget_header(r, &g))
+    remember(&st, &head.id, messages, text, &items);
+    let r = Json(response_json(&head, g, output)).into_response();
+    Ok(a.headers(r))
 }
 
 /// What a response repeats of its request.
@@ -437,7 +418,7 @@ fn response_body(head: &Head, g: Option<&Generation>, output: Vec<Value>) -> Val
         m.extend(head.echo.clone());
     }
     if let Some(g) = g {
-        r["ruvllm"] = crate::extension(g);
+        r["ruvllm"] = extension(g);
     }
     r
 }

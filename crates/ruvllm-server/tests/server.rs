@@ -852,6 +852,30 @@ fn prompt_declared_schemas_are_opt_in() {
         out["n"].is_i64() && out.as_object().unwrap().len() == 1,
         "{out}"
     );
+    // One pipeline: the Responses API reads the same field and applies the same rule.
+    let body = json!({"instructions": messages[0]["content"], "input": "Pick a number.",
+        "text": {"format": {"type": "json_object"}}, "prompt_schema": true,
+        "temperature": 0, "max_output_tokens": 40});
+    let mut r = agent()
+        .post(&format!("http://{a}/v1/responses"))
+        .header("Content-Type", "application/json")
+        .send(body.to_string().as_bytes())
+        .unwrap();
+    let note = r.headers().get("x-ruvllm-constraint").cloned();
+    let v: Value = serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap();
+    assert_eq!(note.unwrap().to_str().unwrap(), "prompt-schema", "{v}");
+    let text = v["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["type"] == "message")
+        .map(|o| o["content"][0]["text"].as_str().unwrap().to_string())
+        .unwrap();
+    let out: Value = serde_json::from_str(&text).unwrap();
+    assert!(
+        out["n"].is_i64() && out.as_object().unwrap().len() == 1,
+        "{out}"
+    );
 }
 
 /// The endpoints clients probe, and the names the model answers to.
