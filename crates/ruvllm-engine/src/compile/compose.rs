@@ -399,11 +399,10 @@ fn compose_any(
 }
 
 /// Merges equivalent leaves, drops dead ones, and runs the subset construction over
-/// positions; declines when merging would take more than [`MAX_REFINE_WORK`].
-// Long (450 lines) on purpose: one pass of leaf refinement then the subset construction over
-// positions, sharing a dozen locals (classes, follower tables, the state map) in the hot
-// loop of compiling; its phases are marked by comments. Split into a struct, each step
-// would re-borrow them all.
+/// positions; declines when merging would take more than [`MAX_REFINE_WORK`]. The phases,
+/// each its own step: [`refine`] (leaf classes), [`Classes::new`] (one representative
+/// per class, dead classes dropped), [`Groups::build`] (entry groups), then
+/// [`construct`] (the subset construction).
 fn determinize(g: Glushkov, root: Frag) -> Result<Dfa, Stop> {
     let Glushkov {
         leaves,
@@ -413,356 +412,500 @@ fn determinize(g: Glushkov, root: Frag) -> Result<Dfa, Stop> {
         deadline,
         ..
     } = g;
-    let n = leaves.len();
-    let mut final_ = vec![false; n];
+    let mut final_ = vec![false; leaves.len()];
     for &l in &root.last {
         final_[l as usize] = true;
     }
+    let class = refine(&leaves, &next, &final_, deadline)?;
+    let cls = Classes::new(&leaves, &next, &final_, &class, &root.first);
+    let (groups, after, start_group) = Groups::build(&cls);
+    let steps = Steps::new(&cls, &groups, after);
+    let limits = Bounds {
+        max_states,
+        max_bytes,
+        deadline,
+    };
+    construct(steps, start_group, root.nullable, &limits)
+}
 
-    // Leaf classes: the same automaton, the same ending, followers of the same classes.
-    // Start from (automaton, ending) and refine by the follower classes until stable.
+/// Leaf classes: the same automaton, the same ending, followers of the same classes.
+/// Starts from (automaton, ending) and refines by the follower classes until stable; `n`
+/// leaves, each round linear in the leaves and their followers, at most
+/// [`MAX_REFINE_WORK`] in all (then it declines).
+fn refine(
+    leaves: &[Leaf],
+    next: &[Vec<u32>],
+    final_: &[bool],
+    deadline: Option<std::time::Instant>,
+) -> Result<Vec<u32>, Stop> {
+    let n = leaves.len();
     let mut class = vec![0u32; n];
-    if n > 0 {
-        let mut ids: FastMap<(usize, &[u8], bool), u32> = FastMap::default();
-        for i in 0..n {
-            let key = match &leaves[i] {
-                Leaf::Lit(l) => (0, &l[..], final_[i]),
-                Leaf::Lex(l) => (Arc::as_ptr(l) as usize, &[][..], final_[i]),
-            };
-            let k = ids.len() as u32;
-            class[i] = *ids.entry(key).or_insert(k);
-        }
-        // Each round: a leaf's signature is its class and its followers' classes (sorted,
-        // in one pool); leaves with equal signatures get one new class (found by the
-        // signature's hash, then compared). A leaf alone in its class stays alone
-        // (refinement only splits), so only leaves that share a class are signed; the
-        // others get fresh ids after them.
-        let mut count = ids.len();
-        let mut pool: Vec<u32> = Vec::new();
-        // Where each representative's signature lies in the pool.
-        let mut sig_at: Vec<(usize, usize)> = vec![(0, 0); n];
-        let mut size = vec![0u32; n];
-        let mut refined = vec![0u32; n];
-        let mut by_hash: FastMap<u64, Vec<(u32, u32)>> = FastMap::default();
-        let mut work = 0usize;
-        loop {
-            // A class split travels one follower step per round, so a long chain of alike
-            // leaves takes as many rounds as it is long: quadratic (6,000 `[ab]c?` took
-            // 0.9 s). Past the budget the NFA route, linear there, builds it.
-            work += n + pool.len();
-            if work > MAX_REFINE_WORK {
-                return Err(Stop::Decline);
-            }
-            if deadline.is_some_and(|d| std::time::Instant::now() > d) {
-                return Err(Stop::Err(DfaError::Deadline));
-            }
-            size[..count].iter_mut().for_each(|x| *x = 0);
-            for &c in &class {
-                size[c as usize] += 1;
-            }
-            pool.clear();
-            by_hash.clear();
-            let mut next_id = 0u32;
-            for i in 0..n {
-                if size[class[i] as usize] < 2 {
-                    continue;
-                }
-                let from = pool.len();
-                pool.push(class[i]);
-                pool.extend(next[i].iter().map(|&m| class[m as usize]));
-                pool[from + 1..].sort_unstable();
-                let mut w = from + 1;
-                for r in from + 1..pool.len() {
-                    if w == from + 1 || pool[r] != pool[w - 1] {
-                        pool[w] = pool[r];
-                        w += 1;
-                    }
-                }
-                pool.truncate(w);
-                sig_at[i] = (from, w);
-                let sig = &pool[from..w];
-                let mut h = ItemHasher::default();
-                sig.iter().for_each(|&x| h.write_u64(x as u64));
-                let list = by_hash.entry(h.finish()).or_default();
-                let same = list.iter().find(|&&(r, _)| {
-                    let (a, b) = sig_at[r as usize];
-                    pool[a..b] == pool[from..w]
-                });
-                refined[i] = match same {
-                    Some(&(_, id)) => {
-                        // Not a representative: its copy of the signature is not kept.
-                        pool.truncate(from);
-                        id
-                    }
-                    None => {
-                        list.push((i as u32, next_id));
-                        next_id += 1;
-                        next_id - 1
-                    }
-                };
-            }
-            if next_id == 0 {
-                break;
-            }
-            for i in 0..n {
-                if size[class[i] as usize] < 2 {
-                    refined[i] = next_id;
-                    next_id += 1;
-                }
-            }
-            std::mem::swap(&mut class, &mut refined);
-            if next_id as usize == count {
-                break;
-            }
-            count = next_id as usize;
-        }
+    if n == 0 {
+        return Ok(class);
     }
-    // One representative leaf per class, with its followers as classes.
-    let k = class.iter().map(|&c| c as usize + 1).max().unwrap_or(0);
-    let mut rep = vec![u32::MAX; k];
+    let mut ids: FastMap<(usize, &[u8], bool), u32> = FastMap::default();
     for i in 0..n {
-        if rep[class[i] as usize] == u32::MAX {
-            rep[class[i] as usize] = i as u32;
+        let key = match &leaves[i] {
+            Leaf::Lit(l) => (0, &l[..], final_[i]),
+            Leaf::Lex(l) => (Arc::as_ptr(l) as usize, &[][..], final_[i]),
+        };
+        let k = ids.len() as u32;
+        class[i] = *ids.entry(key).or_insert(k);
+    }
+    // Each round: a leaf's signature is its class and its followers' classes (sorted, in
+    // one pool); leaves with equal signatures get one new class (found by the signature's
+    // hash, then compared). A leaf alone in its class stays alone (refinement only
+    // splits), so only leaves that share a class are signed; the others get fresh ids
+    // after them.
+    let mut count = ids.len();
+    let mut pool: Vec<u32> = Vec::new();
+    // Where each representative's signature lies in the pool.
+    let mut sig_at: Vec<(usize, usize)> = vec![(0, 0); n];
+    let mut size = vec![0u32; n];
+    let mut refined = vec![0u32; n];
+    let mut by_hash: FastMap<u64, Vec<(u32, u32)>> = FastMap::default();
+    let mut work = 0usize;
+    loop {
+        // A class split travels one follower step per round, so a long chain of alike
+        // leaves takes as many rounds as it is long: quadratic (6,000 `[ab]c?` took 0.9
+        // s). Past the budget the NFA route, linear there, builds it.
+        work += n + pool.len();
+        if work > MAX_REFINE_WORK {
+            return Err(Stop::Decline);
         }
-    }
-    let leaf = |c: u32| &leaves[rep[c as usize] as usize];
-    let mut follow: Vec<Vec<u32>> = (0..k)
-        .map(|c| {
-            let mut f: Vec<u32> = next[rep[c] as usize]
-                .iter()
-                .map(|&m| class[m as usize])
-                .collect();
-            f.sort_unstable();
-            f.dedup();
-            f
-        })
-        .collect();
-    let is_final: Vec<bool> = (0..k).map(|c| final_[rep[c] as usize]).collect();
-    let mut first: Vec<u32> = root.first.iter().map(|&m| class[m as usize]).collect();
-    first.sort_unstable();
-    first.dedup();
-
-    // Each class's predecessors (the classes it follows), in compressed rows, for the two
-    // backward searches below (linear, where sweeps until nothing changes were quadratic
-    // on long chains).
-    let mut pred_off = vec![0usize; k + 1];
-    for f in &follow {
-        for &m in f {
-            pred_off[m as usize + 1] += 1;
+        if deadline.is_some_and(|d| std::time::Instant::now() > d) {
+            return Err(Stop::Err(DfaError::Deadline));
         }
-    }
-    for c in 0..k {
-        pred_off[c + 1] += pred_off[c];
-    }
-    let mut pred = vec![0u32; pred_off[k]];
-    let mut fill = pred_off.clone();
-    for (c, f) in follow.iter().enumerate() {
-        for &m in f {
-            pred[fill[m as usize]] = c as u32;
-            fill[m as usize] += 1;
+        size[..count].iter_mut().for_each(|x| *x = 0);
+        for &c in &class {
+            size[c as usize] += 1;
         }
-    }
-    let preds = |m: u32| &pred[pred_off[m as usize]..pred_off[m as usize + 1]];
-    let nonempty: Vec<bool> = (0..k).map(|c| leaf(c as u32).start() != 0).collect();
-    // Live classes: a non-empty automaton after which the whole can end.
-    let mut alive = vec![false; k];
-    let mut stack: Vec<u32> = (0..k as u32)
-        .filter(|&c| nonempty[c as usize] && is_final[c as usize])
-        .collect();
-    stack.iter().for_each(|&c| alive[c as usize] = true);
-    while let Some(m) = stack.pop() {
-        for &p in preds(m) {
-            if !alive[p as usize] && nonempty[p as usize] {
-                alive[p as usize] = true;
-                stack.push(p);
+        pool.clear();
+        by_hash.clear();
+        let mut next_id = 0u32;
+        for i in 0..n {
+            if size[class[i] as usize] < 2 {
+                continue;
+            }
+            let from = pool.len();
+            pool.push(class[i]);
+            pool.extend(next[i].iter().map(|&m| class[m as usize]));
+            pool[from + 1..].sort_unstable();
+            let mut w = from + 1;
+            for r in from + 1..pool.len() {
+                if w == from + 1 || pool[r] != pool[w - 1] {
+                    pool[w] = pool[r];
+                    w += 1;
+                }
+            }
+            pool.truncate(w);
+            sig_at[i] = (from, w);
+            let mut h = ItemHasher::default();
+            pool[from..w].iter().for_each(|&x| h.write_u64(x as u64));
+            let list = by_hash.entry(h.finish()).or_default();
+            let same = list.iter().find(|&&(r, _)| {
+                let (a, b) = sig_at[r as usize];
+                pool[a..b] == pool[from..w]
+            });
+            refined[i] = match same {
+                Some(&(_, id)) => {
+                    // Not a representative: its copy of the signature is not kept.
+                    pool.truncate(from);
+                    id
+                }
+                None => {
+                    list.push((i as u32, next_id));
+                    next_id += 1;
+                    next_id - 1
+                }
+            };
+        }
+        if next_id == 0 {
+            break;
+        }
+        for i in 0..n {
+            if size[class[i] as usize] < 2 {
+                refined[i] = next_id;
+                next_id += 1;
             }
         }
+        std::mem::swap(&mut class, &mut refined);
+        if next_id as usize == count {
+            break;
+        }
+        count = next_id as usize;
     }
-    for f in follow.iter_mut() {
-        f.retain(|&m| alive[m as usize]);
+    Ok(class)
+}
+
+/// The leaf classes of a composition: one representative leaf per class, its followers as
+/// classes (dead ones dropped), and what the subset construction asks of each class.
+/// Built in time linear in the leaves and their follower sets.
+struct Classes<'a> {
+    leaves: &'a [Leaf],
+    /// The representative leaf of each class.
+    rep: Vec<u32>,
+    /// The live classes that may follow each class.
+    follow: Vec<Vec<u32>>,
+    /// The live classes the whole may begin with.
+    first: Vec<u32>,
+    /// A non-empty automaton after which the whole can end.
+    alive: Vec<bool>,
+    /// The class's automaton matches the empty string.
+    nullable: Vec<bool>,
+    /// The whole may end once the class's automaton accepts (itself final, or followed
+    /// by classes that match the empty string up to a final one).
+    ends: Vec<bool>,
+    /// The bytes where a byte class of the class's automaton starts.
+    bounds: Vec<ByteSet>,
+}
+
+impl<'a> Classes<'a> {
+    fn new(
+        leaves: &'a [Leaf],
+        next: &[Vec<u32>],
+        final_: &[bool],
+        class: &[u32],
+        root_first: &[u32],
+    ) -> Classes<'a> {
+        let k = class.iter().map(|&c| c as usize + 1).max().unwrap_or(0);
+        let mut rep = vec![u32::MAX; k];
+        for (i, &c) in class.iter().enumerate() {
+            if rep[c as usize] == u32::MAX {
+                rep[c as usize] = i as u32;
+            }
+        }
+        let follow: Vec<Vec<u32>> = (0..k)
+            .map(|c| {
+                let mut f: Vec<u32> = next[rep[c] as usize]
+                    .iter()
+                    .map(|&m| class[m as usize])
+                    .collect();
+                f.sort_unstable();
+                f.dedup();
+                f
+            })
+            .collect();
+        let mut first: Vec<u32> = root_first.iter().map(|&m| class[m as usize]).collect();
+        first.sort_unstable();
+        first.dedup();
+        let is_final: Vec<bool> = (0..k).map(|c| final_[rep[c] as usize]).collect();
+        let mut cls = Classes {
+            leaves,
+            rep,
+            follow,
+            first,
+            alive: Vec::new(),
+            nullable: Vec::new(),
+            ends: Vec::new(),
+            bounds: Vec::new(),
+        };
+        cls.nullable = (0..k as u32)
+            .map(|c| cls.leaf(c).accepting(cls.leaf(c).start()))
+            .collect();
+        let preds = Preds::of(&cls.follow);
+        cls.prune(&preds, &is_final);
+        cls.ends = cls.may_end(&preds, is_final);
+        cls.bounds = (0..k as u32).map(|c| cls.leaf(c).bounds()).collect();
+        cls
     }
-    first.retain(|&m| alive[m as usize]);
-    let nullable: Vec<bool> = (0..k)
-        .map(|c| leaf(c as u32).accepting(leaf(c as u32).start()))
-        .collect();
-    // `ends[c]`: the whole may end once leaf `c` accepts (itself final, or followed by
-    // leaves that match the empty string up to a final one). Only live classes pass it on
-    // (a nullable leaf is live once it may end).
-    let mut ends = is_final;
-    let mut stack: Vec<u32> = (0..k as u32)
-        .filter(|&c| ends[c as usize] && nullable[c as usize])
-        .collect();
-    while let Some(m) = stack.pop() {
-        for &p in preds(m) {
-            if !ends[p as usize] {
-                ends[p as usize] = true;
-                if nullable[p as usize] {
+
+    /// The representative leaf of class `c`.
+    #[inline]
+    fn leaf(&self, c: u32) -> &'a Leaf {
+        &self.leaves[self.rep[c as usize] as usize]
+    }
+
+    /// How many classes.
+    fn len(&self) -> usize {
+        self.rep.len()
+    }
+
+    /// Marks the live classes (a non-empty automaton after which the whole can end) and
+    /// drops the others from the follower sets and the first set.
+    fn prune(&mut self, preds: &Preds, is_final: &[bool]) {
+        let k = self.len();
+        let nonempty: Vec<bool> = (0..k as u32).map(|c| self.leaf(c).start() != 0).collect();
+        let mut alive = vec![false; k];
+        let mut stack: Vec<u32> = (0..k as u32)
+            .filter(|&c| nonempty[c as usize] && is_final[c as usize])
+            .collect();
+        stack.iter().for_each(|&c| alive[c as usize] = true);
+        while let Some(m) = stack.pop() {
+            for &p in preds.of_class(m) {
+                if !alive[p as usize] && nonempty[p as usize] {
+                    alive[p as usize] = true;
                     stack.push(p);
                 }
             }
         }
+        for f in self.follow.iter_mut() {
+            f.retain(|&m| alive[m as usize]);
+        }
+        self.first.retain(|&m| alive[m as usize]);
+        self.alive = alive;
     }
 
-    // Byte classes of each leaf (the bytes where a class starts), and of the whole.
-    let bounds: Vec<ByteSet> = (0..k).map(|c| leaf(c as u32).bounds()).collect();
-    let mut all = ByteSet::EMPTY;
-    for c in 0..k {
-        if alive[c] {
-            all.union_with(&bounds[c]);
+    /// `ends[c]`: the whole may end once class `c` accepts. Only live classes pass it on
+    /// (a nullable class is live once it may end).
+    fn may_end(&self, preds: &Preds, mut ends: Vec<bool>) -> Vec<bool> {
+        let mut stack: Vec<u32> = (0..self.len() as u32)
+            .filter(|&c| ends[c as usize] && self.nullable[c as usize])
+            .collect();
+        while let Some(m) = stack.pop() {
+            for &p in preds.of_class(m) {
+                if !ends[p as usize] {
+                    ends[p as usize] = true;
+                    if self.nullable[p as usize] {
+                        stack.push(p);
+                    }
+                }
+            }
         }
+        ends
     }
-    all.insert(0);
-    let mut classes = [0u8; 256];
-    let mut stride = 0usize;
-    for b in 0..=255u8 {
-        if all.contains(b) {
-            stride += 1;
-        }
-        classes[b as usize] = (stride - 1) as u8;
-    }
-    // The table's real row (the NFA route counts regex-automata's padded row, which is
-    // up to twice as big: the composed DFA may have as many states as that allowed).
-    let row_bytes = stride * 4;
-    let too_big = || Stop::Err(DfaError::TooBig { cost: max_states });
 
-    // Entry groups: the leaves whose starts are entered together (once a leaf accepts:
-    // its followers, and past those that match the empty string; at the start: the first
-    // leaves). A set holds a group as one pseudo-position `pos(k + g, 0)`, and what a
-    // group does on a byte is computed once (`group_steps`), not once per DFA state: the
-    // hundreds of keys an object loop may start with are stepped once per byte class.
-    let mut groups = Groups {
-        members: Vec::new(),
-        ids: FastMap::default(),
-        bounds: Vec::new(),
-        allowed: Vec::new(),
-        accepts: Vec::new(),
-    };
-    let mut seen = vec![0u32; k];
-    let mut epoch = 0u32;
-    let mut group_of = |from: &[u32], groups: &mut Groups| -> Option<u32> {
-        epoch += 1;
+    /// The byte classes of the whole (the bytes where a class of some live leaf starts)
+    /// as a byte-to-class map and the number of classes.
+    fn byte_classes(&self) -> ([u8; 256], usize) {
+        let mut all = ByteSet::EMPTY;
+        for c in 0..self.len() {
+            if self.alive[c] {
+                all.union_with(&self.bounds[c]);
+            }
+        }
+        all.insert(0);
+        let mut classes = [0u8; 256];
+        let mut stride = 0usize;
+        for b in 0..=255u8 {
+            if all.contains(b) {
+                stride += 1;
+            }
+            classes[b as usize] = (stride - 1) as u8;
+        }
+        (classes, stride)
+    }
+}
+
+/// Each class's predecessors (the classes it follows), in compressed rows, for the two
+/// backward searches of [`Classes`] (linear, where sweeps until nothing changes were
+/// quadratic on long chains).
+struct Preds {
+    off: Vec<usize>,
+    pred: Vec<u32>,
+}
+
+impl Preds {
+    fn of(follow: &[Vec<u32>]) -> Preds {
+        let k = follow.len();
+        let mut off = vec![0usize; k + 1];
+        for f in follow {
+            for &m in f {
+                off[m as usize + 1] += 1;
+            }
+        }
+        for c in 0..k {
+            off[c + 1] += off[c];
+        }
+        let mut pred = vec![0u32; off[k]];
+        let mut fill = off.clone();
+        for (c, f) in follow.iter().enumerate() {
+            for &m in f {
+                pred[fill[m as usize]] = c as u32;
+                fill[m as usize] += 1;
+            }
+        }
+        Preds { off, pred }
+    }
+
+    #[inline]
+    fn of_class(&self, m: u32) -> &[u32] {
+        &self.pred[self.off[m as usize]..self.off[m as usize + 1]]
+    }
+}
+
+/// The entry groups of a composition: the leaves whose starts are entered together (once
+/// a leaf accepts: its followers, and past those that match the empty string; at the
+/// start: the first leaves). A set holds a group as one pseudo-position `pos(k + g, 0)`,
+/// and what a group does on a byte is computed once ([`Steps::step_group`]), not once per
+/// DFA state: the hundreds of keys an object loop may start with are stepped once per
+/// byte class.
+struct Groups {
+    members: Vec<Vec<u32>>,
+    ids: FastMap<Vec<u32>, u32>,
+    /// Bytes where a class of some member starts (and 0).
+    bounds: Vec<ByteSet>,
+    /// Bytes on which some member leaves its start alive.
+    allowed: Vec<ByteSet>,
+    /// Some member matches the empty string and may end the whole.
+    accepts: Vec<bool>,
+}
+
+impl Groups {
+    /// The groups of `cls`, the group entered after each class accepts, and the group at
+    /// the start. Linear in the classes and their follower sets (each group once).
+    fn build(cls: &Classes) -> (Groups, Vec<Option<u32>>, Option<u32>) {
+        let mut groups = Groups {
+            members: Vec::new(),
+            ids: FastMap::default(),
+            bounds: Vec::new(),
+            allowed: Vec::new(),
+            accepts: Vec::new(),
+        };
+        let mut seen = vec![0u32; cls.len()];
+        let mut epoch = 0u32;
+        let after: Vec<Option<u32>> = (0..cls.len())
+            .map(|c| groups.entered(cls, &cls.follow[c], &mut seen, &mut epoch))
+            .collect();
+        let start = groups.entered(cls, &cls.first, &mut seen, &mut epoch);
+        (groups, after, start)
+    }
+
+    /// The group entered at `from` (and past the nullable classes that follow), added if
+    /// new; `None` when it is empty.
+    fn entered(
+        &mut self,
+        cls: &Classes,
+        from: &[u32],
+        seen: &mut [u32],
+        epoch: &mut u32,
+    ) -> Option<u32> {
+        *epoch += 1;
         let mut out: Vec<u32> = Vec::new();
         let mut stack: Vec<u32> = from.to_vec();
         while let Some(m) = stack.pop() {
-            if std::mem::replace(&mut seen[m as usize], epoch) == epoch {
+            if std::mem::replace(&mut seen[m as usize], *epoch) == *epoch {
                 continue;
             }
             out.push(m);
-            if nullable[m as usize] {
-                stack.extend_from_slice(&follow[m as usize]);
+            if cls.nullable[m as usize] {
+                stack.extend_from_slice(&cls.follow[m as usize]);
             }
         }
         if out.is_empty() {
             return None;
         }
         out.sort_unstable();
-        if let Some(&g) = groups.ids.get(&out) {
+        if let Some(&g) = self.ids.get(&out) {
             return Some(g);
         }
-        let g = groups.members.len() as u32;
+        let g = self.members.len() as u32;
         let mut b = ByteSet::EMPTY;
         let mut allowed = ByteSet::EMPTY;
         for &m in &out {
-            let l = leaf(m);
-            b.union_with(&bounds[m as usize]);
+            let l = cls.leaf(m);
+            b.union_with(&cls.bounds[m as usize]);
             allowed.union_with(&l.allowed(l.start()));
         }
         b.insert(0);
-        groups.bounds.push(b);
-        groups.allowed.push(allowed);
-        groups.accepts.push(
+        self.bounds.push(b);
+        self.allowed.push(allowed);
+        self.accepts.push(
             out.iter()
-                .any(|&m| nullable[m as usize] && ends[m as usize]),
+                .any(|&m| cls.nullable[m as usize] && cls.ends[m as usize]),
         );
-        groups.ids.insert(out.clone(), g);
-        groups.members.push(out);
+        self.ids.insert(out.clone(), g);
+        self.members.push(out);
         Some(g)
-    };
-    let after: Vec<Option<u32>> = (0..k).map(|c| group_of(&follow[c], &mut groups)).collect();
-    let start_group = group_of(&first, &mut groups);
-    let group_pos = |g: u32| pos(k as u32 + g, 0);
+    }
+}
 
-    // What a leaf position becomes on byte `b`: itself in its next state, and the group
-    // entered when that state accepts.
-    let step_leaf = |c: u32, s: u32, b: u8, out: &mut Vec<u64>| {
-        let l = leaf(c);
+/// What positions become on a byte: a leaf position steps its automaton (and enters the
+/// group after it when it accepts); a group's step is computed once per byte class of
+/// its members and kept.
+struct Steps<'a> {
+    cls: &'a Classes<'a>,
+    groups: &'a Groups,
+    /// The group entered once each class accepts.
+    after: Vec<Option<u32>>,
+    /// `group_steps[g][i]`: what group `g` becomes on the bytes of its class `i` (a class
+    /// starts at each byte of its bounds), as a range of `pool`; `None` until asked.
+    group_steps: Vec<Vec<Option<(u32, u32)>>>,
+    pool: Vec<u64>,
+}
+
+impl<'a> Steps<'a> {
+    fn new(cls: &'a Classes<'a>, groups: &'a Groups, after: Vec<Option<u32>>) -> Steps<'a> {
+        Steps {
+            cls,
+            groups,
+            after,
+            group_steps: groups
+                .bounds
+                .iter()
+                .map(|b| vec![None; b.len() as usize])
+                .collect(),
+            pool: Vec::new(),
+        }
+    }
+
+    /// The position of group `g` in a set.
+    #[inline]
+    fn group_pos(&self, g: u32) -> u64 {
+        pos(self.cls.len() as u32 + g, 0)
+    }
+
+    /// What leaf position `(c, s)` becomes on byte `b`: itself in its next state, and the
+    /// group entered when that state accepts.
+    #[inline]
+    fn step_leaf(cls: &Classes, after: &[Option<u32>], c: u32, s: u32, b: u8, out: &mut Vec<u64>) {
+        let l = cls.leaf(c);
         let t = l.next(s, b);
         if t != 0 {
             out.push(pos(c, t));
             if l.accepting(t) {
                 if let Some(g) = after[c as usize] {
-                    out.push(group_pos(g));
+                    out.push(pos(cls.len() as u32 + g, 0));
                 }
             }
         }
-    };
-    // `group_steps[g][i]`: what group `g` becomes on the bytes of its class `i` (a class
-    // starts at each byte of its bounds), as a range of `step_pool`; `None` until asked.
-    let mut group_steps: Vec<Vec<Option<(u32, u32)>>> = groups
-        .bounds
-        .iter()
-        .map(|b| vec![None; b.len() as usize])
-        .collect();
-    let mut step_pool: Vec<u64> = Vec::new();
-    let mut step_group = |g: u32, b: u8, out: &mut Vec<u64>| {
-        // Bytes of one class of the group's leaves behave alike.
-        let bounds = &groups.bounds[g as usize];
-        let class = bounds.rank(bounds.floor(b)) as usize;
-        let (from, to) = *group_steps[g as usize][class].get_or_insert_with(|| {
-            let from = step_pool.len() as u32;
-            for &m in &groups.members[g as usize] {
-                step_leaf(m, leaf(m).start(), b, &mut step_pool);
-            }
-            (from, step_pool.len() as u32)
-        });
-        out.extend_from_slice(&step_pool[from as usize..to as usize]);
-    };
+    }
 
-    let accepts = |set: &[u64]| {
+    /// What group `g` becomes on byte `b` (bytes of one class of its members behave
+    /// alike: computed once per class).
+    fn step_group(&mut self, g: u32, b: u8, out: &mut Vec<u64>) {
+        let bounds = &self.groups.bounds[g as usize];
+        let class = bounds.rank(bounds.floor(b)) as usize;
+        let (from, to) = match self.group_steps[g as usize][class] {
+            Some(r) => r,
+            None => {
+                let from = self.pool.len() as u32;
+                for &m in &self.groups.members[g as usize] {
+                    let start = self.cls.leaf(m).start();
+                    Self::step_leaf(self.cls, &self.after, m, start, b, &mut self.pool);
+                }
+                let r = (from, self.pool.len() as u32);
+                self.group_steps[g as usize][class] = Some(r);
+                r
+            }
+        };
+        out.extend_from_slice(&self.pool[from as usize..to as usize]);
+    }
+
+    /// Whether a set of positions accepts.
+    fn accepts(&self, set: &[u64]) -> bool {
+        let k = self.cls.len();
         set.iter().any(|&p| {
             let c = (p >> 32) as usize;
             if c >= k {
-                groups.accepts[c - k]
+                self.groups.accepts[c - k]
             } else {
-                ends[c] && leaf(c as u32).accepting(p as u32)
+                self.cls.ends[c] && self.cls.leaf(c as u32).accepting(p as u32)
             }
         })
-    };
-    let hash = |set: &[u64]| {
-        let mut h = ItemHasher::default();
-        set.iter().for_each(|&x| h.write_u64(x));
-        h.finish()
-    };
+    }
 
-    let mut sets: SetPool<u64> = SetPool::new();
-    let mut trans: Vec<u32> = vec![0; stride];
-    let mut accepting = vec![false];
-    let start_set: Vec<u64> = start_group.map(group_pos).into_iter().collect();
-    let start = if start_set.is_empty() && !root.nullable {
-        0
-    } else {
-        sets.push(&start_set, hash(&start_set));
-        trans.resize(2 * stride, 0);
-        accepting.push(root.nullable || accepts(&start_set));
-        1
-    };
-
-    // Per DFA state: the byte classes its members tell apart (usually far fewer than the
-    // whole's), one bucket of successor positions per such class.
-    let mut buckets: Vec<Vec<u64>> = Vec::new();
-    let mut members: Vec<u64> = Vec::new();
-    let mut reps: Vec<u8> = Vec::with_capacity(256);
-    let mut i = 1;
-    while i < accepting.len() {
-        members.clear();
-        members.extend_from_slice(sets.get(i));
+    /// The bytes where a class that the members of a set tell apart starts (usually far
+    /// fewer than the whole's).
+    fn local_bounds(&self, members: &[u64]) -> ByteSet {
+        let k = self.cls.len();
         let mut local = ByteSet::EMPTY;
         local.insert(0);
-        for &p in &members {
+        for &p in members {
             let (c, s) = ((p >> 32) as usize, p as u32);
             if c >= k {
-                local.union_with(&groups.bounds[c - k]);
-            } else if let Leaf::Lit(l) = leaf(c as u32) {
+                local.union_with(&self.groups.bounds[c - k]);
+            } else if let Leaf::Lit(l) = self.cls.leaf(c as u32) {
                 if let Some(&b) = l.get(s as usize - 1) {
                     local.insert(b);
                     if b < 255 {
@@ -770,9 +913,103 @@ fn determinize(g: Glushkov, root: Frag) -> Result<Dfa, Stop> {
                     }
                 }
             } else {
-                local.union_with(&bounds[c]);
+                local.union_with(&self.cls.bounds[c]);
             }
         }
+        local
+    }
+
+    /// Steps every member of a set on each local class (first byte `reps[i]`, whose rank
+    /// in `local` is `i`) into `buckets[i]`.
+    fn step_set(
+        &mut self,
+        members: &[u64],
+        local: &ByteSet,
+        reps: &[u8],
+        buckets: &mut [Vec<u64>],
+    ) {
+        let k = self.cls.len();
+        for &p in members {
+            let (c, s) = ((p >> 32) as usize, p as u32);
+            if c >= k {
+                let g = (c - k) as u32;
+                let allowed = self.groups.allowed[g as usize];
+                for (li, &b) in reps.iter().enumerate() {
+                    if allowed.contains(b) {
+                        self.step_group(g, b, &mut buckets[li]);
+                    }
+                }
+            } else if let Leaf::Lit(l) = self.cls.leaf(c as u32) {
+                if let Some(&b) = l.get(s as usize - 1) {
+                    let li = local.rank(b) as usize;
+                    Self::step_leaf(self.cls, &self.after, c as u32, s, b, &mut buckets[li]);
+                }
+            } else {
+                let allowed = self.cls.leaf(c as u32).allowed(s);
+                for (li, &b) in reps.iter().enumerate() {
+                    if allowed.contains(b) {
+                        Self::step_leaf(self.cls, &self.after, c as u32, s, b, &mut buckets[li]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The limits of one subset construction.
+struct Bounds {
+    max_states: usize,
+    max_bytes: usize,
+    deadline: Option<std::time::Instant>,
+}
+
+/// The subset construction over positions: per DFA state, the byte classes its members
+/// tell apart, one bucket of successor positions per such class, each bucket a state
+/// (found or added), the table row filled by ranges. Bounded by the DFA limits and the
+/// deadline.
+fn construct(
+    mut steps: Steps,
+    start_group: Option<u32>,
+    root_nullable: bool,
+    limits: &Bounds,
+) -> Result<Dfa, Stop> {
+    let (classes, stride) = steps.cls.byte_classes();
+    // The table's real row (the NFA route counts regex-automata's padded row, which is up
+    // to twice as big: the composed DFA may have as many states as that allowed).
+    let row_bytes = stride * 4;
+    let too_big = || {
+        Stop::Err(DfaError::TooBig {
+            cost: limits.max_states,
+        })
+    };
+    let hash = |set: &[u64]| {
+        let mut h = ItemHasher::default();
+        set.iter().for_each(|&x| h.write_u64(x));
+        h.finish()
+    };
+    let mut sets: SetPool<u64> = SetPool::new();
+    let mut trans: Vec<u32> = vec![0; stride];
+    let mut accepting = vec![false];
+    let start_set: Vec<u64> = start_group
+        .map(|g| steps.group_pos(g))
+        .into_iter()
+        .collect();
+    let start = if start_set.is_empty() && !root_nullable {
+        0
+    } else {
+        sets.push(&start_set, hash(&start_set));
+        trans.resize(2 * stride, 0);
+        accepting.push(root_nullable || steps.accepts(&start_set));
+        1
+    };
+    let mut buckets: Vec<Vec<u64>> = Vec::new();
+    let mut members: Vec<u64> = Vec::new();
+    let mut reps: Vec<u8> = Vec::with_capacity(256);
+    let mut i = 1;
+    while i < accepting.len() {
+        members.clear();
+        members.extend_from_slice(sets.get(i));
+        let local = steps.local_bounds(&members);
         reps.clear();
         reps.extend(local.iter());
         if buckets.len() < reps.len() {
@@ -781,30 +1018,7 @@ fn determinize(g: Glushkov, root: Frag) -> Result<Dfa, Stop> {
         for b in buckets[..reps.len()].iter_mut() {
             b.clear();
         }
-        for &p in &members {
-            let (c, s) = ((p >> 32) as usize, p as u32);
-            if c >= k {
-                let g = (c - k) as u32;
-                let allowed = groups.allowed[g as usize];
-                for (li, &b) in reps.iter().enumerate() {
-                    if allowed.contains(b) {
-                        step_group(g, b, &mut buckets[li]);
-                    }
-                }
-            } else if let Leaf::Lit(l) = leaf(c as u32) {
-                if let Some(&b) = l.get(s as usize - 1) {
-                    let li = local.rank(b) as usize;
-                    step_leaf(c as u32, s, b, &mut buckets[li]);
-                }
-            } else {
-                let allowed = leaf(c as u32).allowed(s);
-                for (li, &b) in reps.iter().enumerate() {
-                    if allowed.contains(b) {
-                        step_leaf(c as u32, s, b, &mut buckets[li]);
-                    }
-                }
-            }
-        }
+        steps.step_set(&members, &local, &reps, &mut buckets);
         for li in 0..reps.len() {
             let set = &mut buckets[li];
             if set.is_empty() {
@@ -819,21 +1033,23 @@ fn determinize(g: Glushkov, root: Frag) -> Result<Dfa, Stop> {
                 found
             } else {
                 let id = accepting.len();
-                if id > max_states
-                    || id.saturating_mul(row_bytes) > max_bytes
-                    || (sets.items() + set.len()).saturating_mul(8) > max_bytes
+                if id > limits.max_states
+                    || id.saturating_mul(row_bytes) > limits.max_bytes
+                    || (sets.items() + set.len()).saturating_mul(8) > limits.max_bytes
                     || !sets.has_room(set.len())
                 {
                     return Err(too_big());
                 }
                 if id % DEADLINE_EVERY == 0
-                    && deadline.is_some_and(|d| std::time::Instant::now() > d)
+                    && limits
+                        .deadline
+                        .is_some_and(|d| std::time::Instant::now() > d)
                 {
                     return Err(Stop::Err(DfaError::Deadline));
                 }
                 sets.push(set, h);
                 trans.resize(trans.len() + stride, 0);
-                accepting.push(accepts(set));
+                accepting.push(steps.accepts(set));
                 id as u32
             };
             // The local class runs from its first byte to the byte before the next one.
@@ -853,18 +1069,6 @@ fn determinize(g: Glushkov, root: Frag) -> Result<Dfa, Stop> {
         accepting,
         start,
     }))
-}
-
-/// The entry groups of a composition (see `determinize`).
-struct Groups {
-    members: Vec<Vec<u32>>,
-    ids: FastMap<Vec<u32>, u32>,
-    /// Bytes where a class of some member starts (and 0).
-    bounds: Vec<ByteSet>,
-    /// Bytes on which some member leaves its start alive.
-    allowed: Vec<ByteSet>,
-    /// Some member matches the empty string and may end the whole.
-    accepts: Vec<bool>,
 }
 
 #[cfg(test)]

@@ -66,8 +66,9 @@ pub(crate) struct Subset {
     pub start: u32,
 }
 
-/// The ε-closures of transition targets met so far, in one pool, with the scratch space
-/// of the search that computes them.
+/// The ε-closures of transition targets met so far, in one pool (`off[t]` is `NONE` until
+/// target `t` is closed), with the scratch space of the search that computes them and
+/// the bytes of sets and closures used so far (bounded by `set_bytes`).
 struct Closures {
     off: Vec<u32>,
     len: Vec<u32>,
@@ -75,6 +76,8 @@ struct Closures {
     mark: Vec<u32>,
     epoch: u32,
     todo: Vec<u32>,
+    used: usize,
+    set_bytes: usize,
 }
 
 /// Calls `f` with each successor of NFA state `st` (byte transitions and ε-edges).
@@ -98,9 +101,10 @@ fn successors(st: &State, mut f: impl FnMut(usize)) {
 }
 
 /// Determinizes `nfa` from its anchored start. Cost: O(DFA states × (members + classes))
-/// plus the closures, within the three budgets and, when given, until `deadline`.
-// Long (260 lines) on purpose: the subset construction's one loop (closure, transitions,
-// the three budgets) over shared buffers, the hot loop of DFA building.
+/// plus the closures, within the three budgets and, when given, until `deadline`. The
+/// steps: [`Alphabet::of`] (byte classes), [`co_reachable`] (live NFA states),
+/// [`Closures`] (ε-closures, each target once), then per DFA state [`step_members`] and
+/// [`Table::state_of`] for each class's successor set.
 pub(crate) fn determinize(
     nfa: &NFA,
     max_states: usize,
@@ -113,26 +117,131 @@ pub(crate) fn determinize(
     }
     let states = nfa.states();
     let n = states.len();
+    let ab = Alphabet::of(nfa);
+    let stride = ab.stride;
+    let alive = co_reachable(states);
+    let mut cl = Closures::new(n, set_bytes);
+    let mut table = Table {
+        sets: SetPool::new(),
+        trans: vec![0; stride],
+        accepting: vec![false],
+        stride,
+        max_states,
+        set_bytes,
+        table_bytes,
+        row_bytes: ab.row_bytes,
+        deadline,
+    };
+    // The DFA states' NFA-state sets, in id order (state 0, dead, is the empty set).
+    let start_nfa = nfa.start_anchored().as_usize();
+    let start_set = cl.close(start_nfa, states, &alive)?.to_vec();
+    let start = if start_set.is_empty() {
+        0
+    } else {
+        cl.used += start_set.len() * 4 + 8;
+        table.add(&start_set, hash(&start_set));
+        1
+    };
 
-    // Byte classes (each an interval of bytes, numbered in increasing byte order) and
-    // one representative byte per class. The last class of regex-automata's alphabet is
-    // end-of-input, which lexemes do not use.
-    let bc = nfa.byte_classes();
-    let mut classes = [0u8; 256];
-    for b in 0..=255u8 {
-        classes[b as usize] = bc.get(b);
+    // Per class: the transition targets of the current state's members.
+    let mut buckets: Vec<Vec<u32>> = vec![Vec::new(); stride];
+    let mut members: Vec<u32> = Vec::new();
+    let mut set: Vec<u32> = Vec::new();
+    let mut mark = vec![0u32; n];
+    let mut epoch = 0u32;
+    let mut i = 1;
+    while i < table.accepting.len() {
+        members.clear();
+        members.extend_from_slice(table.sets.get(i));
+        table.accepting[i] = step_members(states, &members, &ab, &alive, &mut buckets);
+        let mut prev: Option<(usize, u32)> = None;
+        for c in 0..stride {
+            if buckets[c].is_empty() {
+                prev = None;
+                continue;
+            }
+            if let Some((pc, id)) = prev {
+                if buckets[pc] == buckets[c] {
+                    table.trans[i * stride + c] = id;
+                    continue;
+                }
+            }
+            // The union of the targets' closures.
+            epoch += 1;
+            set.clear();
+            for &t in buckets[c].iter() {
+                for &s in cl.close(t as usize, states, &alive)? {
+                    if mark[s as usize] != epoch {
+                        mark[s as usize] = epoch;
+                        set.push(s);
+                    }
+                }
+            }
+            let id = if set.is_empty() {
+                0
+            } else {
+                set.sort_unstable();
+                table.state_of(&set, &mut cl.used)?
+            };
+            table.trans[i * stride + c] = id;
+            prev = Some((c, id));
+        }
+        i += 1;
     }
-    let stride = bc.alphabet_len() - 1;
-    let mut reps = vec![0u8; stride];
-    for b in (0..=255u8).rev() {
-        reps[classes[b as usize] as usize] = b;
-    }
-    // What regex-automata's table would store per state (alphabet with end-of-input,
-    // padded to a power of two): the table budget keeps its meaning.
-    let row_bytes = (stride + 1).next_power_of_two() * 4;
+    Ok(Subset {
+        classes: ab.classes,
+        stride,
+        trans: table.trans,
+        accepting: table.accepting,
+        start,
+    })
+}
 
-    // Co-reachability: NFA states from which a match can be reached, over the reverse
-    // graph in compressed rows (one allocation, not one vector per NFA state).
+/// The hash of a set of NFA states, for the set pool.
+fn hash(set: &[u32]) -> u64 {
+    let mut h = ItemHasher::default();
+    set.iter().for_each(|&x| h.write_u32(x));
+    h.finish()
+}
+
+/// An NFA's byte classes (each an interval of bytes, numbered in increasing byte order)
+/// and one representative byte per class. The last class of regex-automata's alphabet is
+/// end-of-input, which lexemes do not use.
+struct Alphabet {
+    classes: [u8; 256],
+    stride: usize,
+    reps: Vec<u8>,
+    /// What regex-automata's table would store per state (alphabet with end-of-input,
+    /// padded to a power of two): the table budget keeps its meaning.
+    row_bytes: usize,
+}
+
+impl Alphabet {
+    fn of(nfa: &NFA) -> Alphabet {
+        let bc = nfa.byte_classes();
+        let mut classes = [0u8; 256];
+        for b in 0..=255u8 {
+            classes[b as usize] = bc.get(b);
+        }
+        let stride = bc.alphabet_len() - 1;
+        let mut reps = vec![0u8; stride];
+        for b in (0..=255u8).rev() {
+            reps[classes[b as usize] as usize] = b;
+        }
+        Alphabet {
+            classes,
+            stride,
+            reps,
+            row_bytes: (stride + 1).next_power_of_two() * 4,
+        }
+    }
+}
+
+/// Co-reachability: the NFA states from which a match can be reached, over the reverse
+/// graph in compressed rows (one allocation, not one vector per NFA state). Linear in
+/// the NFA.
+fn co_reachable(states: &[State]) -> Vec<bool> {
+    let n = states.len();
     let mut rev_off = vec![0u32; n + 1];
     for st in states.iter() {
         successors(st, |to| rev_off[to + 1] += 1);
@@ -148,7 +257,6 @@ pub(crate) fn determinize(
             fill[to] += 1;
         });
     }
-    drop(fill);
     let mut alive = vec![false; n];
     let mut stack: Vec<u32> = (0..n as u32)
         .filter(|&i| matches!(states[i as usize], State::Match { .. }))
@@ -164,200 +272,172 @@ pub(crate) fn determinize(
             }
         }
     }
-    drop(rev);
-    drop(rev_off);
+    alive
+}
 
-    let mut used_bytes = 0usize;
-    // ε-closures of transition targets: the live states that read a byte or match, kept
-    // sorted in one pool (`cl_off[t]` is `NONE` until target `t` is closed).
-    const NONE: u32 = u32::MAX;
-    let mut cl = Closures {
-        off: vec![NONE; n],
-        len: vec![0; n],
-        pool: Vec::new(),
-        mark: vec![0; n],
-        epoch: 0,
-        todo: Vec::new(),
-    };
-    let close = |t: usize, cl: &mut Closures, used: &mut usize| -> Result<(), Stop> {
-        if cl.off[t] != NONE {
-            return Ok(());
+/// Fills `buckets[c]` with the live transition targets of `members` on byte class `c`;
+/// returns whether a member is a match state. Linear in the members' transitions.
+fn step_members(
+    states: &[State],
+    members: &[u32],
+    ab: &Alphabet,
+    alive: &[bool],
+    buckets: &mut [Vec<u32>],
+) -> bool {
+    for b in buckets.iter_mut() {
+        b.clear();
+    }
+    let classes = &ab.classes;
+    let push = |lo: u8, hi: u8, next: u32, buckets: &mut [Vec<u32>]| {
+        if alive[next as usize] {
+            for c in classes[lo as usize]..=classes[hi as usize] {
+                buckets[c as usize].push(next);
+            }
         }
-        cl.epoch += 1;
-        let from = cl.pool.len();
-        cl.todo.clear();
-        cl.todo.push(t as u32);
-        while let Some(s) = cl.todo.pop() {
+    };
+    let mut matches = false;
+    for &m in members {
+        match &states[m as usize] {
+            State::ByteRange { trans } => {
+                push(trans.start, trans.end, trans.next.as_u32(), buckets)
+            }
+            State::Sparse(s) => {
+                for t in s.transitions.iter() {
+                    push(t.start, t.end, t.next.as_u32(), buckets);
+                }
+            }
+            State::Dense(d) => {
+                for (c, &r) in ab.reps.iter().enumerate() {
+                    let t = d.transitions[r as usize].as_u32();
+                    if t != 0 && alive[t as usize] {
+                        buckets[c].push(t);
+                    }
+                }
+            }
+            State::Match { .. } => matches = true,
+            _ => {}
+        }
+    }
+    matches
+}
+
+/// The DFA under construction: its states' NFA-state sets, transitions and accepting
+/// flags, with the budgets that bound it.
+struct Table {
+    sets: SetPool<u32>,
+    trans: Vec<u32>,
+    accepting: Vec<bool>,
+    stride: usize,
+    max_states: usize,
+    set_bytes: usize,
+    table_bytes: usize,
+    row_bytes: usize,
+    deadline: Option<std::time::Instant>,
+}
+
+impl Table {
+    /// Adds a state for `set` (not yet known).
+    fn add(&mut self, set: &[u32], h: u64) {
+        self.sets.push(set, h);
+        self.trans.resize(self.trans.len() + self.stride, 0);
+        self.accepting.push(false);
+    }
+
+    /// The state of a sorted, non-empty `set`: found, or added within the budgets
+    /// (`used` counts the bytes of sets and closures). Checks the clock every
+    /// [`DEADLINE_EVERY`] new states.
+    fn state_of(&mut self, set: &[u32], used: &mut usize) -> Result<u32, Stop> {
+        let h = hash(set);
+        let found = self.sets.find(set, h);
+        if found != 0 {
+            return Ok(found);
+        }
+        let id = self.accepting.len();
+        if id > self.max_states {
+            return Err(Stop::States);
+        }
+        *used += set.len() * 4 + 8;
+        if *used > self.set_bytes
+            || id * self.row_bytes > self.table_bytes
+            || !self.sets.has_room(set.len())
+        {
+            return Err(Stop::Memory);
+        }
+        if id.is_multiple_of(DEADLINE_EVERY)
+            && self.deadline.is_some_and(|d| std::time::Instant::now() > d)
+        {
+            return Err(Stop::Time);
+        }
+        self.add(set, h);
+        Ok(id as u32)
+    }
+}
+
+/// Marks a target not closed yet.
+const NONE: u32 = u32::MAX;
+
+impl Closures {
+    fn new(n: usize, set_bytes: usize) -> Closures {
+        Closures {
+            off: vec![NONE; n],
+            len: vec![0; n],
+            pool: Vec::new(),
+            mark: vec![0; n],
+            epoch: 0,
+            todo: Vec::new(),
+            used: 0,
+            set_bytes,
+        }
+    }
+
+    /// The ε-closure of target `t`: the live states that read a byte or match, sorted;
+    /// computed the first time it is asked, then kept.
+    fn close(&mut self, t: usize, states: &[State], alive: &[bool]) -> Result<&[u32], Stop> {
+        if self.off[t] == NONE {
+            self.compute(t, states, alive)?;
+        }
+        let o = self.off[t] as usize;
+        Ok(&self.pool[o..o + self.len[t] as usize])
+    }
+
+    fn compute(&mut self, t: usize, states: &[State], alive: &[bool]) -> Result<(), Stop> {
+        self.epoch += 1;
+        let from = self.pool.len();
+        self.todo.clear();
+        self.todo.push(t as u32);
+        while let Some(s) = self.todo.pop() {
             let s = s as usize;
-            if cl.mark[s] == cl.epoch || !alive[s] {
+            if self.mark[s] == self.epoch || !alive[s] {
                 continue;
             }
-            cl.mark[s] = cl.epoch;
+            self.mark[s] = self.epoch;
             match &states[s] {
                 State::ByteRange { .. }
                 | State::Sparse(_)
                 | State::Dense(_)
-                | State::Match { .. } => cl.pool.push(s as u32),
+                | State::Match { .. } => self.pool.push(s as u32),
                 // Reverse order so that the first alternative is explored first (the
                 // order does not matter to the set; this keeps the stack shallow).
-                State::Union { alternates } => {
-                    cl.todo.extend(alternates.iter().rev().map(|x| x.as_u32()))
-                }
+                State::Union { alternates } => self
+                    .todo
+                    .extend(alternates.iter().rev().map(|x| x.as_u32())),
                 State::BinaryUnion { alt1, alt2 } => {
-                    cl.todo.push(alt2.as_u32());
-                    cl.todo.push(alt1.as_u32());
+                    self.todo.push(alt2.as_u32());
+                    self.todo.push(alt1.as_u32());
                 }
-                State::Capture { next, .. } => cl.todo.push(next.as_u32()),
+                State::Capture { next, .. } => self.todo.push(next.as_u32()),
                 State::Look { .. } | State::Fail => {}
             }
         }
-        cl.pool[from..].sort_unstable();
-        let len = cl.pool.len() - from;
-        *used += len * 4 + 8;
+        self.pool[from..].sort_unstable();
+        let len = self.pool.len() - from;
+        self.used += len * 4 + 8;
         // The pools are indexed by `u32` (16 GiB of sets, past any sane `set_bytes`).
-        if *used > set_bytes || cl.pool.len() >= u32::MAX as usize {
+        if self.used > self.set_bytes || self.pool.len() >= u32::MAX as usize {
             return Err(Stop::Memory);
         }
-        cl.off[t] = from as u32;
-        cl.len[t] = len as u32;
+        self.off[t] = from as u32;
+        self.len[t] = len as u32;
         Ok(())
-    };
-
-    // The DFA states' NFA-state sets, in id order (state 0, dead, is the empty set).
-    let start_nfa = nfa.start_anchored().as_usize();
-    close(start_nfa, &mut cl, &mut used_bytes)?;
-    let mut sets: SetPool<u32> = SetPool::new();
-    let mut trans: Vec<u32> = vec![0; stride];
-    let mut accepting = vec![false];
-    let hash = |set: &[u32]| {
-        let mut h = ItemHasher::default();
-        set.iter().for_each(|&x| h.write_u32(x));
-        h.finish()
-    };
-    let start_len = cl.len[start_nfa] as usize;
-    let start = if start_len == 0 {
-        0
-    } else {
-        let o = cl.off[start_nfa] as usize;
-        let start_set = &cl.pool[o..o + start_len];
-        used_bytes += start_len * 4 + 8;
-        sets.push(start_set, hash(start_set));
-        trans.resize(2 * stride, 0);
-        accepting.push(false);
-        1
-    };
-
-    // Per class: the transition targets of the current state's members.
-    let mut buckets: Vec<Vec<u32>> = vec![Vec::new(); stride];
-    let mut members: Vec<u32> = Vec::new();
-    let mut set: Vec<u32> = Vec::new();
-    let mut mark = vec![0u32; n];
-    let mut epoch = 0u32;
-    let mut i = 1;
-    while i < accepting.len() {
-        members.clear();
-        members.extend_from_slice(sets.get(i));
-        for b in buckets.iter_mut() {
-            b.clear();
-        }
-        let push = |lo: u8, hi: u8, next: u32, buckets: &mut Vec<Vec<u32>>| {
-            if alive[next as usize] {
-                for c in classes[lo as usize]..=classes[hi as usize] {
-                    buckets[c as usize].push(next);
-                }
-            }
-        };
-        let mut matches = false;
-        for &m in members.iter() {
-            match &states[m as usize] {
-                State::ByteRange { trans } => {
-                    push(trans.start, trans.end, trans.next.as_u32(), &mut buckets)
-                }
-                State::Sparse(s) => {
-                    for t in s.transitions.iter() {
-                        push(t.start, t.end, t.next.as_u32(), &mut buckets);
-                    }
-                }
-                State::Dense(d) => {
-                    for (c, &r) in reps.iter().enumerate() {
-                        let t = d.transitions[r as usize].as_u32();
-                        if t != 0 && alive[t as usize] {
-                            buckets[c].push(t);
-                        }
-                    }
-                }
-                State::Match { .. } => matches = true,
-                _ => {}
-            }
-        }
-        accepting[i] = matches;
-        let mut prev: Option<(usize, u32)> = None;
-        for c in 0..stride {
-            if buckets[c].is_empty() {
-                prev = None;
-                continue;
-            }
-            if let Some((pc, id)) = prev {
-                if buckets[pc] == buckets[c] {
-                    trans[i * stride + c] = id;
-                    continue;
-                }
-            }
-            // The union of the targets' closures.
-            epoch += 1;
-            set.clear();
-            for &t in buckets[c].iter() {
-                let t = t as usize;
-                close(t, &mut cl, &mut used_bytes)?;
-                let o = cl.off[t] as usize;
-                for &s in &cl.pool[o..o + cl.len[t] as usize] {
-                    if mark[s as usize] != epoch {
-                        mark[s as usize] = epoch;
-                        set.push(s);
-                    }
-                }
-            }
-            let id = if set.is_empty() {
-                0
-            } else {
-                set.sort_unstable();
-                let h = hash(&set);
-                let found = sets.find(&set, h);
-                if found != 0 {
-                    found
-                } else {
-                    let id = accepting.len();
-                    if id > max_states {
-                        return Err(Stop::States);
-                    }
-                    used_bytes += set.len() * 4 + 8;
-                    if used_bytes > set_bytes
-                        || id * row_bytes > table_bytes
-                        || !sets.has_room(set.len())
-                    {
-                        return Err(Stop::Memory);
-                    }
-                    if id.is_multiple_of(DEADLINE_EVERY)
-                        && deadline.is_some_and(|d| std::time::Instant::now() > d)
-                    {
-                        return Err(Stop::Time);
-                    }
-                    sets.push(&set, h);
-                    trans.resize(trans.len() + stride, 0);
-                    accepting.push(false);
-                    id as u32
-                }
-            };
-            trans[i * stride + c] = id;
-            prev = Some((c, id));
-        }
-        i += 1;
     }
-    Ok(Subset {
-        classes,
-        stride,
-        trans,
-        accepting,
-        start,
-    })
 }
