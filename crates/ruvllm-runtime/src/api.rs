@@ -9,6 +9,7 @@
 //! schema). With `json_mode`, the output is also validated afterwards according to
 //! `strict` and `repair`, so backends without logit access answer to the same contract.
 
+use std::hash::{Hash, Hasher};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -157,47 +158,50 @@ pub enum OutputConstraint {
     },
 }
 
-impl OutputConstraint {
-    /// A stable text key for caching compiled constraints.
-    pub fn cache_key(&self) -> String {
+/// What identifies a constraint for the compiled-constraint cache: every field that
+/// changes its grammar (a schema by its value and its options' fields, tools by their
+/// names, descriptions, schemas, choice and call syntax), hashed where it lies, with no
+/// text written. The cache keys by two such hashes under random keys (128 bits).
+impl Hash for OutputConstraint {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        std::mem::discriminant(self).hash(h);
         match self {
-            OutputConstraint::Json { whitespace } => format!("json/{whitespace:?}"),
-            OutputConstraint::JsonObject { whitespace } => format!("json_object/{whitespace:?}"),
-            OutputConstraint::JsonSchema { schema, options } => {
-                format!("schema/{options:?}/{}", schema.as_value())
+            OutputConstraint::Json { whitespace } | OutputConstraint::JsonObject { whitespace } => {
+                whitespace.hash(h)
             }
-            OutputConstraint::Gbnf(g) => format!("gbnf/{g}"),
-            OutputConstraint::Regex(r) => format!("regex/{r}"),
-            OutputConstraint::Choice(c) => format!("choice/{}", Value::from(c.clone())),
+            OutputConstraint::JsonSchema { schema, options } => {
+                schema.as_value().hash(h);
+                options.hash(h);
+            }
+            OutputConstraint::Gbnf(t) | OutputConstraint::Regex(t) => t.hash(h),
+            OutputConstraint::Choice(c) => c.hash(h),
             OutputConstraint::Wrapped {
                 prefix,
                 inner,
                 suffix,
-            } => format!(
-                "wrapped/{}/{}/{}",
-                Value::from(prefix.as_str()),
-                Value::from(suffix.as_str()),
-                inner.cache_key()
-            ),
+            } => {
+                prefix.hash(h);
+                suffix.hash(h);
+                inner.hash(h);
+            }
             OutputConstraint::Reasoned { end, inner } => {
-                format!(
-                    "reasoned/{}/{}",
-                    Value::from(end.as_str()),
-                    inner.cache_key()
-                )
+                end.hash(h);
+                inner.hash(h);
             }
             OutputConstraint::Tools {
                 calling,
                 text,
                 options,
-            } => format!(
-                "tools/{options:?}/{}/{}",
-                calling.cache_key(),
-                text.as_ref().map(|t| t.cache_key()).unwrap_or_default()
-            ),
+            } => {
+                calling.hash(h);
+                text.hash(h);
+                options.hash(h);
+            }
         }
     }
+}
 
+impl OutputConstraint {
     /// The grammar this constraint stands for; `None` for a [`OutputConstraint::Tools`]
     /// that allows no call and has no text format (nothing to constrain). Cost: one
     /// front-end pass (schema compilation for schemas).
@@ -705,5 +709,49 @@ impl Iterator for TextStream {
     type Item = Result<String>;
     fn next(&mut self) -> Option<Self::Item> {
         futures::executor::block_on(futures::StreamExt::next(&mut self.rx))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::hash::{BuildHasher, RandomState};
+
+    use super::*;
+
+    /// The compiled-constraint cache's key: the same constraint written apart hashes
+    /// alike (a schema by its value, not its text); every option, the schema and the
+    /// wrapping tell constraints apart.
+    #[test]
+    fn constraints_hash_by_what_they_compile_to() {
+        let s = RandomState::new();
+        let schema = |t: &str| JsonSchema::from_str(t).unwrap();
+        let c = |t: &str, options: SchemaOptions| OutputConstraint::JsonSchema {
+            schema: schema(t),
+            options,
+        };
+        let gen = SchemaOptions::generation();
+        let a = c(r#"{"type":"object","required":["a"]}"#, gen.clone());
+        let spaced = c(r#"{ "required" : ["a"], "type" : "object" }"#, gen.clone());
+        assert_eq!(s.hash_one(&a), s.hash_one(&spaced));
+        let strict = c(
+            r#"{"type":"object","required":["a"]}"#,
+            SchemaOptions {
+                strict: true,
+                ..gen.clone()
+            },
+        );
+        assert_ne!(s.hash_one(&a), s.hash_one(&strict));
+        let other = c(r#"{"type":"object","required":["b"]}"#, gen);
+        assert_ne!(s.hash_one(&a), s.hash_one(&other));
+        let fenced = OutputConstraint::Wrapped {
+            prefix: "```json\n".into(),
+            inner: Box::new(a.clone()),
+            suffix: "\n```".into(),
+        };
+        assert_ne!(s.hash_one(&a), s.hash_one(&fenced));
+        assert_ne!(
+            s.hash_one(OutputConstraint::Gbnf("root ::= \"a\"".into())),
+            s.hash_one(OutputConstraint::Regex("root ::= \"a\"".into()))
+        );
     }
 }

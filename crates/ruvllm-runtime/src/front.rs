@@ -49,19 +49,29 @@ pub struct BackendOptions {
 
 /// Compiled constraints kept for reuse, least recently used evicted first, bounded by
 /// entries and by the bytes of their token tables (which grow as masks are computed, so
-/// the bound is enforced at each insertion over the tables' current sizes).
+/// the bound is enforced at each insertion over the tables' current sizes). Keyed by a
+/// 128-bit hash of the constraint ([`OutputConstraint`]'s `Hash`: its values, not a text
+/// written of them) under two random keys of this cache, so that no request can aim at
+/// another's entry.
 #[derive(Default)]
 struct ConstraintCache {
-    entries: HashMap<String, (Arc<Constraint>, u64)>,
+    entries: HashMap<u128, (Arc<Constraint>, u64)>,
     max_bytes: usize,
     tick: u64,
+    keys: (std::hash::RandomState, std::hash::RandomState),
 }
 
 impl ConstraintCache {
-    fn get(&mut self, key: &str) -> Option<Arc<Constraint>> {
+    /// The key of `c`. Cost: one hash pass over its values (twice).
+    fn key(&self, c: &OutputConstraint) -> u128 {
+        use std::hash::BuildHasher;
+        (self.keys.0.hash_one(c) as u128) << 64 | self.keys.1.hash_one(c) as u128
+    }
+
+    fn get(&mut self, key: u128) -> Option<Arc<Constraint>> {
         self.tick += 1;
         let tick = self.tick;
-        self.entries.get_mut(key).map(|e| {
+        self.entries.get_mut(&key).map(|e| {
             e.1 = tick;
             e.0.clone()
         })
@@ -73,7 +83,7 @@ impl ConstraintCache {
         (self.entries.len(), bytes)
     }
 
-    fn insert(&mut self, key: String, c: Arc<Constraint>) {
+    fn insert(&mut self, key: u128, c: Arc<Constraint>) {
         self.tick += 1;
         self.entries.insert(key, (c, self.tick));
         loop {
@@ -85,7 +95,7 @@ impl ConstraintCache {
                 .entries
                 .iter()
                 .min_by_key(|(_, e)| e.1)
-                .map(|(k, _)| k.clone());
+                .map(|(k, _)| *k);
             match oldest {
                 Some(k) => self.entries.remove(&k),
                 None => break,
@@ -356,15 +366,14 @@ impl Front {
     /// Compiles (or fetches from the cache) the engine constraint for `c`; `None` when `c`
     /// constrains nothing (tools with `tool_choice: none` and no text format).
     pub(crate) fn constraint(&self, c: &OutputConstraint) -> Result<Option<Arc<Constraint>>> {
-        let key = c.cache_key();
-        if let Some(hit) = self
-            .constraints
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&key)
-        {
-            return Ok(Some(hit));
-        }
+        let key = {
+            let mut cache = self.constraints.lock().unwrap_or_else(|e| e.into_inner());
+            let key = cache.key(c);
+            if let Some(hit) = cache.get(key) {
+                return Ok(Some(hit));
+            }
+            key
+        };
         let limits = &self.limits;
         let Some(g) = c.grammar(limits)? else {
             return Ok(None);

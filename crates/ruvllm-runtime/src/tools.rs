@@ -54,7 +54,7 @@ pub const CALL_OPEN: &str = "<tool_call>";
 pub const CALL_CLOSE: &str = "</tool_call>";
 
 /// One function the model may call.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Hash)]
 pub struct Tool {
     /// The function name (`[A-Za-z0-9_-]{1,64}`, as OpenAI requires).
     pub name: String,
@@ -141,7 +141,7 @@ impl Tool {
 }
 
 /// `tool_choice`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum ToolChoice {
     /// No calls (the tools are not offered).
     None,
@@ -154,7 +154,7 @@ pub enum ToolChoice {
 }
 
 /// Tools offered to one generation, and how they may be used.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Hash)]
 pub struct ToolCalling {
     /// The functions.
     pub tools: Vec<Tool>,
@@ -272,18 +272,6 @@ impl ToolCalling {
         };
         g.rules[0].body = root;
         Ok(Some(g))
-    }
-
-    /// A stable key for caching the compiled grammar.
-    pub fn cache_key(&self) -> String {
-        let tools: Vec<Value> = self.tools.iter().map(Tool::to_openai).collect();
-        format!(
-            "{:?}/{}/{}/{}",
-            self.choice,
-            self.parallel,
-            self.format.name(),
-            Value::from(tools)
-        )
     }
 }
 

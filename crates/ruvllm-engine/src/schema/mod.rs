@@ -93,7 +93,7 @@ use crate::grammar::{Check, Expr, Grammar, GrammarWarning, KeyComplement, Rule, 
 use crate::Limits;
 
 /// Where whitespace may appear between JSON tokens.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Whitespace {
     /// None at all.
     Compact,
@@ -178,6 +178,45 @@ pub struct SchemaOptions {
     /// turns it on: python-jsonschema, which labels MaskBench's instances, knows none of
     /// them, and some valid instances there carry non-base64 `byte` strings.
     pub annotate_openapi_formats: bool,
+}
+
+/// Every field, the registry by identity (the same shared registry), so that options that
+/// compile a schema alike hash alike: what a cache of compiled schemas keys by. Cost: O(1).
+impl std::hash::Hash for SchemaOptions {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        let SchemaOptions {
+            whitespace,
+            strict,
+            closed_objects,
+            any_order,
+            plain_integers,
+            unique_keys,
+            number_digits,
+            registry,
+            grammar_only,
+            portable_values,
+            refuse_unknown_formats,
+            annotate_openapi_formats,
+        } = self;
+        whitespace.hash(h);
+        (
+            strict,
+            closed_objects,
+            any_order,
+            plain_integers,
+            unique_keys,
+        )
+            .hash(h);
+        number_digits.hash(h);
+        registry.as_ref().map(Arc::as_ptr).hash(h);
+        (
+            grammar_only,
+            portable_values,
+            refuse_unknown_formats,
+            annotate_openapi_formats,
+        )
+            .hash(h);
+    }
 }
 
 impl SchemaOptions {

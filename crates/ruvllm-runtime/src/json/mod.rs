@@ -21,7 +21,7 @@
 mod repair;
 
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use ruvllm_engine::schema::SchemaError;
 use serde_json::Value;
@@ -29,11 +29,14 @@ use thiserror::Error;
 
 pub use repair::{repair_json, Repair, RepairError, MAX_DEPTH};
 
-/// A compiled JSON Schema: the schema document and its validator. Cheap to clone (shared).
+/// A checked JSON Schema: the schema document (checked against its meta-schema, other
+/// documents bundled in) and its validator, built the first time a value is validated
+/// (a constrained generation that is not post-validated never builds one). Cheap to clone
+/// (shared, the validator included).
 #[derive(Clone)]
 pub struct JsonSchema {
     schema: Arc<Value>,
-    validator: Arc<jsonschema::Validator>,
+    validator: Arc<OnceLock<Result<jsonschema::Validator, JsonSchemaError>>>,
 }
 
 impl std::fmt::Debug for JsonSchema {
@@ -107,8 +110,8 @@ fn describe(v: &[Violation]) -> String {
 }
 
 impl JsonSchema {
-    /// Parses and compiles a schema from JSON text. Cost: parsing plus validator
-    /// compilation (linear in the schema).
+    /// Parses and checks a schema from JSON text. Cost: parsing plus the meta-schema
+    /// check (linear in the schema); the validator is built at the first validation.
     #[allow(clippy::should_implement_trait)]
     pub fn from_str(text: &str) -> Result<JsonSchema, JsonSchemaError> {
         let v: Value = serde_json::from_str(text).map_err(|e| JsonSchemaError::NotJson {
@@ -155,19 +158,29 @@ impl JsonSchema {
                 msg: e.to_string(),
             });
         }
-        let validator = jsonschema::options()
-            .should_validate_formats(true)
-            .with_format("hostname", ruvllm_engine::schema::hostname_format())
-            .with_format("uri-template", ruvllm_engine::schema::uri_template_format())
-            .build(&schema)
-            .map_err(|e| JsonSchemaError::Invalid {
-                pointer: pointer_or_root(e.instance_path().as_str()),
-                msg: e.to_string(),
-            })?;
         Ok(JsonSchema {
             schema: Arc::new(schema),
-            validator: Arc::new(validator),
+            validator: Arc::new(OnceLock::new()),
         })
+    }
+
+    /// The validator, built at the first call (formats asserted, with the engine's
+    /// `hostname` and `uri-template` checks). Cost: once, linear in the schema; then a
+    /// load.
+    fn validator(&self) -> Result<&jsonschema::Validator, &JsonSchemaError> {
+        self.validator
+            .get_or_init(|| {
+                jsonschema::options()
+                    .should_validate_formats(true)
+                    .with_format("hostname", ruvllm_engine::schema::hostname_format())
+                    .with_format("uri-template", ruvllm_engine::schema::uri_template_format())
+                    .build(&self.schema)
+                    .map_err(|e| JsonSchemaError::Invalid {
+                        pointer: pointer_or_root(e.instance_path().as_str()),
+                        msg: e.to_string(),
+                    })
+            })
+            .as_ref()
     }
 
     /// The schema of a Rust type, as `schemars` derives it (the Pydantic way).
@@ -182,15 +195,34 @@ impl JsonSchema {
         &self.schema
     }
 
-    /// Whether `value` validates. Cost: one validation pass, no allocation on success.
+    /// Whether `value` validates (never when the validator cannot be built: see
+    /// [`JsonSchema::validate`]). Cost: one validation pass, no allocation on success.
     pub fn is_valid(&self, value: &Value) -> bool {
-        self.validator.is_valid(value)
+        self.validator().is_ok_and(|v| v.is_valid(value))
     }
 
     /// Validates `value`, listing every violation with its instance and schema pointers.
+    /// A schema that passed its meta-schema but that the validator cannot build (which
+    /// the engine's compiler refuses too) validates nothing: one violation at the whole
+    /// value names the schema's error and pointer.
     pub fn validate(&self, value: &Value) -> Result<(), SchemaViolation> {
-        let violations: Vec<Violation> = self
-            .validator
+        let validator = match self.validator() {
+            Ok(v) => v,
+            Err(e) => {
+                let pointer = match e {
+                    JsonSchemaError::Invalid { pointer, .. } => pointer.clone(),
+                    JsonSchemaError::NotJson { .. } => "#".into(),
+                };
+                return Err(SchemaViolation {
+                    violations: vec![Violation {
+                        instance_pointer: String::new(),
+                        schema_pointer: pointer,
+                        message: format!("the schema cannot be used to validate: {e}"),
+                    }],
+                });
+            }
+        };
+        let violations: Vec<Violation> = validator
             .iter_errors(value)
             .map(|e| Violation {
                 instance_pointer: e.instance_path().as_str().to_string(),
