@@ -9,10 +9,10 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use ruvllm_engine::schema::SchemaRegistry;
 use ruvllm_engine::{
-    Builtin, CheckResult, Constraint, Engine, Grammar, Limits, Matcher, Vocabulary,
+    Builtin, CheckResult, Constraint, Engine, Grammar, Limits, Matcher, Source, Vocabulary,
 };
 
-use crate::schema::load_schema;
+use crate::schema::{grammar_of, schema_source};
 
 #[derive(Subcommand)]
 pub enum GrammarCmd {
@@ -122,26 +122,28 @@ fn matcher_at(c: &Arc<Constraint>, prefix: &str) -> Result<Matcher> {
 }
 
 impl GrammarArgs {
+    /// The grammar the flags name, as its [`Source`] compiles it under `limits` (a file's
+    /// errors name the file).
     fn load(&self, limits: &Limits, registry: Option<&Arc<SchemaRegistry>>) -> Result<Grammar> {
         if let Some(p) = &self.src.gbnf {
             let text =
                 std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-            return Grammar::from_gbnf(&text, limits)
-                .with_context(|| format!("in {}", p.display()));
-        }
-        if let Some(r) = &self.src.regex {
-            return Ok(Grammar::from_regex(r, limits)?);
-        }
-        if let Some(c) = &self.src.choice {
-            return Ok(Grammar::from_choices(c)?);
-        }
-        if let Some(b) = &self.src.builtin {
-            return Ok(Grammar::builtin(Builtin::from_name(b)?, limits)?);
+            return grammar_of(&Source::Gbnf(text), p, limits);
         }
         if let Some(p) = &self.src.schema {
-            return load_schema(p, false, self.any_order, registry);
+            let source = schema_source(p, false, self.any_order, registry, false)?;
+            return grammar_of(&source, p, limits);
         }
-        bail!("no grammar given")
+        let source = if let Some(r) = &self.src.regex {
+            Source::Regex(r.clone())
+        } else if let Some(c) = &self.src.choice {
+            Source::Choices(c.clone())
+        } else if let Some(b) = &self.src.builtin {
+            Source::Builtin(Builtin::from_name(b)?)
+        } else {
+            bail!("no grammar given")
+        };
+        Ok(source.to_grammar(limits)?)
     }
 }
 

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use clap::Subcommand;
-use ruvllm_engine::schema::{schema_to_grammar, SchemaOptions, SchemaRegistry};
-use ruvllm_engine::{CompiledGrammar, Grammar, Limits};
+use ruvllm_engine::schema::{SchemaOptions, SchemaRegistry};
+use ruvllm_engine::{CompiledGrammar, Grammar, Limits, Source};
 
 #[derive(Subcommand)]
 pub enum SchemaCmd {
@@ -38,35 +38,37 @@ pub enum SchemaCmd {
     },
 }
 
-pub fn load_schema(
-    p: &PathBuf,
-    strict: bool,
-    any_order: bool,
-    registry: Option<&Arc<SchemaRegistry>>,
-) -> Result<Grammar> {
-    load_schema_with(p, strict, any_order, registry, false)
-}
-
-/// [`load_schema`]; `grammar_only` for a grammar without semantic checks on numbers
-/// (GBNF output: see `SchemaOptions::grammar_only`).
-fn load_schema_with(
+/// The source of a schema file under these flags: its JSON and the options they give
+/// (`grammar_only` for a grammar without semantic checks on numbers, for GBNF output:
+/// see `SchemaOptions::grammar_only`).
+pub fn schema_source(
     p: &PathBuf,
     strict: bool,
     any_order: bool,
     registry: Option<&Arc<SchemaRegistry>>,
     grammar_only: bool,
-) -> Result<Grammar> {
+) -> Result<Source> {
     let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
     let v: serde_json::Value =
         serde_json::from_str(&text).with_context(|| format!("{} is not JSON", p.display()))?;
-    let opts = SchemaOptions {
-        strict,
-        any_order,
-        registry: registry.cloned(),
-        grammar_only,
-        ..SchemaOptions::default()
-    };
-    let g = schema_to_grammar(&v, &opts).with_context(|| format!("in {}", p.display()))?;
+    Ok(Source::JsonSchema(
+        v,
+        SchemaOptions {
+            strict,
+            any_order,
+            registry: registry.cloned(),
+            grammar_only,
+            ..SchemaOptions::default()
+        },
+    ))
+}
+
+/// The grammar of a source read from file `p`, under `limits`: errors name the file,
+/// warnings (unknown formats) are printed.
+pub fn grammar_of(source: &Source, p: &std::path::Path, limits: &Limits) -> Result<Grammar> {
+    let g = source
+        .to_grammar(limits)
+        .with_context(|| format!("in {}", p.display()))?;
     warn(&g, p);
     Ok(g)
 }
@@ -88,7 +90,11 @@ pub fn run(cmd: SchemaCmd, limits: &Limits, reg: Option<&Arc<SchemaRegistry>>) -
             any_order,
         } => {
             let t0 = std::time::Instant::now();
-            let g = load_schema(&file, strict, any_order, reg)?;
+            let g = grammar_of(
+                &schema_source(&file, strict, any_order, reg, false)?,
+                &file,
+                limits,
+            )?;
             let cg = CompiledGrammar::new(&g, limits)?;
             let st = cg.stats();
             println!("ok: {} IR rules; compiled to {} rules, {} positions, {} lexemes with {} DFA states ({} KiB); {:.1} ms",
@@ -111,7 +117,8 @@ pub fn run(cmd: SchemaCmd, limits: &Limits, reg: Option<&Arc<SchemaRegistry>>) -
         } => {
             // Numbers in plain notation only: their other spellings need a check of the
             // exact value, which GBNF cannot carry.
-            let g = load_schema_with(&file, strict, any_order, reg, true)?;
+            let source = schema_source(&file, strict, any_order, reg, true)?;
+            let g = grammar_of(&source, &file, limits)?;
             print!("{}", g.to_gbnf().map_err(anyhow::Error::msg)?);
             Ok(ExitCode::SUCCESS)
         }

@@ -15,7 +15,8 @@
 //!
 //! * [`Grammar`]: the IR every front end produces ([`Grammar::from_gbnf`],
 //!   [`Grammar::from_regex`], [`Grammar::from_choices`], [`Grammar::builtin`],
-//!   [`schema::schema_to_grammar`]).
+//!   [`schema::schema_to_grammar`]); [`Source`] names each kind of input and is the one
+//!   place that turns any of them into a grammar ([`Source::to_grammar`]).
 //! * [`Engine`]: the caller-owned caches of one vocabulary (lexeme DFAs, token tables),
 //!   bounded by [`EngineConfig`]; create one per vocabulary and share it (see the `engine`
 //!   module docs: what is shared between threads, what is per matcher).
@@ -69,6 +70,7 @@ mod facts;
 pub mod grammar;
 mod matcher;
 pub mod schema;
+mod source;
 mod states;
 mod tables;
 mod util;
@@ -83,6 +85,7 @@ pub use error::{GrammarError, LimitKind, MatchError, VocabError};
 pub use facts::Completion;
 pub use grammar::{Builtin, Expr, Grammar, GrammarWarning, KeyComplement};
 pub use matcher::{CheckResult, Matcher};
+pub use source::{Source, SourceError};
 pub use vocab::{TokenEncoder, Vocabulary};
 
 /// Limits on every input-driven cost. The defaults accept any reasonable grammar and stop

@@ -229,7 +229,7 @@ pub fn compile(
 ) -> Result<Arc<eng::Constraint>, CompileError> {
     let limits = eng::Limits::default();
     let g = |e: eng::GrammarError| CompileError::Grammar(e.to_string());
-    let grammar = match source {
+    let source = match source {
         Source::JsonSchema(text, o) => {
             let value: serde_json::Value = serde_json::from_str(text).map_err(|e| {
                 CompileError::Schema(format!(
@@ -238,18 +238,21 @@ pub fn compile(
                     e.column()
                 ))
             })?;
-            schema_to_grammar(&value, &schema_options(o))
-                .map_err(|e| CompileError::Schema(e.to_string()))?
+            eng::Source::JsonSchema(value, schema_options(o))
         }
-        Source::Gbnf(text) => eng::Grammar::from_gbnf(text, &limits).map_err(g)?,
-        Source::Regex(p) => eng::Grammar::from_regex(p, &limits).map_err(g)?,
-        Source::Choices(c) => eng::Grammar::from_choices(c).map_err(g)?,
-        Source::Builtin(name) => {
-            let b = eng::Builtin::from_name(name).map_err(g)?;
-            eng::Grammar::builtin(b, &limits).map_err(g)?
+        Source::Gbnf(text) => eng::Source::Gbnf(text.to_string()),
+        Source::Regex(p) => eng::Source::Regex(p.to_string()),
+        Source::Choices(c) => eng::Source::Choices(c.clone()),
+        Source::Builtin(name) => eng::Source::Builtin(eng::Builtin::from_name(name).map_err(g)?),
+        Source::StructuralTag(text, o) => {
+            let grammar = structural_tag(text, o)?;
+            return engine.constraint(&grammar, &limits).map_err(g);
         }
-        Source::StructuralTag(text, o) => structural_tag(text, o)?,
     };
+    let grammar = source.to_grammar(&limits).map_err(|e| match e {
+        eng::SourceError::Schema(e) => CompileError::Schema(e.to_string()),
+        eng::SourceError::Grammar(e) => CompileError::Grammar(e.to_string()),
+    })?;
     engine.constraint(&grammar, &limits).map_err(g)
 }
 

@@ -16,10 +16,8 @@ use std::task::{Context, Poll};
 
 use futures::channel::mpsc;
 use futures::Stream;
-use ruvllm_engine::schema::{
-    schema_to_grammar, schema_to_grammar_limited, SchemaOptions, Whitespace,
-};
-use ruvllm_engine::{Expr, Grammar, Limits};
+use ruvllm_engine::schema::{SchemaOptions, Whitespace};
+use ruvllm_engine::{Expr, Grammar, Limits, Source};
 use serde_json::{json, Value};
 
 use crate::chat::Message;
@@ -202,27 +200,41 @@ impl Hash for OutputConstraint {
 }
 
 impl OutputConstraint {
-    /// The grammar this constraint stands for; `None` for a [`OutputConstraint::Tools`]
-    /// that allows no call and has no text format (nothing to constrain). Cost: one
-    /// front-end pass (schema compilation for schemas).
-    pub fn grammar(&self, limits: &Limits) -> Result<Option<Grammar>> {
-        let json_opts = |whitespace| SchemaOptions {
-            whitespace,
-            ..SchemaOptions::generation()
+    /// The engine source of a constraint that is one (JSON modes, a schema, a grammar,
+    /// a regex, choices); `None` for what the runtime adds around one (wrapping,
+    /// reasoning, tool calls). Cost: a copy of the schema for a schema.
+    pub fn source(&self) -> Option<Source> {
+        let json = |schema: Value, whitespace: Whitespace| {
+            Source::JsonSchema(
+                schema,
+                SchemaOptions {
+                    whitespace,
+                    ..SchemaOptions::generation()
+                },
+            )
         };
-        Ok(Some(match self {
-            OutputConstraint::Json { whitespace } => {
-                schema_to_grammar(&json!({}), &json_opts(*whitespace))?
-            }
+        Some(match self {
+            OutputConstraint::Json { whitespace } => json(json!({}), *whitespace),
             OutputConstraint::JsonObject { whitespace } => {
-                schema_to_grammar(&json!({"type": "object"}), &json_opts(*whitespace))?
+                json(json!({"type": "object"}), *whitespace)
             }
             OutputConstraint::JsonSchema { schema, options } => {
-                schema_to_grammar_limited(schema.as_value(), options, limits)?
+                Source::JsonSchema(schema.as_value().clone(), options.clone())
             }
-            OutputConstraint::Gbnf(text) => Grammar::from_gbnf(text, limits)?,
-            OutputConstraint::Regex(re) => Grammar::from_regex(re, limits)?,
-            OutputConstraint::Choice(list) => Grammar::from_choices(list)?,
+            OutputConstraint::Gbnf(text) => Source::Gbnf(text.clone()),
+            OutputConstraint::Regex(re) => Source::Regex(re.clone()),
+            OutputConstraint::Choice(list) => Source::Choices(list.clone()),
+            OutputConstraint::Wrapped { .. }
+            | OutputConstraint::Reasoned { .. }
+            | OutputConstraint::Tools { .. } => return None,
+        })
+    }
+
+    /// The grammar this constraint stands for; `None` for a [`OutputConstraint::Tools`]
+    /// that allows no call and has no text format (nothing to constrain). Cost: one
+    /// front-end pass ([`Source::to_grammar`]; schema compilation for schemas).
+    pub fn grammar(&self, limits: &Limits) -> Result<Option<Grammar>> {
+        Ok(Some(match self {
             OutputConstraint::Wrapped {
                 prefix,
                 inner,
@@ -270,6 +282,11 @@ impl OutputConstraint {
                 };
                 return calling.grammar(text, options, limits);
             }
+            // Every other kind is an engine source.
+            _ => match self.source() {
+                Some(source) => source.to_grammar(limits)?,
+                None => return Ok(None),
+            },
         }))
     }
 }

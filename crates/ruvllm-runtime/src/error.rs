@@ -94,6 +94,16 @@ pub enum RuntimeError {
     Cancelled,
 }
 
+/// A source's error keeps its kind: a schema error or a grammar error.
+impl From<ruvllm_engine::SourceError> for RuntimeError {
+    fn from(e: ruvllm_engine::SourceError) -> Self {
+        match e {
+            ruvllm_engine::SourceError::Schema(e) => RuntimeError::Schema(e),
+            ruvllm_engine::SourceError::Grammar(e) => RuntimeError::Grammar(e),
+        }
+    }
+}
+
 impl RuntimeError {
     /// A copy of this error with its variant kept (an I/O error keeps its kind and
     /// message), so that a generation's outcome can be read more than once and a server
