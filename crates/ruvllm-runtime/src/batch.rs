@@ -30,7 +30,6 @@ use std::sync::{Arc, Condvar, Mutex};
 use crate::api::{GenerateParams, Generation, Prompt, TextSink, TextStream};
 use crate::backend::{BatchBackend, BatchSequence, ModelBackend};
 use crate::error::{Result, RuntimeError};
-use crate::local::CandleBackend;
 
 /// Scheduler sizes.
 #[derive(Debug, Clone)]
@@ -132,7 +131,7 @@ struct Job<B: BatchBackend> {
 }
 
 /// Runs generations of one backend in batches on a worker thread.
-pub struct Scheduler<B: BatchBackend = CandleBackend> {
+pub struct Scheduler<B: BatchBackend> {
     shared: Arc<Shared<B>>,
 }
 

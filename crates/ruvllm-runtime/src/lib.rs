@@ -37,6 +37,7 @@ pub mod kernels;
 pub mod llama;
 pub mod local;
 pub mod model;
+mod prefix;
 pub mod reasoning;
 pub mod sampler;
 pub mod tools;

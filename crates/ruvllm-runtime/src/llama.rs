@@ -49,6 +49,7 @@ use crate::error::{Result, RuntimeError};
 use crate::front::Front;
 use crate::local::BackendOptions;
 use crate::model::{Arch, ModelConfig};
+use crate::prefix::{worth_storing, PrefixLru};
 
 /// How to run a [`LlamaBackend`] (besides the [`BackendOptions`] every local backend
 /// takes).
@@ -81,18 +82,8 @@ impl Default for LlamaOptions {
     }
 }
 
-/// Prompts shorter than this are neither stored in nor served from the prefix cache.
-const MIN_PREFIX: usize = 32;
-
 /// Most tokens one pass of a single generation reads ([`LlmBackend::complete`]).
 const PASS_TOKENS: usize = 512;
-
-/// A cached prompt: its tokens and the sequence id that holds their KV positions.
-struct PrefixSlot {
-    seq: u32,
-    tokens: Vec<u32>,
-    used: u64,
-}
 
 /// The context and who holds which sequence id (behind one mutex: llama.cpp contexts are
 /// used from one thread at a time).
@@ -101,53 +92,26 @@ struct State {
     /// Sequence ids free for running generations.
     free: Vec<u32>,
     /// Sequence ids of the prefix cache, filled or not.
-    slots: Vec<PrefixSlot>,
-    tick: u64,
+    slots: PrefixLru<u32>,
 }
 
 impl State {
-    /// The cached prompt sharing the longest prefix (at least [`MIN_PREFIX`]) with
+    /// The cached prompt sharing the longest prefix (at least
+    /// [`MIN_PREFIX`](crate::prefix::MIN_PREFIX)) with
     /// `ids`: its sequence id and that length.
     fn best_prefix(&mut self, ids: &[u32]) -> Option<(u32, usize)> {
-        self.tick += 1;
-        let tick = self.tick;
-        let (i, n) = self
-            .slots
-            .iter()
-            .enumerate()
-            .map(|(i, s)| {
-                let n = s.tokens.iter().zip(ids).take_while(|(a, b)| a == b).count();
-                (i, n)
-            })
-            .max_by_key(|&(_, n)| n)?;
-        if n < MIN_PREFIX {
-            return None;
-        }
-        self.slots[i].used = tick;
-        Some((self.slots[i].seq, n))
+        self.slots.best(ids).map(|(&seq, n)| (seq, n))
     }
 
     /// Shares the first `len` positions of `seq` (holding `tokens`) into the least
     /// recently used cache slot.
     fn store_prefix(&mut self, seq: u32, tokens: Vec<u32>) {
-        self.tick += 1;
-        let tick = self.tick;
-        if self.slots.iter().any(|s| s.tokens == tokens) {
+        if self.slots.holds(&tokens) {
             return;
         }
-        let Some(slot) = self.slots.iter_mut().min_by_key(|s| s.used) else {
-            return;
-        };
-        if self
-            .ctx
-            .share_prefix(seq, slot.seq, tokens.len() as u32)
-            .is_ok()
-        {
-            slot.tokens = tokens;
-            slot.used = tick;
-        } else {
-            slot.tokens.clear();
-        }
+        let (ctx, len) = (&mut self.ctx, tokens.len() as u32);
+        self.slots
+            .refill_least_recent(tokens, |&slot| ctx.share_prefix(seq, slot, len).is_ok());
     }
 }
 
@@ -243,24 +207,13 @@ impl LlamaBackend {
             )));
         }
         let free = (0..llama.sequences as u32).rev().collect();
-        let slots = (llama.sequences as u32..seqs)
-            .map(|seq| PrefixSlot {
-                seq,
-                tokens: Vec::new(),
-                used: 0,
-            })
-            .collect();
+        let slots = PrefixLru::with_slots(llama.sequences as u32..seqs);
         Ok(LlamaBackend {
             inner: Arc::new(Inner {
                 prefix_cache: prefix_slots > 0,
                 n_vocab: model.n_vocab(),
                 front: Arc::new(front),
-                state: Mutex::new(State {
-                    ctx,
-                    free,
-                    slots,
-                    tick: 0,
-                }),
+                state: Mutex::new(State { ctx, free, slots }),
             }),
         })
     }
@@ -459,10 +412,7 @@ impl LlamaSequence {
                     }
                 }
                 let cached = self.dec.usage().cached_prompt_tokens;
-                if !st.slots.is_empty()
-                    && ids.len() >= MIN_PREFIX
-                    && cached + MIN_PREFIX <= ids.len()
-                {
+                if !st.slots.is_empty() && worth_storing(ids.len(), cached) {
                     self.store_prompt = Some(ids);
                 }
             }

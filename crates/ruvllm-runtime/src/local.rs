@@ -21,77 +21,36 @@ use crate::error::Result;
 use crate::front::Front;
 pub use crate::front::{BackendOptions, DEFAULT_CONSTRAINT_CACHE_BYTES};
 use crate::model::{KvCache, Model};
+use crate::prefix::{worth_storing, PrefixLru};
 use crate::reasoning::ReasoningMarkers;
 
 /// Most tokens one forward pass of a single generation reads.
 const PASS_TOKENS: usize = 512;
 
-/// Prompts shorter than this are not stored in the prefix cache.
-const MIN_PREFIX: usize = 32;
-
 /// Prompt KV caches kept for reuse: a later prompt starting with the same tokens copies
-/// the cached positions instead of recomputing them (vLLM calls it automatic prefix
-/// caching). Lookup is the longest common prefix over the entries; eviction is least
-/// recently used, by bytes.
+/// the cached positions instead of recomputing them. Lookup is the longest common prefix
+/// over the entries ([`PrefixLru`]); eviction is least recently used, by bytes.
 #[derive(Default)]
 struct PrefixStore {
-    entries: Vec<PrefixEntry>,
+    lru: PrefixLru<Arc<KvCache>>,
     bytes: usize,
     max_bytes: usize,
-    tick: u64,
-}
-
-struct PrefixEntry {
-    tokens: Vec<u32>,
-    cache: Arc<KvCache>,
-    last_use: u64,
 }
 
 impl PrefixStore {
-    /// The entry sharing the longest prefix with `ids` (at least [`MIN_PREFIX`]).
-    fn best(&mut self, ids: &[u32]) -> Option<(Arc<KvCache>, usize)> {
-        self.tick += 1;
-        let tick = self.tick;
-        let (i, n) = self
-            .entries
-            .iter()
-            .enumerate()
-            .map(|(i, e)| {
-                let n = e.tokens.iter().zip(ids).take_while(|(a, b)| a == b).count();
-                (i, n)
-            })
-            .max_by_key(|&(_, n)| n)?;
-        if n < MIN_PREFIX {
-            return None;
-        }
-        self.entries[i].last_use = tick;
-        Some((self.entries[i].cache.clone(), n))
-    }
-
     fn insert(&mut self, tokens: Vec<u32>, cache: KvCache) {
         let size = cache.memory();
-        if size > self.max_bytes || self.entries.iter().any(|e| e.tokens == tokens) {
+        if size > self.max_bytes || self.lru.holds(&tokens) {
             return;
         }
         while self.bytes + size > self.max_bytes {
-            let Some((i, _)) = self
-                .entries
-                .iter()
-                .enumerate()
-                .min_by_key(|(_, e)| e.last_use)
-            else {
+            let Some(e) = self.lru.pop_least_recent() else {
                 break;
             };
-            let e = self.entries.swap_remove(i);
-            self.bytes -= e.cache.memory();
+            self.bytes -= e.value.memory();
         }
-        self.tick += 1;
         self.bytes += size;
-        self.entries.push(PrefixEntry {
-            tokens,
-            cache: Arc::new(cache),
-            last_use: self.tick,
-        });
+        self.lru.push(tokens, Arc::new(cache));
     }
 }
 
@@ -239,8 +198,7 @@ impl CandleBackend {
         let ids = dec.prompt_ids().unwrap_or_default().to_vec();
         let reuse = self.reuse_prefix(&ids);
         let cached = reuse.as_ref().map_or(0, |r| r.1);
-        let store_prompt =
-            (ids.len() >= MIN_PREFIX && cached + MIN_PREFIX <= ids.len()).then_some(ids);
+        let store_prompt = worth_storing(ids.len(), cached).then_some(ids);
         dec.skip_cached(cached);
         Ok(Sequence {
             dec,
@@ -261,7 +219,9 @@ impl CandleBackend {
             .prefixes
             .lock()
             .unwrap_or_else(|e| e.into_inner())
+            .lru
             .best(&ids[..ids.len() - 1])
+            .map(|(c, n)| (c.clone(), n))
     }
 
     /// Stores the keys and values of a prompt that has just been read (`cache` holds it
