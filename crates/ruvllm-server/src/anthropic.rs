@@ -353,7 +353,6 @@ fn sampling(st: &Shared, f: &Fields) -> ApiResult<GenerateParams> {
         top_p,
         top_k: f.int("top_k", 0, 1 << 20)?.map_or(0, |k| k as usize),
         stop: f.stop("stop_sequences")?,
-        budget_aware: st.budget_aware(f, false)?,
         ..Default::default()
     })
 }

@@ -107,7 +107,6 @@ async fn inner(st: Shared, body: Result<Bytes, BytesRejection>) -> ApiResult<Res
             .seed("seed")?
             .filter(|&s| s != u32::MAX as u64 && s != u64::MAX),
         stop: stop.clone(),
-        budget_aware: st.budget_aware(&f, false)?,
         ..Default::default()
     };
     let mut req = Request::read(&st, &f, D, Input::Raw(prompt), gp)?;

@@ -49,7 +49,6 @@ fn options(st: &Shared, f: &Fields) -> ApiResult<GenerateParams> {
     let mut gp = GenerateParams {
         max_tokens: st.config.default_max_tokens,
         temperature: 0.8,
-        budget_aware: st.budget_aware(f, true)?,
         ..Default::default()
     };
     let Some(o) = f.obj("options")? else {

@@ -63,7 +63,6 @@ pub(crate) fn sampling(st: &Shared, f: &Fields, max_keys: &[&str]) -> ApiResult<
         frequency_penalty: f.num("frequency_penalty", -2.0, 2.0)?.unwrap_or(0.0),
         seed: f.seed("seed")?,
         stop: f.stop("stop")?,
-        budget_aware: st.budget_aware(f, false)?,
         ..Default::default()
     })
 }

@@ -78,15 +78,18 @@ impl Request {
     /// A request for `input` with no tools, no format and no reasoning settings; the
     /// extension fields every dialect shares are read from `f` here, once:
     /// `additional_properties` (the object policy,
-    /// [`AppState::objects`](crate::state::AppState::objects)) and `prompt_schema`. The
-    /// dialect's reader fills in the rest.
+    /// [`AppState::objects`](crate::state::AppState::objects)), `prompt_schema` and
+    /// `budget_aware` (into `params`:
+    /// [`AppState::budget_aware`](crate::state::AppState::budget_aware)). The dialect's
+    /// reader fills in the rest.
     pub fn read(
         st: &Shared,
         f: &Fields,
         dialect: Dialect,
         input: Input,
-        params: GenerateParams,
+        mut params: GenerateParams,
     ) -> ApiResult<Request> {
+        params.budget_aware = st.budget_aware(f, dialect == Dialect::Ollama)?;
         Ok(Request {
             dialect,
             input,
