@@ -34,6 +34,7 @@
 #![warn(missing_docs)]
 
 pub mod anthropic;
+pub mod conversations;
 pub mod error;
 pub mod llamacpp;
 pub mod ollama;

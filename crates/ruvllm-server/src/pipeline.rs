@@ -15,7 +15,7 @@
 //! - how a finished answer is split into text, reasoning and calls (the model's own call
 //!   format), and the headers every answer carries;
 //! - where errors point: the field the constraint came from, in the dialect's spelling
-//!   ([`ApiError::dialect`]).
+//!   ([`ApiError::dialect`](crate::error::ApiError::dialect)).
 //!
 //! A new request field that every dialect shares goes into [`Request`] and [`start`]; a
 //! dialect's own spelling of it goes into that dialect's reader.

@@ -7,7 +7,7 @@
 //! (function tools, `strict` by default as the Responses API defines) and `tool_choice`
 //! the runtime's tool calling; `text.format` (`json_object`, `json_schema` with `strict`)
 //! a format. `previous_response_id` continues from a response this server gave, kept in
-//! memory (the last [`KEPT`], at most [`KEPT_BYTES`] of text); an id it no longer has is a 400. The answer is a
+//! memory (the last [`KEPT`], at most [`KEPT_BYTES`](crate::conversations::KEPT_BYTES) of text); an id it no longer has is a 400. The answer is a
 //! `response` whose `output` holds a `message` item (`output_text`) and `function_call`
 //! items; `status` is `incomplete` (reason `max_output_tokens`) only when the output is
 //! really incomplete. A stream is the API's named events (`response.created`,
@@ -20,9 +20,7 @@
 //! template's reasoning section off; other efforts leave it on (it is returned as a
 //! `reasoning` item with `reasoning_text` content).
 
-use std::collections::VecDeque;
 use std::convert::Infallible;
-use std::sync::Mutex;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -33,6 +31,7 @@ use axum::Json;
 use ruvllm_runtime::{FinishReason, Generation, Message, OutputConstraint, ToolEvent, ToolParser};
 use serde_json::{json, Map, Value};
 
+use crate::conversations::KEPT;
 use crate::error::{ApiError, ApiResult, Dialect};
 use crate::openai::sampling;
 use crate::params::{self, type_name, Fields};
@@ -41,49 +40,6 @@ use crate::state::{extension, json_body, new_id, unix_now, Shared};
 use crate::stream::{channel, next_events};
 
 const D: Dialect = Dialect::Responses;
-
-/// How many responses `previous_response_id` can name (the most recent ones).
-pub const KEPT: usize = 256;
-
-/// The most text the kept conversations hold together (older ones go first).
-pub const KEPT_BYTES: usize = 64 << 20;
-
-/// The conversations of recent responses, by id: what a `previous_response_id` continues.
-/// Bounded by [`KEPT`] conversations and [`KEPT_BYTES`] of text.
-#[derive(Debug, Default)]
-pub struct Store {
-    kept: Mutex<VecDeque<(String, Vec<Message>)>>,
-}
-
-fn text_bytes(messages: &[Message]) -> usize {
-    messages
-        .iter()
-        .map(|m| m.content.len() + m.tool_calls.as_ref().map_or(0, |c| c.to_string().len()))
-        .sum()
-}
-
-impl Store {
-    fn get(&self, id: &str) -> Option<Vec<Message>> {
-        let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
-        kept.iter().find(|(k, _)| k == id).map(|(_, m)| m.clone())
-    }
-
-    fn put(&self, id: String, messages: Vec<Message>) {
-        let size = text_bytes(&messages);
-        if size > KEPT_BYTES {
-            return;
-        }
-        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
-        kept.push_back((id, messages));
-        let mut total: usize = kept.iter().map(|(_, m)| text_bytes(m)).sum();
-        while kept.len() > KEPT || total > KEPT_BYTES {
-            match kept.pop_front() {
-                Some((_, m)) => total -= text_bytes(&m),
-                None => break,
-            }
-        }
-    }
-}
 
 /// `input` as chat messages (see the module docs).
 fn input_messages(input: &Value, out: &mut Vec<Message>) -> ApiResult<()> {

@@ -3,7 +3,7 @@
 //! an answer (the `ruvllm` extension object, the budget and warning headers, ids).
 //!
 //! Owns: [`ServerConfig`], [`AppState`], [`Metrics`], [`json_body`]. Uses: `error`,
-//! `params` (a request's object policy), `responses` (its store).
+//! `params` (a request's object policy), `conversations` (the Responses store).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -20,7 +20,7 @@ use ruvllm_runtime::{
 use serde_json::{json, Value};
 
 use crate::error::{ApiError, ApiResult, Dialect};
-use crate::{params, responses};
+use crate::{conversations, params};
 
 /// Server settings (the `ruvllm serve` flags).
 #[derive(Debug, Clone)]
@@ -111,7 +111,7 @@ pub struct AppState {
     /// When the server started.
     pub started: Instant,
     /// Recent Responses API conversations, for `previous_response_id`.
-    pub responses: responses::Store,
+    pub responses: conversations::Store,
 }
 
 /// Shared state handle.
@@ -127,7 +127,7 @@ impl AppState {
             metrics: Metrics::default(),
             created: unix_now(),
             started: Instant::now(),
-            responses: responses::Store::default(),
+            responses: conversations::Store::default(),
         }
     }
 
