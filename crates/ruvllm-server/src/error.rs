@@ -25,7 +25,7 @@ pub enum Dialect {
     /// Anthropic's Messages API (`/v1/messages`).
     Anthropic,
     /// OpenAI's Responses API (`/v1/responses`): OpenAI's error shape, flat tools
-    /// (`tools[i].parameters`).
+    /// (`tools[i].parameters`, `tools[i].strict`).
     Responses,
 }
 
@@ -81,7 +81,7 @@ impl ApiError {
         self.dialect = d;
         match d {
             Dialect::Anthropic => self.tool_schema_at("input_schema"),
-            Dialect::Responses => self.tool_schema_at("parameters"),
+            Dialect::Responses => self.flat_tools(),
             _ => self,
         }
     }
@@ -98,6 +98,22 @@ impl ApiError {
                 let renamed = format!("tools[{i}].{field}");
                 self.message = self.message.replace(p.as_str(), &renamed);
                 self.param = Some(renamed);
+            }
+        }
+        self
+    }
+
+    /// The error of a tool's field as OpenAI Chat spells it (`tools[i].function.FIELD`)
+    /// renamed to the flat spelling of the Responses API (`tools[i].FIELD`); any other
+    /// error as it is.
+    pub fn flat_tools(mut self) -> ApiError {
+        if let Some(p) = &self.param {
+            if let Some((head, field)) = p.split_once("].function.") {
+                if head.starts_with("tools[") {
+                    let renamed = format!("{head}].{field}");
+                    self.message = self.message.replace(p.as_str(), &renamed);
+                    self.param = Some(renamed);
+                }
             }
         }
         self

@@ -1370,6 +1370,18 @@ fn one_truth_across_dialects() {
         (400, Some("tools[0].parameters")),
         "{v}"
     );
+    let (s, v) = post(
+        a,
+        "/v1/responses",
+        json!({"input": "hi", "max_output_tokens": 4,
+               "tools": [{"type": "function", "name": "f", "strict": "yes",
+                          "parameters": {"type": "object"}}]}),
+    );
+    assert_eq!(
+        (s, v["error"]["param"].as_str()),
+        (400, Some("tools[0].strict")),
+        "{v}"
+    );
 
     // Ollama's JSON mode: an object, every time.
     let mut whole = 0;
