@@ -54,7 +54,7 @@ pub struct LimitArgs {
     #[arg(long, default_value_t = Limits::default().max_mask_time.as_millis() as u64)]
     pub max_mask_time_ms: u64,
     /// MiB of compiled constraints (token tables) cached for reuse.
-    #[arg(long, default_value_t = ruvllm_runtime::local::DEFAULT_CONSTRAINT_CACHE_BYTES >> 20)]
+    #[arg(long, default_value_t = ruvllm_runtime::backends::candle::DEFAULT_CONSTRAINT_CACHE_BYTES >> 20)]
     pub constraint_cache_mb: usize,
     /// MiB of token tables the engine keeps for reuse by later constraints (tables that
     /// live constraints use are theirs).

@@ -42,7 +42,7 @@ pub struct ServeArgs {
     /// MiB of prompt KV caches kept for reuse by prompts sharing a prefix (system
     /// messages, tool lists); 0 turns prefix caching off. (The llama.cpp backend keeps
     /// two prompts, each in a sequence of --context positions.)
-    #[arg(long, default_value_t = ruvllm_runtime::local::DEFAULT_PREFIX_CACHE_BYTES >> 20)]
+    #[arg(long, default_value_t = ruvllm_runtime::backends::candle::DEFAULT_PREFIX_CACHE_BYTES >> 20)]
     prefix_cache_mb: usize,
     /// Apply a JSON Schema declared in a system prompt (instructor's JSON/MD_JSON modes,
     /// LangChain output parsers) to JSON-mode requests, when the prompt shows exactly one

@@ -4,8 +4,9 @@
 //! * [`api`]: [`LlmBackend`] (`generate`, `generate_json`, `generate_stream` via
 //!   [`StreamingBackend`]), [`GenerateParams`], [`JsonModeConfig`], [`OutputConstraint`],
 //!   [`Generation`].
-//! * [`local`]: [`CandleBackend`], a GGUF model on the CPU with constrained sampling and
-//!   jump-forward.
+//! * [`backends`]: [`LlamaBackend`] (llama.cpp in process, the default) and
+//!   [`CandleBackend`] (our own transformer over candle), GGUF models on the CPU with
+//!   constrained sampling and jump-forward.
 //! * [`batch`]: [`Scheduler`], continuous batching of many generations on one model.
 //! * [`model`]: the transformer itself (Llama, Qwen2, Phi-3 layouts) with a per-sequence
 //!   KV cache that can be rolled back.
@@ -25,6 +26,7 @@
 
 pub mod api;
 pub mod backend;
+pub mod backends;
 pub mod batch;
 pub mod call_format;
 pub mod chat;
@@ -34,8 +36,6 @@ mod front;
 pub mod http;
 pub mod json;
 pub mod kernels;
-pub mod llama;
-pub mod local;
 pub mod model;
 mod prefix;
 pub mod reasoning;
@@ -47,6 +47,8 @@ pub use api::{
     ResultPath, StreamingBackend, TextSink, TextStream, Usage,
 };
 pub use backend::{BatchBackend, BatchSequence, ModelBackend};
+pub use backends::candle::{BackendOptions, CandleBackend, Sequence};
+pub use backends::llama::{LlamaBackend, LlamaOptions, LlamaSequence};
 pub use batch::{Scheduler, SchedulerOptions, SchedulerStats, Serving, Ticket};
 pub use chat::{ChatTemplate, Message};
 pub use error::{Result, RuntimeError};
@@ -55,8 +57,6 @@ pub use json::{
     repair_json, JsonError, JsonSchema, JsonSchemaError, JsonValidator, Repair, RepairError,
     SchemaViolation, ValidatedJson, ValidationStatus, Violation,
 };
-pub use llama::{LlamaBackend, LlamaOptions, LlamaSequence};
-pub use local::{BackendOptions, CandleBackend, Sequence};
 pub use model::{BatchWeights, KvCache, LoadOptions, Model, ModelConfig};
 pub use sampler::{Sampler, SamplerConfig};
 pub use tools::{Tool, ToolCall, ToolCalling, ToolChoice, ToolEvent, ToolParser};

@@ -44,10 +44,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use ruvllm_llama::{Context, ContextOptions, Item};
 
 use crate::api::{GenerateParams, Generation, LlmBackend, Prompt, Usage};
+use crate::backends::candle::BackendOptions;
 use crate::decode::Decoder;
 use crate::error::{Result, RuntimeError};
 use crate::front::Front;
-use crate::local::BackendOptions;
 use crate::model::{Arch, ModelConfig};
 use crate::prefix::{worth_storing, PrefixLru};
 
