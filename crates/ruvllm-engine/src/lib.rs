@@ -55,36 +55,30 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
-mod boundary;
-mod budget;
 pub(crate) mod byteset;
 pub(crate) mod compile;
-mod complete;
-mod constraint;
 pub mod cpu;
 mod deadline;
-mod earley;
-mod engine;
 mod error;
-mod facts;
 pub mod grammar;
-mod matcher;
+mod handle;
+mod matching;
+mod parse;
 pub mod schema;
 mod source;
-mod states;
 mod tables;
 mod util;
 pub mod vocab;
 
-pub use budget::BudgetMask;
 pub use byteset::ByteSet;
 pub use compile::{CompiledGrammar, GrammarStats};
-pub use constraint::Constraint;
-pub use engine::{CacheUsage, Engine, EngineConfig};
 pub use error::{GrammarError, LimitKind, MatchError, VocabError};
-pub use facts::Completion;
 pub use grammar::{Builtin, Expr, Grammar, GrammarWarning, KeyComplement};
-pub use matcher::{CheckResult, Matcher};
+pub use handle::constraint::Constraint;
+pub use handle::engine::{CacheUsage, Engine, EngineConfig};
+pub use matching::budget::BudgetMask;
+pub use matching::matcher::{CheckResult, Matcher};
+pub use parse::facts::Completion;
 pub use source::{Source, SourceError};
 pub use vocab::{TokenEncoder, Vocabulary};
 

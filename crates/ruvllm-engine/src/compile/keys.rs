@@ -514,8 +514,8 @@ mod tests {
         };
         assert!(direct.num_states() > small.max_lexeme_states);
         let accepts = |limits: &Limits, text: &str| {
-            let c = crate::constraint::Constraint::new(&g, vocab.clone(), limits).unwrap();
-            let mut m = crate::matcher::Matcher::new(&c).unwrap();
+            let c = crate::handle::constraint::Constraint::new(&g, vocab.clone(), limits).unwrap();
+            let mut m = crate::matching::matcher::Matcher::new(&c).unwrap();
             text.bytes().all(|b| m.commit_token(b as u32).is_ok()) && m.is_accepting()
         };
         for (text, ok) in [

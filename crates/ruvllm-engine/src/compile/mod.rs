@@ -188,7 +188,7 @@ impl CompiledGrammar {
         self.shortest.get_or_init(|| shortest::Shortest::of(self))
     }
 
-    /// Every byte a shortest completion (`crate::complete`) can write: the union of the
+    /// Every byte a shortest completion (`crate::matching::complete`) can write: the union of the
     /// lexemes' [`Lexeme::completion_bytes`]. Cost: a pass over the lexemes' states on the
     /// first call, a load after.
     pub(crate) fn completion_bytes(&self) -> crate::byteset::ByteSet {

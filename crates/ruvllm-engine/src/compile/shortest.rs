@@ -2,7 +2,7 @@
 //! derive and the alternative that does it; for every parser position, the fewest bytes
 //! that finish its alternative from there.
 //!
-//! These are the grammar half of a shortest completion (`crate::complete` adds the
+//! These are the grammar half of a shortest completion (`crate::matching::complete` adds the
 //! parser's stack; `super::automata::dist` gives the lexemes' half). They depend on the grammar
 //! only, not on a vocabulary, so a compiled grammar computes them once, on first use
 //! (grammars never asked for a completion never pay).

@@ -25,7 +25,7 @@ pub trait ValueCheck: Send + Sync + std::fmt::Debug {
 
     /// Members (`"key":value` texts) that may make a failing object pass, shortest
     /// first: the completion search inserts them before the object's closing brace (see
-    /// `crate::complete`); the check and the grammar still judge the result. Cost: none
+    /// `crate::matching::complete`); the check and the grammar still judge the result. Cost: none
     /// (computed when the check is built); empty by default.
     fn member_hints(&self) -> &[String] {
         &[]
@@ -33,7 +33,7 @@ pub trait ValueCheck: Send + Sync + std::fmt::Debug {
 
     /// The keys (decoded) that the failing object `text` lacks and must gain to pass, in
     /// the order to write them: the completion search writes each as a member whose value
-    /// is the grammar's own shortest one (see `crate::complete`), so the fill follows the
+    /// is the grammar's own shortest one (see `crate::matching::complete`), so the fill follows the
     /// grammar exactly instead of guessing values. Empty by default (and for a value the
     /// check does not read as an object). Cost: one pass over `text`.
     fn missing_keys(&self, _text: &[u8]) -> Vec<String> {

@@ -92,10 +92,10 @@ pub fn text_without(words: &[&str]) -> Expr {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::constraint::Constraint;
     use crate::grammar::Grammar;
-    use crate::matcher::CheckResult;
-    use crate::matcher::Matcher;
+    use crate::handle::constraint::Constraint;
+    use crate::matching::matcher::CheckResult;
+    use crate::matching::matcher::Matcher;
     use crate::vocab::Vocabulary;
     use crate::Limits;
     use std::sync::Arc;

@@ -7,7 +7,7 @@
 //! gives each check the members its sub-schema names: every `properties` entry reached
 //! through `$ref`, `allOf`, `anyOf`, `oneOf`, `if`/`then`/`else` and
 //! `dependentSchemas`, each with a few example values (its `const`, its `enum`'s first
-//! values, a shortest match of its `pattern`, or the simplest value of its type). `crate::complete` inserts them, one at a
+//! values, a shortest match of its `pattern`, or the simplest value of its type). `crate::matching::complete` inserts them, one at a
 //! time, before the closing brace of an object that failed the check and keeps the first
 //! that passes; the check and the grammar still judge every candidate, so a hint is only
 //! ever a suggestion.

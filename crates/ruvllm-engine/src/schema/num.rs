@@ -142,17 +142,21 @@ mod tests {
     use crate::grammar::Grammar;
     use crate::Limits;
 
-    fn compile(e: &Expr) -> std::sync::Arc<crate::constraint::Constraint> {
+    fn compile(e: &Expr) -> std::sync::Arc<crate::handle::constraint::Constraint> {
         let g = Grammar::single("root", e.clone());
         let vocab =
             crate::vocab::Vocabulary::new("t", vec![b"\0".to_vec()], vec![true], vec![]).unwrap();
-        crate::constraint::Constraint::new(&g, std::sync::Arc::new(vocab), &Limits::default())
-            .unwrap()
+        crate::handle::constraint::Constraint::new(
+            &g,
+            std::sync::Arc::new(vocab),
+            &Limits::default(),
+        )
+        .unwrap()
     }
 
-    fn matches(c: &std::sync::Arc<crate::constraint::Constraint>, s: &str) -> bool {
-        let mut m = crate::matcher::Matcher::new(c).unwrap();
-        m.check_bytes(s.as_bytes()).unwrap() == crate::matcher::CheckResult::Accepted
+    fn matches(c: &std::sync::Arc<crate::handle::constraint::Constraint>, s: &str) -> bool {
+        let mut m = crate::matching::matcher::Matcher::new(c).unwrap();
+        m.check_bytes(s.as_bytes()).unwrap() == crate::matching::matcher::CheckResult::Accepted
     }
 
     #[test]

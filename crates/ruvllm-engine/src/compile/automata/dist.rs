@@ -1,7 +1,7 @@
 //! Distances to the end of a lexeme: the fewest bytes from a DFA state to an accepting
 //! one, and a shortest text that gets there.
 //!
-//! They are the lexeme half of a *shortest completion* (see `crate::complete`): the
+//! They are the lexeme half of a *shortest completion* (see `crate::matching::complete`): the
 //! parser half adds the rest of each rule, and the two together bound how many tokens a
 //! generation still needs. Distances are in bytes, which the vocabulary does not change,
 //! so they belong to the lexeme and are computed once per lexeme:

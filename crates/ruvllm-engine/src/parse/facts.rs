@@ -143,7 +143,7 @@ impl<K: std::hash::Hash + Eq, V: Clone> Bounded<K, V> {
     }
 }
 
-/// Per-constraint caches of budget facts (see `crate::budget`, which computes them).
+/// Per-constraint caches of budget facts (see `crate::matching::budget`, which computes them).
 #[derive(Default)]
 pub(crate) struct BudgetCache {
     pub(crate) states: Mutex<Bounded<u32, Arc<StateBudget>>>,

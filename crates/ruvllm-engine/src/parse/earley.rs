@@ -23,7 +23,7 @@ use std::hash::BuildHasherDefault;
 use crate::byteset::ByteSet;
 use crate::compile::{CompiledGrammar, EarleyRuleId, Sym};
 use crate::error::MatchError;
-use crate::states::{StateIds, KEY_CLOSED, KEY_CORE, KEY_WAIT, WAIT_ROOT};
+use crate::parse::states::{StateIds, KEY_CLOSED, KEY_CORE, KEY_WAIT, WAIT_ROOT};
 
 /// Origin marker of the start rule's own items.
 pub(crate) const ROOT: u32 = u32::MAX;
@@ -106,7 +106,7 @@ pub(crate) struct Parser {
     /// Scratch for identity keys.
     key: Vec<u32>,
     /// The last semantic check that failed and its value's span: where a search for a
-    /// completion that passes it must change the text (`crate::complete`).
+    /// completion that passes it must change the text (`crate::matching::complete`).
     pub(crate) failed: Option<Failed>,
     /// Every semantic check that failed in the closures of the sets kept, in order (by
     /// [`Failed::end`], the set whose closure ran it): what [`Parser::failed`] would have
@@ -122,7 +122,7 @@ pub(crate) struct Parser {
 }
 
 /// The cheapest way to finish the parse once rule `r` completes at set `o` (see
-/// `crate::complete`): its cost in bytes, the waiting item it goes through (an index into
+/// `crate::matching::complete`): its cost in bytes, the waiting item it goes through (an index into
 /// the parser's items), and whether it completes a checked rule on the way.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct WaitCost {
@@ -131,7 +131,7 @@ pub(crate) struct WaitCost {
     pub(crate) checked: bool,
 }
 
-/// What [`Parser::wait_id`] (and `crate::complete`) knows of one set.
+/// What [`Parser::wait_id`] (and `crate::matching::complete`) knows of one set.
 #[derive(Clone, Default)]
 pub(crate) struct Waits {
     /// Rule -> waiting identity, for the rules asked about so far.
@@ -142,7 +142,7 @@ pub(crate) struct Waits {
     /// in the set's size).
     pub(crate) index: Option<Vec<(EarleyRuleId, u32)>>,
     /// Rule -> the cheapest way to finish the parse once that rule completes here (see
-    /// `crate::complete`), for every rule the set waits for: computed on first use.
+    /// `crate::matching::complete`), for every rule the set waits for: computed on first use.
     pub(crate) costs: Option<Box<FastMap<EarleyRuleId, WaitCost>>>,
 }
 
@@ -564,7 +564,7 @@ impl Parser {
 
     /// The last semantic check that failed in the closure of a set after set `base` (up
     /// to the top): what [`Parser::failed`] holds after reading the text above `base`
-    /// again from there, when those sets were kept instead (`crate::complete` reuses the
+    /// again from there, when those sets were kept instead (`crate::matching::complete` reuses the
     /// sets of a candidate's unchanged beginning). Cost: O(1) amortized over the sets.
     pub(crate) fn failed_within(&self, base: usize) -> Option<&Failed> {
         self.fails.last().filter(|f| f.end as usize > base)
@@ -583,7 +583,7 @@ impl Parser {
         self.low_water = usize::MAX;
     }
 
-    /// The identity of the top set (see [`crate::states`]), which must be closed: its core
+    /// The identity of the top set (see [`crate::parse::states`]), which must be closed: its core
     /// items, each with the identity of what completing its rule reads at its origin
     /// ([`Parser::wait_id`]), plus the outcomes of the checks its closure ran. Cost: one
     /// interning, plus a scan of each origin set not asked about before.

@@ -6,12 +6,12 @@
 
 use std::sync::Arc;
 
-use crate::boundary::WalkMemo;
 use crate::compile::Sym;
-use crate::constraint::Constraint;
 pub(crate) use crate::deadline::Deadline;
-use crate::earley::Parser;
 use crate::error::MatchError;
+use crate::handle::constraint::Constraint;
+use crate::matching::boundary::WalkMemo;
+use crate::parse::earley::Parser;
 
 /// Tracks one generation against a [`Constraint`].
 ///
@@ -29,21 +29,21 @@ pub struct Matcher {
     pub(crate) tokens: Vec<(u32, bool)>,
     pub(crate) finished: bool,
     ranges: Vec<(u32, u32)>,
-    /// Parser steps of the boundary walk, remembered (see [`crate::boundary`]).
+    /// Parser steps of the boundary walk, remembered (see [`crate::matching::boundary`]).
     memo: WalkMemo,
     /// The last shortest completion computed, with the state it is for (see
     /// [`Matcher::shortest_completion`]).
-    pub(crate) known: Option<crate::facts::Known>,
+    pub(crate) known: Option<crate::parse::facts::Known>,
     /// The rest of an earlier completion whose first tokens were committed since: a
-    /// completion of the current state (see `crate::complete`).
-    pub(crate) carry: Option<crate::facts::Known>,
+    /// completion of the current state (see `crate::matching::complete`).
+    pub(crate) carry: Option<crate::parse::facts::Known>,
     /// The parse-state identity the last mask computed, with the output length it is for
     /// (the budget mask asks for it again right after).
     pub(crate) last_id: Option<(usize, u32)>,
-    /// The budget facts of the last state a budget mask met (see `crate::budget`).
-    pub(crate) last_facts: Option<(u32, std::sync::Arc<crate::facts::StateBudget>)>,
+    /// The budget facts of the last state a budget mask met (see `crate::matching::budget`).
+    pub(crate) last_facts: Option<(u32, std::sync::Arc<crate::parse::facts::StateBudget>)>,
     /// The last bound the budget mask computed (bytes), and the masks since that relied on
-    /// it (see `crate::budget`).
+    /// it (see `crate::matching::budget`).
     pub(crate) budget_hint: Option<(u32, u32)>,
 }
 
@@ -164,7 +164,7 @@ impl Matcher {
                 mask[(t >> 5) as usize] |= 1 << (t & 31);
             }
             if !w.dirty.is_empty() {
-                crate::boundary::walk(
+                crate::matching::boundary::walk(
                     &c,
                     &mut self.parser,
                     &mut self.memo,
@@ -183,7 +183,7 @@ impl Matcher {
                     _ => merged.push((a, b)),
                 }
             }
-            let rec = crate::boundary::walk(
+            let rec = crate::matching::boundary::walk(
                 &c,
                 &mut self.parser,
                 &mut self.memo,
@@ -331,7 +331,7 @@ impl Matcher {
     /// completion known before it when that completion started with `t`.
     fn carry_over(&mut self, t: u32, before: usize) {
         let at = (self.tokens.len() - 1, before);
-        let pick = |k: &Option<crate::facts::Known>| {
+        let pick = |k: &Option<crate::parse::facts::Known>| {
             k.as_ref()
                 .filter(|k| (k.tokens, k.bytes) == at)
                 .and_then(|k| k.completion.as_ref())
@@ -339,7 +339,7 @@ impl Matcher {
                 .and_then(|w| w.rest(&self.c.vocab))
         };
         let rest = pick(&self.known).or_else(|| pick(&self.carry));
-        self.carry = rest.map(|w| crate::facts::Known {
+        self.carry = rest.map(|w| crate::parse::facts::Known {
             tokens: self.tokens.len(),
             bytes: self.parser.top(),
             completion: Some(w),

@@ -23,7 +23,7 @@
 //!
 //! # Certificates
 //!
-//! Distances here are in bytes (`crate::complete`). When every byte a shortest completion
+//! Distances here are in bytes (`crate::matching::complete`). When every byte a shortest completion
 //! of the grammar can write is a token of its own
 //! ([`crate::Vocabulary::byte_tokens`]), no completion text needs more tokens than bytes,
 //! so byte bounds are token bounds. For an Earley item reading lexeme `l` with `c` bytes
@@ -38,7 +38,7 @@
 //!   state's distance, or by the tokens of its state's completion plus those of the
 //!   context, counted apart;
 //! * a token that crosses a lexeme boundary is walked with the real parser once per
-//!   parse-state identity (`crate::states`), which gives the distance after it; the
+//!   parse-state identity (`crate::parse::states`), which gives the distance after it; the
 //!   token counts of those completions are computed only when a step needs them.
 //!
 //! Per identity the largest proven bound over the whole mask is kept, so at a state met
@@ -58,11 +58,11 @@ use std::sync::{Arc, OnceLock};
 use crate::compile::automata::dist::{add, INF};
 use crate::compile::Sym;
 use crate::deadline::Deadline;
-use crate::earley::{Item, Parser};
 use crate::error::MatchError;
-use crate::facts::{BudgetTable, Group, Leaf, LexemeClose, StateBudget};
-use crate::matcher::Matcher;
-use crate::states::UNIQUE;
+use crate::matching::matcher::Matcher;
+use crate::parse::earley::{Item, Parser};
+use crate::parse::facts::{BudgetTable, Group, Leaf, LexemeClose, StateBudget};
+use crate::parse::states::UNIQUE;
 use crate::util::FastMap;
 
 /// Masks for which a bound found at an earlier state stands in for the current state's
@@ -697,7 +697,7 @@ impl Matcher {
 }
 
 /// The trie ranges holding the leaves' tokens: each token's node, as a range of one.
-fn leaf_ranges(c: &crate::constraint::Constraint, facts: &StateBudget) -> Vec<(u32, u32)> {
+fn leaf_ranges(c: &crate::handle::constraint::Constraint, facts: &StateBudget) -> Vec<(u32, u32)> {
     let trie = c.vocab.trie();
     let mut nodes: Vec<u32> = facts
         .leaves

@@ -20,7 +20,7 @@
 //!
 //! An `Engine` is a cheap handle (`Clone` shares the same caches) and is `Send + Sync`.
 //! Shared between threads: the compile caches, the table store, and through each
-//! [`Constraint`](crate::constraint::Constraint) its token tables, parse-state identities and walk results (all behind
+//! [`Constraint`](crate::handle::constraint::Constraint) its token tables, parse-state identities and walk results (all behind
 //! short locks or `OnceLock`s; a table is computed once, by whichever thread first needs
 //! it, while others needing the same table wait for it). Per generation and never
 //! shared: a [`crate::Matcher`] (Earley sets, scratch buffers); clone it to fork.
@@ -31,7 +31,7 @@
 //! when the current one fills half of a bound, so what the engine itself keeps stays
 //! within the bounds. A constraint keeps the tables it uses for as long as it lives,
 //! whatever the engine drops meanwhile (that memory is the constraint's, see
-//! [`Constraint::table_usage`](crate::constraint::Constraint::table_usage)).
+//! [`Constraint::table_usage`](crate::handle::constraint::Constraint::table_usage)).
 
 use std::sync::Arc;
 
@@ -237,8 +237,8 @@ mod tests {
     #[test]
     fn handles_are_send_and_sync() {
         assert_send_sync::<Engine>();
-        assert_send_sync::<crate::constraint::Constraint>();
+        assert_send_sync::<crate::handle::constraint::Constraint>();
         assert_send_sync::<CompiledGrammar>();
-        assert_send_sync::<crate::matcher::Matcher>();
+        assert_send_sync::<crate::matching::matcher::Matcher>();
     }
 }

@@ -74,7 +74,7 @@
 //! **Monotone.** A matcher remembers its last completion; after the token it starts with
 //! is committed, the rest is still a completion (`Matcher`'s carry), so the count after
 //! that token is at most one less than before, whatever the search finds. The budget mask
-//! (`crate::budget`) relies on this.
+//! (`crate::matching::budget`) relies on this.
 //!
 //! Owns: the per-set waiting costs of a matcher (kept in the Earley sets) and the
 //! completion search. Uses: the compiled grammar, its shortest derivations and lexeme
@@ -86,11 +86,11 @@ use std::collections::BinaryHeap;
 use crate::compile::automata::dist::{add, INF};
 use crate::compile::shortest::{Shortest, MAX_TEXT};
 use crate::compile::{CompiledGrammar, EarleyRuleId, Sym};
-use crate::earley::{Failed, Item, Parser, WaitCost, ROOT};
 use crate::error::MatchError;
-use crate::facts::{Completion, Known};
 use crate::grammar::InnerFix;
-use crate::matcher::{Deadline, Matcher};
+use crate::matching::matcher::{Deadline, Matcher};
+use crate::parse::earley::{Failed, Item, Parser, WaitCost, ROOT};
+use crate::parse::facts::{Completion, Known};
 use crate::util::FastMap;
 
 const NO_WAIT: WaitCost = WaitCost {
@@ -1130,7 +1130,7 @@ impl Matcher {
     /// (semantic checks run), like [`Matcher::accepts_after`] from `base`, but reading
     /// only what differs from the text the parser holds above `base` now: the sets of
     /// their common beginning are kept (a set depends only on the text before it), and
-    /// [`crate::earley::Parser::failed`] is left as reading all of `text` would leave it.
+    /// [`crate::parse::earley::Parser::failed`] is left as reading all of `text` would leave it.
     /// The parser is left holding `base` and what it read of `text`. Cost: a parser step
     /// per byte after the common beginning.
     fn accepts_at(&mut self, base: usize, text: &[u8]) -> Result<bool, MatchError> {
@@ -1707,7 +1707,7 @@ fn consider(best: &mut Option<Completion>, vocab: &crate::vocab::Vocabulary, tex
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::constraint::Constraint;
+    use crate::handle::constraint::Constraint;
     use crate::schema::{schema_to_grammar, SchemaOptions};
     use std::sync::Arc;
 

@@ -41,11 +41,11 @@
 //! needs about 700 transitions). A clone of a matcher starts with an empty memo: it is a
 //! cache, and copying it would make forks cost more than the parser history they copy.
 
-use crate::constraint::Constraint;
 use crate::deadline::Deadline;
-use crate::earley::{Item, Parser, ROOT};
 use crate::error::MatchError;
-use crate::states::Walked;
+use crate::handle::constraint::Constraint;
+use crate::parse::earley::{Item, Parser, ROOT};
+use crate::parse::states::Walked;
 use crate::util::FastMap;
 
 /// No node: the position is not memoized (below a step that ran a semantic check).
@@ -152,7 +152,7 @@ struct Walk<'a> {
     real: usize,
     /// The set where the mask started.
     base: usize,
-    /// What the walk found, for the walk cache (see [`crate::states`]), when asked.
+    /// What the walk found, for the walk cache (see [`crate::parse::states`]), when asked.
     rec: Option<Walked>,
     /// Stack length from which the path is below a step that ran a semantic check
     /// (`usize::MAX`: it is not).
@@ -371,7 +371,7 @@ impl Walk<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::matcher::Matcher;
+    use crate::matching::matcher::Matcher;
     use crate::vocab::Vocabulary;
     use crate::Limits;
     use std::sync::Arc;
@@ -390,7 +390,7 @@ mod tests {
         );
         // Every letter is a lexeme of its own (the rule is ambiguous and recursive), so
         // every token made of letters crosses lexeme boundaries.
-        let c = crate::constraint::Constraint::from_gbnf(
+        let c = crate::handle::constraint::Constraint::from_gbnf(
             "root ::= s\ns ::= s s | [a-z] | \"\"",
             vocab.clone(),
             &Limits::default(),

@@ -14,12 +14,13 @@
 use std::sync::Arc;
 
 use crate::compile::CompiledGrammar;
-use crate::engine::Engine;
 use crate::error::GrammarError;
-use crate::facts::BudgetCache;
 use crate::grammar::{Grammar, GrammarWarning};
+use crate::handle::engine::Engine;
+use crate::parse::facts::BudgetCache;
+use crate::parse::states;
 use crate::vocab::Vocabulary;
-use crate::{states, tables, Limits};
+use crate::{tables, Limits};
 
 /// A compiled grammar bound to a vocabulary: the unit a runtime caches per request shape.
 /// Holds the lazily computed token tables; share it with `Arc` across matchers and threads.
