@@ -7,8 +7,9 @@
 //! (function tools, `strict` by default as the Responses API defines) and `tool_choice`
 //! the runtime's tool calling; `text.format` (`json_object`, `json_schema` with `strict`)
 //! a format. `previous_response_id` continues from a response this server gave, kept in
-//! memory (the last [`KEPT`], at most [`KEPT_BYTES`](crate::conversations::KEPT_BYTES) of text); an id it no longer has is a 400. The answer is a
-//! `response` whose `output` holds a `message` item (`output_text`) and `function_call`
+//! memory (the last [`KEPT`], at most
+//! [`KEPT_BYTES`](crate::conversations::KEPT_BYTES) of text); an id it no longer has is
+//! a 400. The answer is a `response` whose `output` holds a `message` item (`output_text`) and `function_call`
 //! items; `status` is `incomplete` (reason `max_output_tokens`) only when the output is
 //! really incomplete. A stream is the API's named events (`response.created`,
 //! `response.output_item.added`, `response.output_text.delta`,
